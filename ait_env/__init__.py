@@ -1,0 +1,23 @@
+"""ai-trains-ai: a Gymnasium environment in which an LLM agent writes RL training jobs.
+
+Importing this package registers ``AIT/JobWriting-v0`` (``nondeterministic=True``: jobs run on real
+backends and infos carry ids and timings)::
+
+    import gymnasium as gym
+    import ait_env  # noqa: F401  (registers the env)
+    env = gym.make("AIT/JobWriting-v0", family="arithmetic", backend="stub")
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from ait_env.env import JobWritingEnv
+
+__all__ = ["JobWritingEnv", "ENV_ID"]
+__version__ = "0.1.0"
+
+ENV_ID = "AIT/JobWriting-v0"
+
+if ENV_ID not in gym.registry:
+    gym.register(id=ENV_ID, entry_point="ait_env.env:JobWritingEnv", nondeterministic=True)

@@ -1,0 +1,1 @@
+"""Agents that act in ``JobWritingEnv`` through its public text API."""

@@ -1,0 +1,109 @@
+"""The backend protocol: what runs a validated job bundle and reports how the trained model scored.
+
+A backend takes a :class:`JobBundle` (see :mod:`ait_env.jobs.bundle`), returns a :class:`JobHandle`
+from :meth:`Backend.submit`, and :meth:`Backend.wait` returns a :class:`JobResult`:
+
+- ``status``: ``succeeded`` | ``job_failed`` (the job itself broke: bad code, divergence, OOM from
+  its own settings) | ``infra_failed`` (not the job's fault: pod lost, out of stock, our bug);
+- ``post_score`` (hidden-eval score of the trained model), ``baselines`` (per-model untrained scores),
+  wall and training seconds, USD cost, per-step curves and a log tail.
+
+Backends also publish their model catalog (name + role) and the bounds they allow.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ait_env.baselines import BaselineEntry
+from ait_env.jobs.bundle import JobBundle
+
+JobStatus = Literal["succeeded", "job_failed", "infra_failed"]
+
+
+class ModelInfo(BaseModel):
+    name: str
+    role: str = ""          # e.g. "small", "larger"
+    params: str = ""
+
+
+class BackendBounds(BaseModel):
+    max_steps: int = 200
+    batch_size: int = 512
+    group_size: int = 32
+    seq_len: int = 8192
+    max_tokens: int = 2048
+    wall_clock_minutes: int = 60
+
+
+class BackendSettings(BaseModel):
+    name: str
+    surrogate: bool = False
+    models: list[ModelInfo] = Field(default_factory=list)
+    bounds: BackendBounds = Field(default_factory=BackendBounds)
+    cost_usd_per_job: float = 0.0
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobHandle(BaseModel):
+    job_id: str
+    backend: str
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobResult(BaseModel):
+    job_id: str
+    backend: str
+    status: JobStatus
+    surrogate: bool = False           # True: the score is a formula, not training (stub backend)
+    post_score: float | None = None
+    post_ci95: float | None = None
+    baselines: dict[str, float] = Field(default_factory=dict)
+    wall_seconds: float = 0.0
+    train_seconds: float = 0.0
+    cost_usd: float = 0.0
+    curves: dict[str, list[float]] = Field(default_factory=dict)
+    error: str = ""
+    log_tail: str = ""
+
+
+class Backend(abc.ABC):
+    """Base class of every backend. Subclasses implement :meth:`submit` and :meth:`wait`."""
+
+    def __init__(self, settings: BackendSettings) -> None:
+        self.settings = settings
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def surrogate(self) -> bool:
+        return self.settings.surrogate
+
+    def catalog(self) -> list[ModelInfo]:
+        return list(self.settings.models)
+
+    def estimate_cost_usd(self, bundle: JobBundle) -> float:  # noqa: ARG002
+        return self.settings.cost_usd_per_job
+
+    @abc.abstractmethod
+    def submit(self, bundle: JobBundle) -> JobHandle:
+        """Start (or enqueue) the job; must return quickly."""
+
+    @abc.abstractmethod
+    def wait(self, handle: JobHandle, timeout: float | None = None) -> JobResult:
+        """Block until the job finished (or ``timeout`` seconds passed: raise TimeoutError)."""
+
+    def measure_baseline(self, family: str, model: str) -> "BaselineEntry":
+        """Score the untrained ``model`` on ``family``'s hidden set (used by scripts/seed_baselines.py)."""
+        raise NotImplementedError(f"backend {self.name!r} cannot measure baselines")
+
+    def run(self, bundle: JobBundle, timeout: float | None = None) -> JobResult:
+        return self.wait(self.submit(bundle), timeout=timeout)
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (servers, pods)."""

@@ -1,0 +1,93 @@
+"""Baseline store: hidden-eval scores of the untrained base models, keyed by (backend, family, model).
+
+The store is a versioned JSON file per backend. Pinned stores ship with the package
+(``ait_env/data/baselines/<backend>.json``); a user store (``<runs_dir>/baselines/<backend>.json``)
+written by ``scripts/seed_baselines.py`` takes precedence. A missing entry is a
+:class:`BaselinesNotSeeded` error that names the command to seed it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+STORE_VERSION = 1
+
+
+class BaselinesNotSeeded(LookupError):
+    pass
+
+
+class BaselineEntry(BaseModel):
+    backend: str
+    family: str
+    model: str
+    score: float = Field(ge=0.0, le=1.0)
+    ci95: float = 0.0           # half-width of the 95% confidence interval
+    n: int = 0                  # hidden-eval instances scored
+    hidden_set_hash: str = ""   # which hidden set it was measured on
+    seeded_at: float = Field(default_factory=time.time)
+    command: str = ""
+
+
+class BaselineFile(BaseModel):
+    version: int = STORE_VERSION
+    entries: list[BaselineEntry] = Field(default_factory=list)
+
+
+def seed_command(backend: str, family: str | None = None) -> str:
+    cmd = f"python scripts/seed_baselines.py backend={backend}"
+    return cmd + (f" family={family}" if family else "")
+
+
+class BaselineStore:
+    def __init__(self, backend: str, user_dir: Path | None = None) -> None:
+        self.backend = backend
+        self.user_path = (Path(user_dir) / f"{backend}.json") if user_dir else None
+
+    def _pinned(self) -> BaselineFile:
+        res = resources.files("ait_env").joinpath("data", "baselines", f"{self.backend}.json")
+        if not res.is_file():
+            return BaselineFile()
+        return BaselineFile.model_validate_json(res.read_text(encoding="utf-8"))
+
+    def _user(self) -> BaselineFile:
+        if self.user_path is None or not self.user_path.exists():
+            return BaselineFile()
+        return BaselineFile.model_validate_json(self.user_path.read_text(encoding="utf-8"))
+
+    def entries(self) -> dict[tuple[str, str], BaselineEntry]:
+        out = {(e.family, e.model): e for e in self._pinned().entries}
+        out.update({(e.family, e.model): e for e in self._user().entries})
+        return out
+
+    def get(self, family: str, model: str) -> BaselineEntry:
+        entry = self.entries().get((family, model))
+        if entry is None:
+            raise BaselinesNotSeeded(
+                f"no baseline for model {model!r} on family {family!r} with backend {self.backend!r}. "
+                f"Seed it with: {seed_command(self.backend, family)}")
+        return entry
+
+    def scores(self, family: str, models: list[str]) -> dict[str, float]:
+        return {m: self.get(family, m).score for m in models}
+
+    def put(self, entries: list[BaselineEntry], path: Path | None = None) -> Path:
+        """Write entries (replacing same keys) atomically into ``path`` (default: the user store)."""
+        target = Path(path) if path else self.user_path
+        if target is None:
+            raise ValueError("no user baseline directory configured; pass path=")
+        current = BaselineFile.model_validate_json(target.read_text()) if target.exists() else BaselineFile()
+        merged = {(e.family, e.model): e for e in current.entries}
+        merged.update({(e.family, e.model): e for e in entries})
+        data = BaselineFile(entries=sorted(merged.values(), key=lambda e: (e.family, e.model)))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data.model_dump(), indent=1) + "\n")
+        os.replace(tmp, target)
+        return target

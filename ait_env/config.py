@@ -1,0 +1,114 @@
+"""Settings: the Hydra config groups under ``conf/`` (shipped in the wheel as ``ait_env.conf``),
+loaded with or without Hydra.
+
+Groups: ``env`` (turn limit, attempts, quotas, ledger), ``family`` (one family or ``train`` = sample
+among the families not marked ``held_out``), ``reward`` (weights), ``backend`` (catalog, bounds).
+
+- Without Hydra: ``compose(family="arithmetic", backend="stub", overrides=["env.max_turns=10"])``;
+  this is what ``gym.make("AIT/JobWriting-v0", family=..., backend=...)`` does.
+- From a Hydra script: ``settings_from_cfg(cfg)`` on the composed ``DictConfig``.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from pydantic import BaseModel, Field, ValidationError
+
+from ait_env.backends.base import BackendSettings
+from ait_env.ledger import LedgerSettings
+from ait_env.reward import RewardSettings
+from ait_env.workspace import WorkspaceQuota
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class EnvSettings(BaseModel):
+    max_turns: int = Field(30, ge=2)
+    max_attempts: int = Field(3, ge=1)
+    max_action_chars: int = Field(100_000, ge=100)
+    max_observation_chars: int = Field(200_000, ge=1000)
+    runs_dir: str = "runs"
+    workspace: WorkspaceQuota = Field(default_factory=WorkspaceQuota)
+    ledger: LedgerSettings = Field(default_factory=LedgerSettings)
+
+
+class FamilySettings(BaseModel):
+    name: str = "train"
+    held_out: bool = False
+    difficulty: float | None = Field(None, ge=0.0, le=1.0)
+
+
+class Settings(BaseModel):
+    env: EnvSettings = Field(default_factory=EnvSettings)
+    family: FamilySettings = Field(default_factory=FamilySettings)
+    reward: RewardSettings = Field(default_factory=RewardSettings)
+    backend: BackendSettings
+
+
+def conf_dir() -> Path:
+    """The directory holding the config groups (``conf/`` in a checkout)."""
+    return Path(str(resources.files("ait_env.conf")))
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+
+
+def load_group(group: str, name: str) -> dict[str, Any]:
+    path = conf_dir() / group / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"no {group} config named {name!r}; available: {', '.join(group_options(group))} "
+                          f"(files in {conf_dir() / group})")
+    data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    return dict(data or {})  # type: ignore[arg-type]
+
+
+def family_settings(name: str) -> FamilySettings:
+    """Settings of one concrete family (its ``held_out`` flag, difficulty)."""
+    path = conf_dir() / "family" / f"{name}.yaml"
+    if not path.is_file():
+        return FamilySettings(name=name)
+    return FamilySettings.model_validate(load_group("family", name))
+
+
+def split_families(names: list[str] | tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(train, held_out) partition of family names by their config flag."""
+    train = [n for n in names if not family_settings(n).held_out]
+    held = [n for n in names if family_settings(n).held_out]
+    return train, held
+
+
+def _validate(data: dict[str, Any]) -> Settings:
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid settings: {exc}") from None
+
+
+def compose(*, env: str = "default", family: str = "train", reward: str = "default", backend: str = "stub",
+            overrides: list[str] | dict[str, Any] | None = None) -> Settings:
+    """Compose settings from the config groups plus overrides (dotlist strings or a nested dict)."""
+    base = OmegaConf.create({
+        "env": load_group("env", env),
+        "family": load_group("family", family) if (conf_dir() / "family" / f"{family}.yaml").is_file()
+        else {"name": family},
+        "reward": load_group("reward", reward),
+        "backend": load_group("backend", backend),
+    })
+    if overrides:
+        extra = OmegaConf.from_dotlist(list(overrides)) if isinstance(overrides, list) \
+            else OmegaConf.create(overrides)
+        base = OmegaConf.merge(base, extra)
+    return _validate(OmegaConf.to_container(base, resolve=True))  # type: ignore[arg-type]
+
+
+def settings_from_cfg(cfg: DictConfig | dict[str, Any]) -> Settings:
+    """Settings from a Hydra-composed config (extra top-level keys are ignored)."""
+    data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    return _validate({k: data[k] for k in ("env", "family", "reward", "backend") if k in data})  # type: ignore[index]

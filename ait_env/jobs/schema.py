@@ -1,0 +1,229 @@
+"""``job.toml``: the schema of the job an agent writes.
+
+Three tables, unknown keys rejected everywhere:
+
+- ``[job]``: ``family``, ``base_model``, ``environment`` (the module file in the workspace that
+  defines ``load_environment(**env)``);
+- ``[prime_rl]``: the exposed prime-rl v0.7.0 surface, with prime-rl's own names and defaults:
+  ``max_steps, seq_len, batch_size, group_size`` plus sub-tables ``sampling`` (temperature,
+  max_tokens), ``optim`` (type, lr, weight_decay, max_norm, betas1, betas2, mu), ``scheduler``
+  (constant / linear / cosine with warmup_steps, decay_steps, min_lr), ``loss`` (default / ipo and
+  their parameters) and ``algo`` (grpo / max_rl);
+- ``[env]``: keyword arguments for ``load_environment``.
+
+:func:`parse_job` turns TOML text into a :class:`Job` or a list of :class:`JobIssue` that name the
+field and say how to fix it. :func:`check_bounds` enforces a family's :class:`Bounds` on a parsed job.
+The structural rules of prime-rl's own validation live here too (batch divisible by group size,
+temperature range, scheduler needs, warmup shorter than the run).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from task_families.base import Bounds
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class JobSection(_Strict):
+    family: str
+    base_model: str
+    environment: str = "environment.py"
+
+
+class Sampling(_Strict):
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(512, ge=1)
+
+
+class Optim(_Strict):
+    type: Literal["adamw", "sgd", "muon", "sign_sgd"] = "adamw"
+    lr: float = Field(1e-6, ge=0.0)
+    weight_decay: float = Field(0.01, ge=0.0)
+    max_norm: float | None = Field(1.0, ge=0.0)
+    betas1: float = Field(0.9, ge=0.0, lt=1.0)
+    betas2: float = Field(0.999, ge=0.0, lt=1.0)
+    mu: float = Field(0.95, ge=0.0, lt=1.0)
+
+
+class ConstantScheduler(_Strict):
+    type: Literal["constant"] = "constant"
+
+
+class LinearScheduler(_Strict):
+    type: Literal["linear"] = "linear"
+    warmup_steps: int = Field(10, ge=0)
+    decay_steps: int = Field(10, ge=0)
+    min_lr: float = Field(0.0, ge=0.0)
+
+
+class CosineScheduler(_Strict):
+    type: Literal["cosine"] = "cosine"
+    warmup_steps: int = Field(10, ge=0)
+    min_lr: float = Field(0.0, ge=0.0)
+
+
+Scheduler = Annotated[ConstantScheduler | LinearScheduler | CosineScheduler, Field(discriminator="type")]
+
+
+class DefaultLoss(_Strict):
+    type: Literal["default"] = "default"
+    dppo_mask_low: float = Field(0.2, ge=0.0)
+    dppo_mask_high: float = Field(0.2, ge=0.0)
+    adv_tau: float = Field(1.0, ge=0.0)
+    kl_tau: float = Field(1e-3, ge=0.0)
+
+
+class IPOLoss(_Strict):
+    type: Literal["ipo"] = "ipo"
+    ipo_threshold: float = Field(0.1, ge=0.0)
+    adv_tau: float = Field(1.0, ge=0.0)
+    kl_tau: float = Field(1e-3, ge=0.0)
+
+
+Loss = Annotated[DefaultLoss | IPOLoss, Field(discriminator="type")]
+
+
+class Algo(_Strict):
+    type: Literal["grpo", "max_rl"] = "grpo"
+
+
+class PrimeRL(_Strict):
+    max_steps: int = Field(ge=1)
+    seq_len: int = Field(2048, ge=64)
+    batch_size: int = Field(128, ge=1)
+    group_size: int = Field(8, ge=1)
+    sampling: Sampling = Field(default_factory=Sampling)
+    optim: Optim = Field(default_factory=Optim)
+    scheduler: Scheduler = Field(default_factory=ConstantScheduler)
+    loss: Loss = Field(default_factory=DefaultLoss)
+    algo: Algo = Field(default_factory=Algo)
+
+    @model_validator(mode="after")
+    def _prime_rl_rules(self) -> "PrimeRL":
+        problems = prime_rl_rules(self.max_steps, self.batch_size, self.group_size, self.scheduler.model_dump())
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+def prime_rl_rules(max_steps: Any, batch_size: Any, group_size: Any, scheduler: Any) -> list[str]:
+    """prime-rl's cross-field rules, on raw values (so they are reported even when other fields fail)."""
+    out: list[str] = []
+    ints = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (batch_size, group_size))
+    if ints and batch_size % group_size:
+        good = group_size * max(1, batch_size // group_size)
+        out.append(f"batch_size ({batch_size}) must be divisible by group_size ({group_size}); "
+                   f"e.g. batch_size = {good}")
+    if isinstance(scheduler, dict) and isinstance(max_steps, int):
+        kind = scheduler.get("type", "constant")
+        warm = scheduler.get("warmup_steps", 10)
+        decay = scheduler.get("decay_steps", 10)
+        if kind == "cosine" and isinstance(warm, int) and warm >= max_steps:
+            out.append(f"scheduler.warmup_steps ({warm}) must be < max_steps ({max_steps}) for a cosine schedule")
+        if kind == "linear" and isinstance(warm, int) and isinstance(decay, int):
+            if warm + decay == 0:
+                out.append("a linear scheduler needs warmup_steps or decay_steps > 0")
+            elif warm + decay > max_steps:
+                out.append(f"scheduler.warmup_steps + decay_steps ({warm + decay}) must be <= max_steps ({max_steps})")
+    return out
+
+
+class Job(_Strict):
+    job: JobSection
+    prime_rl: PrimeRL
+    env: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobIssue(BaseModel):
+    """One problem with job.toml: where, what, and how to fix it."""
+
+    where: str
+    message: str
+    fix: str = ""
+
+
+_TAGS = {"constant", "linear", "cosine", "default", "ipo"}
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    """Dotted field path, without pydantic's discriminator tags."""
+    parts: list[str] = []
+    prev: Any = None
+    for p in loc:
+        if not (prev in ("scheduler", "loss") and p in _TAGS):
+            parts.append(str(p))
+        prev = p
+    return ".".join(parts) if parts else "(top level)"
+
+
+def parse_job(text: str) -> tuple[Job | None, list[JobIssue]]:
+    """Parse and validate job.toml text. Returns (job, []) or (None, issues)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return None, [JobIssue(where="job.toml", message=f"not valid TOML: {exc}",
+                               fix="Check quotes, brackets and '=' signs; strings need double quotes.")]
+    try:
+        return Job.model_validate(raw), []
+    except ValidationError as exc:
+        issues = []
+        for err in exc.errors():
+            where = "job.toml: " + _loc(tuple(err["loc"]))
+            kind = err["type"]
+            msg = err["msg"]
+            if kind == "extra_forbidden":
+                fix = "Remove this key; see INSTRUCTIONS.md for the allowed keys (names are exact)."
+                msg = "unknown key"
+            elif kind == "missing":
+                fix = "Add this required key."
+            elif kind == "union_tag_invalid" or kind == "literal_error":
+                fix = "Use one of the allowed values."
+            else:
+                fix = ""
+            if msg.startswith("Value error, "):
+                msg = msg[len("Value error, "):]
+            value = err.get("input")
+            if kind not in ("missing", "extra_forbidden") and not isinstance(value, (dict, list)):
+                msg = f"{msg} (got {value!r})"
+            issues.append(JobIssue(where=where, message=msg, fix=fix))
+        p = raw.get("prime_rl") if isinstance(raw, dict) else None
+        if isinstance(p, dict):
+            for problem in prime_rl_rules(p.get("max_steps"), p.get("batch_size", 128), p.get("group_size", 8),
+                                          p.get("scheduler", {"type": "constant"})):
+                if not any(problem in i.message for i in issues):
+                    issues.append(JobIssue(where="job.toml: prime_rl", message=problem,
+                                           fix="Adjust the values so the rule holds."))
+        return None, issues
+
+
+def check_bounds(job: Job, bounds: Bounds, family: str) -> list[JobIssue]:
+    """Enforce the task's hard limits; every message names the field and the allowed range."""
+    out: list[JobIssue] = []
+    p = job.prime_rl
+
+    def limit(field: str, value: int, maximum: int, minimum: int = 1) -> None:
+        if not minimum <= value <= maximum:
+            out.append(JobIssue(where=f"job.toml: {field}",
+                                message=f"{field} = {value} is outside the allowed range {minimum}..{maximum}",
+                                fix=f"Set {field} between {minimum} and {maximum}."))
+
+    if job.job.family != family:
+        out.append(JobIssue(where="job.toml: job.family", message=f"family is {job.job.family!r} but this "
+                            f"task is {family!r}", fix=f'Set family = "{family}".'))
+    if job.job.base_model not in bounds.base_models:
+        out.append(JobIssue(where="job.toml: job.base_model",
+                            message=f"base_model {job.job.base_model!r} is not allowed",
+                            fix="Use one of: " + ", ".join(repr(m) for m in bounds.base_models)))
+    limit("prime_rl.max_steps", p.max_steps, bounds.max_steps)
+    limit("prime_rl.batch_size", p.batch_size, bounds.max_batch_size)
+    limit("prime_rl.group_size", p.group_size, bounds.max_group_size, minimum=2)
+    limit("prime_rl.seq_len", p.seq_len, bounds.max_seq_len, minimum=64)
+    limit("prime_rl.sampling.max_tokens", p.sampling.max_tokens, min(bounds.max_tokens, p.seq_len))
+    return out

@@ -1,0 +1,117 @@
+"""The episode reward: ``R = w_v·V + w_q·Q + w_s·S`` (weights in ``conf/reward/default.yaml``).
+
+- ``V`` validation: ``validation_decay ** (attempt - 1)`` for the attempt that validated; 0 if the
+  episode never validated.
+- ``Q`` job quality: ``q_post·post + q_uplift·U``. ``post`` is the trained model's hidden-eval score
+  in [0, 1]; ``U`` maps the signed uplift ``d = post - best_pre`` (``best_pre`` = best untrained
+  baseline among the allowed models) to [0, 1], normalised by the headroom on each side:
+  ``U = 0.5 + 0.5·d/(1 - best_pre)`` for gains, ``U = 0.5 + 0.5·d/best_pre`` for losses
+  (0.5 = no change, 1.0 = perfect score, 0.0 = dropped to zero). A job that died because of the
+  job itself has ``Q = 0``.
+- ``S`` train speed: ``max(0, 1 - train_seconds / wall_clock_limit)`` for scored jobs, else 0.
+
+Statuses (``info["reward"]["status"]``):
+
+- ``scored``: validated, trained and evaluated; the formula above.
+- ``job_failed``: validated but died at run time because of the job: ``R = w_v·V`` (Q = S = 0).
+- ``invalid``: a parsable job was submitted but never validated: ``R = 0``.
+- ``unparsable``: no parsable submission at all (never submitted, or job.toml / Python did not
+  parse): ``R = unparsable_reward`` (−0.1).
+- ``infra_failed``: the infrastructure failed (pod lost, out of stock, our bug, budget refusal).
+  **Missing is not zero**: ``total`` is ``None``; the gym ``step`` returns 0.0 and
+  ``info["reward"]["drop"]`` is True. Trainers must drop such episodes, not learn from them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Status = Literal["scored", "job_failed", "invalid", "unparsable", "infra_failed"]
+
+
+class RewardWeights(BaseModel):
+    validation: float = 0.35
+    quality: float = 0.60
+    speed: float = 0.05
+
+
+class QualityWeights(BaseModel):
+    post: float = 0.25
+    uplift: float = 0.75
+
+
+class RewardSettings(BaseModel):
+    weights: RewardWeights = Field(default_factory=RewardWeights)
+    quality: QualityWeights = Field(default_factory=QualityWeights)
+    validation_decay: float = Field(0.5, ge=0.0, le=1.0)
+    unparsable_reward: float = -0.1
+
+
+class RewardBreakdown(BaseModel):
+    status: Status
+    total: float | None          # None only for infra_failed
+    V: float = 0.0
+    Q: float = 0.0
+    S: float = 0.0
+    post: float | None = None
+    best_pre: float | None = None
+    uplift: float | None = None  # post - best_pre
+    U: float | None = None
+    attempts: int = 0            # submit_job calls made
+    validated_attempt: int | None = None
+    drop: bool = False           # True: trainers must drop this episode (infra_failed)
+    reason: str = ""
+
+    @property
+    def gym_reward(self) -> float:
+        return 0.0 if self.total is None else self.total
+
+
+def uplift_score(post: float, best_pre: float) -> float:
+    """Map the signed uplift over ``best_pre`` to [0, 1] (0.5 = no change)."""
+    post = min(1.0, max(0.0, post))
+    best_pre = min(1.0, max(0.0, best_pre))
+    d = post - best_pre
+    if d >= 0:
+        head = 1.0 - best_pre
+        return 0.5 if head <= 0 else 0.5 + 0.5 * d / head
+    return 0.5 + 0.5 * d / best_pre  # best_pre > 0 here since d < 0
+
+
+def validation_score(validated_attempt: int | None, s: RewardSettings) -> float:
+    if validated_attempt is None:
+        return 0.0
+    return s.validation_decay ** (validated_attempt - 1)
+
+
+def compose(status: Status, s: RewardSettings, *, attempts: int, validated_attempt: int | None = None,
+            post: float | None = None, best_pre: float | None = None, train_seconds: float | None = None,
+            wall_clock_limit_s: float | None = None, reason: str = "") -> RewardBreakdown:
+    """Compute the reward and its breakdown for a finished episode."""
+    w = s.weights
+    if status == "infra_failed":
+        return RewardBreakdown(status=status, total=None, attempts=attempts, drop=True,
+                               validated_attempt=validated_attempt, reason=reason,
+                               V=validation_score(validated_attempt, s))
+    if status == "unparsable":
+        return RewardBreakdown(status=status, total=s.unparsable_reward, attempts=attempts, reason=reason)
+    if status == "invalid":
+        return RewardBreakdown(status=status, total=0.0, attempts=attempts, reason=reason)
+    V = validation_score(validated_attempt, s)
+    if status == "job_failed":
+        return RewardBreakdown(status=status, total=w.validation * V, V=V, attempts=attempts,
+                               validated_attempt=validated_attempt, best_pre=best_pre, reason=reason)
+    if post is None or best_pre is None or not math.isfinite(post) or not math.isfinite(best_pre):
+        raise ValueError("a scored episode needs finite post and best_pre scores")
+    U = uplift_score(post, best_pre)
+    Q = s.quality.post * post + s.quality.uplift * U
+    S = 0.0
+    if train_seconds is not None and wall_clock_limit_s:
+        S = max(0.0, min(1.0, 1.0 - train_seconds / wall_clock_limit_s))
+    total = w.validation * V + w.quality * Q + w.speed * S
+    return RewardBreakdown(status=status, total=total, V=V, Q=Q, S=S, post=post, best_pre=best_pre,
+                           uplift=post - best_pre, U=U, attempts=attempts,
+                           validated_attempt=validated_attempt, reason=reason)

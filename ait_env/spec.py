@@ -1,0 +1,39 @@
+"""The agent's system prompt (tools and call format) and its first user message (the task spec)."""
+
+from __future__ import annotations
+
+import json
+
+from ait_env.actions import CALL_FORMAT
+from ait_env.backends.base import ModelInfo
+from ait_env.tools import tool_schemas
+from task_families.base import TaskSpec
+
+
+def system_prompt(max_turns: int, max_attempts: int) -> str:
+    tools = "\n".join(json.dumps(t, separators=(",", ":")) for t in tool_schemas())
+    return f"""You are an ML engineer. You write complete reinforcement-learning training jobs that make a small
+language model better at a task. You work in a sandboxed workspace through tool calls.
+
+# Tools
+<tools>
+{tools}
+</tools>
+
+# How to call tools
+Put each call in its own block; you may make several calls in one message:
+{CALL_FORMAT}
+"arguments" must be a JSON object; escape newlines (\\n) and quotes (\\") inside JSON strings.
+
+# Rules
+- You have {max_turns} messages in total and {max_attempts} submit_job attempts.
+- submit_job validates your job; if it is invalid you get every problem and may fix and resubmit.
+- A valid job is trained and evaluated on hidden questions; that ends the episode."""
+
+
+def task_message(spec: TaskSpec, catalog: list[ModelInfo], backend: str, surrogate: bool) -> str:
+    roles = "\n".join(f"- `{m.name}`" + (f" ({m.role}{', ' + m.params if m.params else ''})" if m.role else "")
+              for m in catalog if m.name in spec.bounds.base_models)
+    note = (" This backend is a SURROGATE: scores come from a formula of the job's settings, "
+            "not from training.") if surrogate else ""
+    return f"{spec.text}\n## Base models available on the `{backend}` backend\n{roles}\n{note}".rstrip() + "\n"

@@ -1,0 +1,56 @@
+"""The main job: one complete episode — task spec, tool calls, validation, job run, reward.
+
+    python scripts/run_episode.py                       # arithmetic, scripted reference agent, default backend
+    python scripts/run_episode.py family=arithmetic backend=stub seed=3
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.table import Table
+
+from ait_env.agents.reference import ScriptedReferenceAgent
+from ait_env.config import settings_from_cfg
+from ait_env.env import JobWritingEnv
+
+AGENTS = {"reference": ScriptedReferenceAgent}
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="run_episode")
+def main(cfg: DictConfig) -> None:
+    console = Console()
+    if cfg.agent not in AGENTS:
+        raise SystemExit(f"unknown agent {cfg.agent!r}; choose one of: {', '.join(AGENTS)}")
+    env = JobWritingEnv(settings=settings_from_cfg(cfg))
+    agent = AGENTS[cfg.agent]()
+    obs, info = env.reset(seed=int(cfg.seed))
+    console.rule(f"episode {info['episode_id']}: family={info['family']} backend={info['backend']}")
+    if info["surrogate"]:
+        console.print("[yellow]backend 'stub' is a SURROGATE: scores are a formula of the job's settings, "
+                      "nothing is trained.[/yellow]")
+    agent.reset(info)
+    done = False
+    while not done:
+        action = agent.act(obs, info)
+        n_before = len(info["messages"])
+        obs, reward, terminated, truncated, info = env.step(action)
+        calls = [tc["function"]["name"] for m in info["messages"][n_before:] if m["role"] == "assistant"
+                 for tc in m.get("tool_calls", [])]
+        console.print(f"[bold]turn {info['turn']}[/bold] tools: {', '.join(calls) or '(none)'}")
+        console.print("  " + obs.replace("\n", "\n  ")[:800])
+        done = terminated or truncated
+    r = info["reward"]
+    table = Table("term", "value", title=f"reward breakdown ({r['status']})")
+    for key in ("total", "V", "Q", "S", "post", "best_pre", "uplift", "U", "attempts"):
+        value = r.get(key)
+        table.add_row(key, "—" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value))
+    console.print(table)
+    if "job" in info:
+        console.print(f"job bundle and result: {env.runs_dir / 'jobs' / info['job']['job_id']}")
+    env.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""Score every allowed base model of a backend on each family's hidden set and store the results.
+
+    python scripts/seed_baselines.py backend=stub            # user store: <runs_dir>/baselines/stub.json
+    python scripts/seed_baselines.py backend=stub pin=true   # the store shipped with the package
+    python scripts/seed_baselines.py backend=local family=arithmetic
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.progress import track
+
+from ait_env.backends import BackendSettings, make_backend
+from ait_env.baselines import BaselineStore
+from ait_env.config import EnvSettings
+from task_families import FAMILY_NAMES
+
+PINNED_DIR = Path(__file__).resolve().parents[1] / "ait_env" / "data" / "baselines"
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="seed_baselines")
+def main(cfg: DictConfig) -> None:
+    console = Console()
+    backend = make_backend(BackendSettings.model_validate(dict(cfg.backend)))
+    env = EnvSettings.model_validate(dict(cfg.env))
+    families = list(FAMILY_NAMES) if cfg.family == "all" else [str(cfg.family)]
+    store = BaselineStore(backend.name, user_dir=Path(env.runs_dir) / "baselines")
+    target = PINNED_DIR / f"{backend.name}.json" if cfg.pin else store.user_path
+    pairs = [(f, m.name) for f in families for m in backend.catalog()]
+    entries = [backend.measure_baseline(f, m) for f, m in track(pairs, description="scoring base models")]
+    path = store.put(entries, target)
+    for e in entries:
+        console.print(f"{e.family:12s} {e.model:28s} {e.score:.3f} ± {e.ci95:.3f} (n={e.n})")
+    console.print(f"wrote {len(entries)} baselines to {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Create .venv (Python >= 3.11) and install the project with the given extras.
+#   bash scripts/setup.sh            # core only
+#   bash scripts/setup.sh test,local # with extras
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EXTRAS="${1:-}"
+PY="${PYTHON:-python3}"
+if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+  echo "error: Python >= 3.11 is required (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
+  exit 1
+fi
+if [ ! -x .venv/bin/python ]; then
+  echo "creating .venv with $("$PY" --version)"
+  "$PY" -m venv .venv
+fi
+SPEC="."
+if [ -n "$EXTRAS" ]; then SPEC=".[${EXTRAS}]"; fi
+echo "installing ai-trains-ai ${SPEC} into .venv (first run takes a few minutes)"
+# pip's "Location ... is ignored" notes about local mirrors are noise; real errors still show.
+.venv/bin/python -m pip install --disable-pip-version-check -q -e "$SPEC" 2>&1 | grep -v "is ignored: it is neither" || true
+.venv/bin/python -c "import ait_env" || { echo "error: installation failed; rerun: .venv/bin/pip install -e '$SPEC'" >&2; exit 1; }

@@ -1,0 +1,1 @@
+"""Chained integer arithmetic with a calculator tool."""

@@ -1,0 +1,69 @@
+"""Arithmetic family: evaluate a left-nested chain of +, -, * operations with a calculator tool.
+
+Difficulty (0..1) sets the chain length (2..5 operations) and the operand ranges. The checker takes
+the last integer in the model's final message (after removing ``<think>`` blocks) and compares it
+with the exact value: score 1.0 or 0.0.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from task_families.arithmetic import tools
+from task_families.base import Instance, TaskFamily
+
+_INT = re.compile(r"-?\d+")
+
+
+def strip_think(text: str) -> str:
+    """Drop reasoning: everything up to the last ``</think>`` and any unclosed ``<think>`` tail."""
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    return text.split("<think>", 1)[0]
+
+
+def last_integer(text: str) -> int | None:
+    found = _INT.findall(re.sub(r"(?<=\d),(?=\d{3})", "", strip_think(text or "")))
+    return int(found[-1]) if found else None
+
+
+class ArithmeticFamily(TaskFamily):
+    name = "arithmetic"
+    title = "Chained arithmetic with a calculator"
+    goal = ("Teach the base model to answer chained integer arithmetic questions such as "
+            "'What is (((3*8)+19)-17)*4?' exactly. Small models get such chains wrong when they compute "
+            "in their head; the calculator tool is exact, but the model must call it step by step, copy "
+            "intermediate results correctly and state the final integer.")
+    tools_module = tools
+    eval_system_prompt = ("Solve the arithmetic problem. Use the calculator tool for every operation, "
+                          "then reply with the final result as 'Answer: <integer>'.")
+    answer_format = ("the last integer in the model's final message (after any <think> block) must equal "
+                     "the exact value; score 1 or 0 per question, averaged.")
+    eval_max_turns = 8
+    eval_max_tokens = 256
+
+    def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
+        d = min(1.0, max(0.0, difficulty))
+        n_ops = 2 + round(3 * d)
+        add_hi = 20 + round(80 * d)
+        mul_hi = 6 + round(6 * d)
+        value = rng.randint(1, 20)
+        expr = str(value)
+        steps = []
+        for i in range(n_ops):
+            op = rng.choice("+-*")
+            b = rng.randint(2, mul_hi) if op == "*" else rng.randint(1, add_hi)
+            new = value + b if op == "+" else value - b if op == "-" else value * b
+            steps.append(f"{value}{op}{b}={new}")
+            expr = f"({expr}{op}{b})" if i < n_ops - 1 else f"{expr}{op}{b}"
+            value = new
+        return Instance(question=f"What is {expr}?", answer=str(value),
+                        info={"expression": expr, "steps": steps, "n_ops": n_ops}, difficulty=d)
+
+    def check(self, instance: Instance, response: str) -> float:
+        got = last_integer(response)
+        return 1.0 if got is not None and str(got) == instance.answer.strip() else 0.0
+
+
+FAMILY = ArithmeticFamily()

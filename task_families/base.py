@@ -1,0 +1,239 @@
+"""The task-family contract.
+
+A family is one module folder ``task_families/<name>/`` with:
+
+- ``tools.py``: the inner model's tools as plain Python functions (type hints + Google docstrings),
+  listed in ``TOOLS``. The same file is used unchanged by training jobs (copied into each job bundle
+  as ``family_tools.py``) and by the hidden eval.
+- ``family.py``: a :class:`TaskFamily` subclass: the task spec the agent sees, a seeded instance
+  generator with a difficulty knob, an answer checker, dev examples, and the hidden eval set built
+  from a secret seed that never enters a workspace.
+- ``template/``: the workspace the agent starts from (``INSTRUCTIONS.md``, ``job.toml``,
+  ``environment.py``).
+
+Instances are plain records (question, answer, info). Their ``key`` is a hash of the normalised
+question, used to keep dev examples, training data and pretraining data apart from the hidden set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import random
+import re
+from abc import ABC, abstractmethod
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, ClassVar
+
+from pydantic import BaseModel, Field
+
+#: Name under which a family's tool module is importable inside a workspace and a job bundle.
+TOOLS_MODULE_NAME = "family_tools"
+
+
+class Instance(BaseModel):
+    """One question of a family, with its reference answer."""
+
+    question: str
+    answer: str
+    info: dict[str, Any] = Field(default_factory=dict)
+    difficulty: float = 0.5
+
+    @property
+    def key(self) -> str:
+        return question_key(self.question)
+
+
+def question_key(question: str) -> str:
+    """Stable hash of a question, insensitive to case and whitespace."""
+    norm = re.sub(r"\s+", " ", question.strip().lower())
+    return hashlib.sha256(norm.encode("utf-8")).hexdigest()[:16]
+
+
+class Bounds(BaseModel):
+    """Strict constraint bounds a job must respect (the backend may tighten them)."""
+
+    base_models: list[str]
+    max_steps: int
+    max_batch_size: int
+    max_group_size: int
+    max_seq_len: int
+    max_tokens: int
+    max_examples: int = 100_000
+    min_examples: int = 16
+    wall_clock_minutes: int = 60
+
+
+class TaskSpec(BaseModel):
+    """What the agent is asked to do in one episode."""
+
+    family: str
+    instance_id: str
+    title: str
+    text: str
+    bounds: Bounds
+    dev_examples: list[Instance]
+    tool_names: list[str]
+
+
+def tool_schema(fn: Callable[..., Any]) -> dict[str, Any]:
+    """OpenAI function schema of a typed, Google-docstringed tool function."""
+    sig = inspect.signature(fn)
+    doc = inspect.getdoc(fn) or ""
+    summary = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
+    arg_docs: dict[str, str] = {}
+    if "Args:" in doc:
+        block = doc.split("Args:", 1)[1].split("Returns:", 1)[0]
+        for line in block.splitlines():
+            m = re.match(r"\s*(\w+)(?: \([^)]*\))?:\s*(.+)", line)
+            if m:
+                arg_docs[m.group(1)] = m.group(2).strip()
+    types = {int: "integer", float: "number", str: "string", bool: "boolean", list: "array", dict: "object"}
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    hints = getattr(fn, "__annotations__", {})
+    for name, p in sig.parameters.items():
+        ann = hints.get(name, str)
+        if isinstance(ann, str):
+            ann = {"int": int, "float": float, "str": str, "bool": bool}.get(ann, str)
+        props[name] = {"type": types.get(ann, "string"), "description": arg_docs.get(name, "")}
+        if p.default is inspect.Parameter.empty:
+            required.append(name)
+    return {"type": "function", "function": {"name": fn.__name__, "description": summary,
+            "parameters": {"type": "object", "properties": props, "required": required}}}
+
+
+class TaskFamily(ABC):
+    """Base class of every task family. Subclasses set the class attributes and implement the
+    generator and checker; everything else (spec text, dev examples, hidden set) is derived."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    #: What the agent must teach, in a few sentences.
+    goal: ClassVar[str]
+    #: The family's tool module (``task_families/<name>/tools.py``).
+    tools_module: ClassVar[ModuleType]
+    #: System prompt the hidden eval gives the inner model.
+    eval_system_prompt: ClassVar[str]
+    #: How the checker reads a response, shown to the agent.
+    answer_format: ClassVar[str]
+    #: Tool-loop turns the hidden eval allows the inner model.
+    eval_max_turns: ClassVar[int] = 8
+    #: Sampling max tokens per turn in the hidden eval.
+    eval_max_tokens: ClassVar[int] = 512
+    hidden_eval_size: ClassVar[int] = 300
+    dev_pool_seed: ClassVar[int] = 1_000_003
+    dev_examples_shown: ClassVar[int] = 3
+
+    # ---------------------------------------------------------------- to implement
+    @abstractmethod
+    def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
+        """One instance drawn with ``rng`` at ``difficulty`` in [0, 1]."""
+
+    @abstractmethod
+    def check(self, instance: Instance, response: str) -> float:
+        """Score of the inner model's final response in [0, 1]."""
+
+    # ---------------------------------------------------------------- derived
+    @property
+    def tools(self) -> list[Callable[..., Any]]:
+        return list(self.tools_module.TOOLS)
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t.__name__ for t in self.tools]
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return [tool_schema(t) for t in self.tools]
+
+    def tools_source(self) -> str:
+        return Path(inspect.getfile(self.tools_module)).read_text(encoding="utf-8")
+
+    @property
+    def template_dir(self) -> Path:
+        return Path(inspect.getfile(type(self))).parent / "template"
+
+    def instructions_text(self) -> str:
+        """The workspace's INSTRUCTIONS.md: the family's notes plus the common job format."""
+        own = self.template_dir / "INSTRUCTIONS.md"
+        common = Path(__file__).parent / "JOB_FORMAT.md"
+        parts = [p.read_text(encoding="utf-8") for p in (own, common) if p.is_file()]
+        return "\n".join(parts)
+
+    def generate(self, seed: int, n: int, difficulty: float | None = None) -> list[Instance]:
+        """``n`` instances from ``seed``; ``difficulty=None`` mixes difficulties uniformly."""
+        rng = random.Random(f"{self.name}:{seed}")
+        out = []
+        for _ in range(n):
+            d = rng.random() if difficulty is None else float(difficulty)
+            out.append(self.generate_one(rng, d))
+        return out
+
+    def dev_pool(self) -> list[Instance]:
+        """Public dev examples (never in the hidden set)."""
+        pool = self.generate(self.dev_pool_seed, 40)
+        return pool
+
+    def hidden_eval(self, secret_seed: int) -> list[Instance]:
+        """The hidden eval set; dev-pool questions are excluded by key."""
+        dev = {i.key for i in self.dev_pool()}
+        out: list[Instance] = []
+        seen: set[str] = set()
+        rng_seed = secret_seed
+        while len(out) < self.hidden_eval_size:
+            for inst in self.generate(rng_seed, self.hidden_eval_size):
+                if inst.key in dev or inst.key in seen:
+                    continue
+                seen.add(inst.key)
+                out.append(inst)
+                if len(out) == self.hidden_eval_size:
+                    break
+            rng_seed += 1
+        return out
+
+    def make_task(self, seed: int, bounds: Bounds) -> TaskSpec:
+        """The task spec of one episode instance (its dev examples are drawn with ``seed``)."""
+        rng = random.Random(f"task:{self.name}:{seed}")
+        dev = rng.sample(self.dev_pool(), self.dev_examples_shown)
+        instance_id = f"{self.name}-{seed}"
+        return TaskSpec(family=self.name, instance_id=instance_id, title=self.title,
+                        text=self.spec_text(bounds, dev), bounds=bounds, dev_examples=dev,
+                        tool_names=self.tool_names)
+
+    def spec_text(self, bounds: Bounds, dev: list[Instance]) -> str:
+        tools = "\n".join(f"- `{s['function']['name']}`: {s['function']['description']}"
+                          for s in self.tool_schemas())
+        examples = "\n".join(
+            f"{i}. question: {json.dumps(e.question)}\n   answer: {json.dumps(e.answer)}"
+            for i, e in enumerate(dev, 1))
+        models = ", ".join(f"`{m}`" for m in bounds.base_models)
+        return f"""# Task: {self.title}
+
+{self.goal}
+
+## How the trained model is evaluated (hidden eval)
+The model gets each hidden question as the user message, after this system prompt:
+> {self.eval_system_prompt}
+
+It may call these tools (module `{TOOLS_MODULE_NAME}`, read-only in your workspace) for up to
+{self.eval_max_turns} turns, at temperature 0 with at most {self.eval_max_tokens} tokens per turn:
+{tools}
+
+Scoring: {self.answer_format}
+The hidden questions are drawn from the same generator as the dev examples, at mixed difficulty;
+you never see them, and copying dev examples into training data does not help.
+
+## Constraints (hard limits, checked when you submit)
+- base model: one of {models}
+- max_steps <= {bounds.max_steps}, batch_size <= {bounds.max_batch_size}, group_size <= {bounds.max_group_size}
+- seq_len <= {bounds.max_seq_len}, sampling max_tokens <= {bounds.max_tokens}
+- dataset rows: {bounds.min_examples}..{bounds.max_examples}; wall clock <= {bounds.wall_clock_minutes} min
+
+## Dev examples
+{examples}
+
+Read INSTRUCTIONS.md for the job format, then write `job.toml` and `environment.py` and call
+`submit_job`. Use `get_baseline_scores` to see how the untrained base models score.
+"""

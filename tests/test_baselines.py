@@ -1,0 +1,31 @@
+import pytest
+
+from ait_env.baselines import BaselineEntry, BaselinesNotSeeded, BaselineStore
+from conftest import call
+
+
+def test_unseeded_store_names_the_seed_command(tmp_path):
+    store = BaselineStore("nobackend", user_dir=tmp_path)
+    with pytest.raises(BaselinesNotSeeded, match="python scripts/seed_baselines.py backend=nobackend family=arithmetic"):
+        store.get("arithmetic", "m")
+
+
+def test_user_store_overrides_pinned(tmp_path):
+    store = BaselineStore("stub", user_dir=tmp_path)
+    pinned = store.get("arithmetic", "Qwen/Qwen3-0.6B").score
+    store.put([BaselineEntry(backend="stub", family="arithmetic", model="Qwen/Qwen3-0.6B", score=0.5)])
+    assert store.get("arithmetic", "Qwen/Qwen3-0.6B").score == 0.5 != pinned
+
+
+def test_get_baseline_scores_tool_reports_unseeded(make_env):
+    env = make_env(family="arithmetic", overrides={"backend": {"models": [{"name": "other/model", "role": "small"}]}})
+    env.reset(seed=0)
+    obs, *_ = env.step(call("get_baseline_scores"))
+    assert "no baseline for model 'other/model'" in obs and "seed_baselines.py" in obs
+
+
+def test_get_baseline_scores_tool(make_env):
+    env = make_env(family="arithmetic")
+    env.reset(seed=0)
+    obs, *_ = env.step(call("get_baseline_scores"))
+    assert "Qwen/Qwen3-0.6B: 0.116" in obs and "Qwen/Qwen3-1.7B: 0.216" in obs

@@ -1,0 +1,32 @@
+import pytest
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+
+from ait_env.config import ConfigError, compose, conf_dir, settings_from_cfg, split_families
+
+
+def test_hydra_and_plain_compose_agree():
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = hydra_compose(config_name="config", overrides=["family=arithmetic", "env.max_turns=12"])
+    via_hydra = settings_from_cfg(cfg)
+    plain = compose(family="arithmetic", overrides=["env.max_turns=12"])
+    assert via_hydra == plain
+    assert plain.env.max_turns == 12 and plain.family.name == "arithmetic"
+
+
+def test_bad_values_are_clear_errors():
+    with pytest.raises(ConfigError, match="max_turns"):
+        compose(overrides=["env.max_turns=1"])
+    with pytest.raises(ConfigError, match="no reward config named 'nope'"):
+        compose(reward="nope")
+
+
+def test_held_out_flag_splits_families():
+    train, held = split_families(["arithmetic"])
+    assert train == ["arithmetic"] and held == []
+
+
+def test_gym_make_kwargs(make_env):
+    env = make_env(family="arithmetic", overrides={"env": {"max_attempts": 5}})
+    _, info = env.reset(seed=0)
+    assert info["attempts_left"] == 5
