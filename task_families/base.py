@@ -52,6 +52,13 @@ def question_key(question: str) -> str:
     return hashlib.sha256(norm.encode("utf-8")).hexdigest()[:16]
 
 
+class ToolStep(BaseModel):
+    """One tool call of a reference solution."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
 class Bounds(BaseModel):
     """Strict constraint bounds a job must respect (the backend may tighten them)."""
 
@@ -135,6 +142,67 @@ class TaskFamily(ABC):
     @abstractmethod
     def check(self, instance: Instance, response: str) -> float:
         """Score of the inner model's final response in [0, 1]."""
+
+    @abstractmethod
+    def solution(self, instance: Instance) -> list[ToolStep]:
+        """The tool calls, in order, of a correct solution (arguments may use earlier results,
+        which the generator knows)."""
+
+    def final_answer(self, instance: Instance) -> str:
+        """The final message of a correct solution."""
+        return f"Answer: {instance.answer}"
+
+    def wrong_answer(self, instance: Instance, rng: random.Random) -> str:
+        """A plausible but wrong final message (for rubric tests and flawed demonstrations)."""
+        for _ in range(100):
+            cand = self.perturb_answer(instance, rng)
+            if self.check(instance, f"Answer: {cand}") < 1.0:
+                return f"Answer: {cand}"
+        return "Answer: unknown"
+
+    def perturb_answer(self, instance: Instance, rng: random.Random) -> str:
+        """A nearby wrong answer; families override when answers are not integers."""
+        try:
+            return str(int(instance.answer) + rng.choice([-10, -2, -1, 1, 2, 10]))
+        except ValueError:
+            return instance.answer[::-1] or "x"
+
+    # ---------------------------------------------------------------- tools and transcripts
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        """Run one of the family's tools like a tool env would (errors become text)."""
+        fn = {t.__name__: t for t in self.tools}.get(name)
+        if fn is None:
+            return f"error: unknown tool {name!r}"
+        try:
+            return str(fn(**arguments))
+        except Exception as exc:  # noqa: BLE001 - tool errors are observations for the model
+            return f"error: {exc}"
+
+    def eval_messages(self, instance: Instance) -> list[dict[str, Any]]:
+        """The prompt the hidden eval sends: system prompt + the question."""
+        return [{"role": "system", "content": self.eval_system_prompt},
+                {"role": "user", "content": instance.question}]
+
+    def transcript(self, instance: Instance, *, correct: bool = True, steps: int | None = None,
+                   rng: random.Random | None = None) -> list[dict[str, Any]]:
+        """A completion (assistant/tool messages after the prompt) that solves ``instance``.
+
+        ``steps`` truncates the tool calls (an early stop); ``correct=False`` ends with a wrong
+        answer. Tool results come from really calling the family's tools."""
+        rng = rng or random.Random(0)
+        plan = self.solution(instance)
+        if steps is not None:
+            plan = plan[:steps]
+        out: list[dict[str, Any]] = []
+        for i, step in enumerate(plan):
+            cid = f"call_{i}"
+            out.append({"role": "assistant", "content": "", "tool_calls": [{
+                "id": cid, "type": "function",
+                "function": {"name": step.name, "arguments": json.dumps(step.arguments)}}]})
+            out.append({"role": "tool", "tool_call_id": cid, "content": self.call_tool(step.name, step.arguments)})
+        final = self.final_answer(instance) if correct else self.wrong_answer(instance, rng)
+        out.append({"role": "assistant", "content": final})
+        return out
 
     # ---------------------------------------------------------------- derived
     @property

@@ -11,7 +11,7 @@ import random
 import re
 
 from task_families.arithmetic import tools
-from task_families.base import Instance, TaskFamily
+from task_families.base import Instance, TaskFamily, ToolStep
 
 _INT = re.compile(r"-?\d+")
 
@@ -55,11 +55,14 @@ class ArithmeticFamily(TaskFamily):
             op = rng.choice("+-*")
             b = rng.randint(2, mul_hi) if op == "*" else rng.randint(1, add_hi)
             new = value + b if op == "+" else value - b if op == "-" else value * b
-            steps.append(f"{value}{op}{b}={new}")
+            steps.append(f"{value}{op}{b}")
             expr = f"({expr}{op}{b})" if i < n_ops - 1 else f"{expr}{op}{b}"
             value = new
         return Instance(question=f"What is {expr}?", answer=str(value),
                         info={"expression": expr, "steps": steps, "n_ops": n_ops}, difficulty=d)
+
+    def solution(self, instance: Instance) -> list[ToolStep]:
+        return [ToolStep(name="calculator", arguments={"expression": e}) for e in instance.info["steps"]]
 
     def check(self, instance: Instance, response: str) -> float:
         got = last_integer(response)

@@ -2,7 +2,8 @@
 
 Dataset: fresh chained-arithmetic questions from the same distribution as the eval (2-5 operations,
 mixed difficulty), generated from this job's own seed. Reward: 1.0 for the exact final integer,
-plus a small shaping term for calling the calculator at least once per operation.
+weighted 0.9, plus 0.1 for calling the calculator at least once per operation
+(a correct, tool-using transcript scores 1.0).
 """
 
 from __future__ import annotations
@@ -60,5 +61,5 @@ def calculator_use(completion, info, **kwargs) -> float:
 
 def load_environment(num_examples: int = 4000, seed: int = 12345, **kwargs) -> vf.Environment:
     dataset = build_dataset(num_examples, seed)
-    rubric = vf.Rubric(funcs=[correct_answer, calculator_use], weights=[1.0, 0.1])
+    rubric = vf.Rubric(funcs=[correct_answer, calculator_use], weights=[0.9, 0.1])
     return vf.ToolEnv(dataset=dataset, tools=TOOLS, rubric=rubric, system_prompt=SYSTEM_PROMPT, max_turns=8)

@@ -1,0 +1,149 @@
+"""Adapter for the pinned inner stack: verifiers 0.2.0, classic ("v0") API, as prime-rl v0.7.0 uses it.
+
+Every line that depends on the verifiers version lives here, so a verifiers v1 / newer prime-rl
+adapter can be added beside it. Contract:
+
+- :func:`import_env_module` imports an environment module from a directory (a workspace copy or a
+  bundle package dir) under a fresh name, with that directory first on ``sys.path`` (so
+  ``from family_tools import TOOLS`` resolves to the file next to it);
+- :func:`load_environment` calls its ``load_environment(**args)`` and checks the result is a classic
+  ``vf.Environment``;
+- :func:`dataset_rows`, :func:`tool_names`, :func:`max_turns`, :func:`system_prompt` read what the
+  probe and the trainers need from the environment;
+- :func:`score_completion` scores one completion (OpenAI-style message dicts) with the
+  environment's own rubric, exactly as a rollout would be scored, and reports reward-function
+  errors that verifiers would otherwise swallow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import math
+import sys
+import uuid
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+VERIFIERS_VERSION = "0.2.0"
+
+
+class AdapterError(RuntimeError):
+    """The environment does not meet the classic verifiers contract; message says how to fix it."""
+
+
+def _vf() -> Any:
+    import verifiers as vf
+
+    return vf
+
+
+def import_env_module(directory: Path, module: str = "environment") -> ModuleType:
+    """Import ``<directory>/<module>.py`` (dotted names allowed) under a unique module name."""
+    directory = Path(directory).resolve()
+    rel = Path(*module.split("."))
+    path = directory / rel.with_suffix(".py")
+    if not path.is_file():
+        path = directory / rel / "__init__.py"
+    if not path.is_file():
+        raise AdapterError(f"module {module!r} not found in {directory}")
+    if str(directory) not in sys.path:
+        sys.path.insert(0, str(directory))
+    name = f"_ait_env_{uuid.uuid4().hex[:8]}_{module.replace('.', '_')}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def load_environment(module: ModuleType, args: dict[str, Any]) -> Any:
+    fn = getattr(module, "load_environment", None)
+    if not callable(fn):
+        raise AdapterError("the module has no callable load_environment(**kwargs)")
+    env = fn(**args)
+    if not isinstance(env, _vf().Environment):
+        raise AdapterError(f"load_environment returned {type(env).__name__}, not a verifiers Environment "
+                           "(use vf.ToolEnv(dataset=..., tools=TOOLS, rubric=...))")
+    return env
+
+
+def is_tool_env(env: Any) -> bool:
+    return isinstance(env, _vf().ToolEnv)
+
+
+def dataset_rows(env: Any, limit: int | None = None) -> list[dict[str, Any]]:
+    """Rows of the training dataset: ``question``, ``answer``, ``info``, ``prompt`` (messages)."""
+    ds = env.get_dataset()
+    n = len(ds) if limit is None else min(limit, len(ds))
+    return [dict(ds[i]) for i in range(n)]
+
+
+def dataset_len(env: Any) -> int:
+    ds = getattr(env, "dataset", None)
+    return 0 if ds is None else len(ds)
+
+
+def dataset_columns(env: Any) -> list[str]:
+    ds = getattr(env, "dataset", None)
+    return [] if ds is None else list(ds.column_names)
+
+
+def tool_names(env: Any) -> list[str]:
+    return list(getattr(env, "tool_map", {}) or {})
+
+
+def tool_functions(env: Any) -> dict[str, Any]:
+    return dict(getattr(env, "tool_map", {}) or {})
+
+
+def max_turns(env: Any) -> int:
+    return int(getattr(env, "max_turns", 1) or 1)
+
+
+def system_prompt(env: Any) -> str:
+    return str(getattr(env, "system_prompt", "") or "")
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def score_completion(env: Any, row: dict[str, Any], completion: list[dict[str, Any]]) -> tuple[float, dict[str, float], list[str]]:
+    """Score ``completion`` (OpenAI-style messages) for dataset ``row`` with the env's rubric.
+
+    Returns ``(reward, metrics, errors)``; ``errors`` lists reward-function exceptions (verifiers
+    logs them and scores 0.0, which would hide a broken rubric).
+    """
+    from verifiers.types import State
+    from verifiers.utils.message_utils import normalize_messages
+
+    state = State(input={"prompt": row.get("prompt") or [], "answer": row.get("answer", ""),
+                         "info": row.get("info") or {}, "example_id": row.get("example_id", 0)})
+    state["completion"] = normalize_messages(completion)
+    state["trajectory"] = []
+    state["is_completed"] = True
+    state["is_truncated"] = False
+    state["stop_condition"] = None
+    state["error"] = None
+    handler = _Capture()
+    logger = logging.getLogger("verifiers")
+    logger.addHandler(handler)
+    try:
+        asyncio.run(env.rubric.score_rollout(state))
+    finally:
+        logger.removeHandler(handler)
+    reward = float(state.get("reward") or 0.0)
+    metrics = {k: float(v) for k, v in (state.get("metrics") or {}).items()}
+    errors = [m for m in handler.messages if "reward function" in m.lower()]
+    if not math.isfinite(reward):
+        errors.append(f"the rubric returned a non-finite reward ({reward})")
+    return reward, metrics, errors

@@ -1,0 +1,92 @@
+"""The family contract, checked for every registered family."""
+
+from __future__ import annotations
+
+import random
+import shutil
+
+import pytest
+
+from ait_env.agents.reference import reference_files
+from ait_env.secrets import hidden_set
+from task_families import FAMILY_NAMES, get_family
+from task_families.base import TOOLS_MODULE_NAME
+
+FAMILIES = list(FAMILY_NAMES)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_generator_is_deterministic_and_graded(name):
+    fam = get_family(name)
+    a, b = fam.generate(5, 20), fam.generate(5, 20)
+    assert [i.model_dump() for i in a] == [i.model_dump() for i in b]
+    assert [i.key for i in fam.generate(6, 20)] != [i.key for i in a]
+    easy, hard = fam.generate(1, 1, difficulty=0.0)[0], fam.generate(1, 1, difficulty=1.0)[0]
+    assert easy.difficulty == 0.0 and hard.difficulty == 1.0
+    assert len(fam.solution(hard)) >= len(fam.solution(easy)) >= 1
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_checker_accepts_own_answers_and_rejects_wrong(name):
+    fam = get_family(name)
+    rng = random.Random(0)
+    for inst in fam.generate(11, 40):
+        assert fam.check(inst, fam.final_answer(inst)) == 1.0, inst
+        assert fam.check(inst, "<think>hmm</think>" + fam.final_answer(inst)) == 1.0
+        assert fam.check(inst, fam.wrong_answer(inst, rng)) < 1.0
+        assert fam.check(inst, "") == 0.0
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_reference_solution_tools_reproduce_the_answer(name):
+    fam = get_family(name)
+    for inst in fam.generate(12, 25):
+        transcript = fam.transcript(inst)
+        tool_msgs = [m for m in transcript if m["role"] == "tool"]
+        assert tool_msgs and not any(m["content"].startswith("error") for m in tool_msgs), transcript
+        assert fam.check(inst, transcript[-1]["content"]) == 1.0
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_hidden_set_excludes_dev_examples(name):
+    fam = get_family(name)
+    hidden = hidden_set(name)
+    assert len(hidden) == fam.hidden_eval_size >= 200
+    keys = {i.key for i in hidden}
+    assert len(keys) == len(hidden)
+    assert not keys & {i.key for i in fam.dev_pool()}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_tools_are_plain_typed_documented_functions(name):
+    fam = get_family(name)
+    for schema in fam.tool_schemas():
+        fn = schema["function"]
+        assert fn["description"], fn
+        for pname, prop in fn["parameters"]["properties"].items():
+            assert prop["description"], (fn["name"], pname)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_reference_job_loads_with_real_verifiers_and_rubric_separates(name, tmp_path):
+    pytest.importorskip("verifiers")
+    from ait_env.integrations import verifiers_v0 as V
+
+    fam = get_family(name)
+    files = reference_files(name, "some/model")
+    for fname, text in files.items():
+        (tmp_path / fname).write_text(text)
+    (tmp_path / f"{TOOLS_MODULE_NAME}.py").write_text(fam.tools_source())
+    env = V.load_environment(V.import_env_module(tmp_path, "environment"), {"num_examples": 64})
+    assert V.is_tool_env(env)
+    assert sorted(V.tool_names(env)) == sorted(fam.tool_names)
+    rows = V.dataset_rows(env)
+    assert len(rows) == 64 and all(r["answer"] for r in rows)
+    rng = random.Random(0)
+    for inst in fam.generate(13, 10):
+        row = {"prompt": fam.eval_messages(inst), "answer": inst.answer, "info": inst.info}
+        good, _, errors = V.score_completion(env, row, fam.transcript(inst))
+        bad, _, _ = V.score_completion(env, row, fam.transcript(inst, correct=False, rng=rng))
+        assert not errors
+        assert good == pytest.approx(1.0), (inst, good)
+        assert bad < good
