@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ait_env.backends.base import BackendSettings
 from ait_env.ledger import LedgerSettings
+from ait_env.probe.dynamic import DynamicSettings
 from ait_env.reward import RewardSettings
 from ait_env.workspace import WorkspaceQuota
 
@@ -36,6 +37,7 @@ class EnvSettings(BaseModel):
     runs_dir: str = "runs"
     workspace: WorkspaceQuota = Field(default_factory=WorkspaceQuota)
     ledger: LedgerSettings = Field(default_factory=LedgerSettings)
+    probe: DynamicSettings = Field(default_factory=DynamicSettings)
 
 
 class FamilySettings(BaseModel):

@@ -13,8 +13,10 @@ and ``job`` (the backend's result).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
+import warnings
 import uuid
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ from ait_env.config import Settings, compose, split_families
 from ait_env.jobs.bundle import build_bundle
 from ait_env.ledger import BudgetExceeded, CostLedger, CostRecord
 from ait_env.probe import ValidationProbe
+from ait_env.probe.dynamic import DynamicProbe
+from ait_env.probe.sandbox import SandboxError
 from ait_env.reward import RewardBreakdown, compose as compose_reward
 from ait_env.spaces import UnicodeText
 from ait_env.spec import system_prompt, task_message
@@ -83,7 +87,15 @@ class JobWritingEnv(gym.Env[str, str]):
         self._result: JobResult | None = None
 
     def _default_probe(self) -> ValidationProbe:
-        return ValidationProbe(quota=self.settings.env.workspace)
+        ps = self.settings.env.probe
+        dynamic = None
+        if ps.enabled:
+            if importlib.util.find_spec("verifiers") is None:
+                warnings.warn("verifiers is not installed: submit_job runs only the static probe stage. "
+                              "Install the inner stack with: pip install 'ai-trains-ai[inner]'", stacklevel=3)
+            else:
+                dynamic = DynamicProbe(ps)
+        return ValidationProbe(quota=self.settings.env.workspace, dynamic=dynamic)
 
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
@@ -261,7 +273,12 @@ class JobWritingEnv(gym.Env[str, str]):
         assert self._ws is not None and self._spec is not None and self._family is not None
         max_attempts = self.settings.env.max_attempts
         self.attempts += 1
-        report, job = self.probe.run(self._ws.root, self._spec, self._family)
+        try:
+            report, job = self.probe.run(self._ws.root, self._spec, self._family)
+        except SandboxError as exc:
+            self._finish("infra_failed", reason=f"validation sandbox failed: {exc}")
+            return ToolOutcome("submit_job", False, f"The validation sandbox failed ({exc}); this is our fault, "
+                               "not yours. The episode ends unscored.", ends_episode=True)
         self._any_parsable = self._any_parsable or report.parsable
         if job is None:
             left = max_attempts - self.attempts

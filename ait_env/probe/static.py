@@ -135,7 +135,9 @@ def run_static(root: Path, bounds: Bounds, family: str,
             continue  # ours, read-only; replaced by the family's copy when the job is bundled
         try:
             source = p.read_text(encoding="utf-8")
-            trees[name] = ast.parse(source, filename=name)
+            tree = ast.parse(source, filename=name)
+            compile(tree, name, "exec")  # compile-time errors ast.parse lets through (e.g. __future__ placement)
+            trees[name] = tree
         except UnicodeDecodeError:
             parsable = False
             failures.append(_fail("encoding", name, "not UTF-8 text", "Rewrite the file as text."))

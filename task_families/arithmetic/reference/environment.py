@@ -62,4 +62,4 @@ def calculator_use(completion, info, **kwargs) -> float:
 def load_environment(num_examples: int = 4000, seed: int = 12345, **kwargs) -> vf.Environment:
     dataset = build_dataset(num_examples, seed)
     rubric = vf.Rubric(funcs=[correct_answer, calculator_use], weights=[0.9, 0.1])
-    return vf.ToolEnv(dataset=dataset, tools=TOOLS, rubric=rubric, system_prompt=SYSTEM_PROMPT, max_turns=8)
+    return vf.ToolEnv(dataset=dataset, tools=TOOLS, rubric=rubric, system_prompt=SYSTEM_PROMPT, max_turns=6)

@@ -1,0 +1,251 @@
+"""Dynamic stage of the validation probe: run the agent's ``load_environment`` in the sandbox.
+
+On a copy of the workspace (with the family's own ``family_tools.py``), inside
+:class:`ait_env.probe.sandbox.Sandbox`, the agent's module is imported and ``load_environment(**env)``
+is called. Checks (each failure says what, where and how to fix it):
+
+- it returns a classic verifiers ``ToolEnv`` (verifiers 0.2.0);
+- the dataset has ``question`` and ``answer`` columns, between the task's min and max rows, no empty
+  answers, and at most ``leak_tolerance_rows`` questions identical to hidden-eval questions (hashes
+  compared outside the sandbox; a few accidental collisions of short questions are tolerated);
+- the tools are exactly the family's (same names, defined in ``family_tools``);
+- the rubric runs on the dev examples with a correct and a wrong transcript, returns finite numbers
+  without errors, and does not give both the same reward on every example;
+- the longest prompt plus ``max_turns × max_tokens`` fits in ``seq_len`` (token counts use the model's
+  tokenizer when one is registered, else a conservative estimate of one token per 3 UTF-8 bytes);
+- exceptions, ``sys.exit``, hangs, memory blow-ups and resource-limit kills come back as failures
+  with the traceback tail.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, Field
+
+from ait_env.jobs.schema import Job
+from ait_env.probe.report import ProbeFailure
+from ait_env.probe.sandbox import Sandbox, SandboxSettings, shared_sandbox
+from task_families.base import TOOLS_MODULE_NAME, TaskFamily, TaskSpec, question_key
+
+TokenCounter = Callable[[str, str], int]  # (model, text) -> tokens
+
+_STAGE_TEXT = {"start": "starting", "import": "importing your module", "load_environment": "running load_environment",
+               "dataset": "reading the dataset", "rubric": "running your rubric on the dev examples"}
+
+
+class DynamicSettings(BaseModel):
+    enabled: bool = True
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    leak_tolerance_rows: int = Field(2, ge=0)
+
+
+def estimate_tokens(model: str, text: str) -> int:  # noqa: ARG001
+    """Conservative token estimate when no tokenizer is registered: one token per 3 UTF-8 bytes."""
+    return math.ceil(len(text.encode("utf-8")) / 3)
+
+
+_TOKEN_COUNTERS: dict[str, TokenCounter] = {}
+
+
+def register_token_counter(model: str, counter: TokenCounter) -> None:
+    """Use a real tokenizer for ``model`` (the local backend registers its own models)."""
+    _TOKEN_COUNTERS[model] = counter
+
+
+def count_tokens(model: str, text: str) -> int:
+    return _TOKEN_COUNTERS.get(model, estimate_tokens)(model, text)
+
+
+def _fail(code: str, where: str, message: str, fix: str = "") -> ProbeFailure:
+    return ProbeFailure(stage="dynamic", code=code, where=where, message=message, fix=fix)
+
+
+def _agent_location(tb: str, default: str) -> str:
+    """file:line of the innermost traceback frame in the agent's own files."""
+    frames = re.findall(r'File "[^"]*/req-[0-9a-f]+/([^"]+)", line (\d+)', tb or "")
+    return f"{frames[-1][0]}:{frames[-1][1]}" if frames else default
+
+
+def _clean_tb(tb: str) -> str:
+    return re.sub(r'"[^"]*/req-[0-9a-f]+/', '"', tb or "").strip()[-1500:]
+
+
+class DynamicProbe:
+    """The dynamic stage; callable as :class:`ait_env.probe.DynamicStage`."""
+
+    def __init__(self, settings: DynamicSettings | None = None, sandbox: Sandbox | None = None,
+                 hidden_keys: Callable[[str], set[str]] | None = None) -> None:
+        self.settings = settings or DynamicSettings()
+        self._sandbox = sandbox
+        if hidden_keys is None:
+            from ait_env.secrets import hidden_keys as _hk
+
+            hidden_keys = _hk
+        self._hidden_keys = hidden_keys
+
+    @property
+    def sandbox(self) -> Sandbox:
+        if self._sandbox is None:
+            self._sandbox = shared_sandbox(self.settings.sandbox)
+        return self._sandbox
+
+    def _request(self, job: Job, task: TaskSpec, family: TaskFamily, inside_dir: str) -> dict[str, Any]:
+        import random
+
+        rng = random.Random(0)
+        dev = []
+        for inst in task.dev_examples:
+            row = {"prompt": family.eval_messages(inst), "answer": inst.answer, "info": {}, "example_id": 0}
+            dev.append({"row": row, "good": family.transcript(inst),
+                        "bad": family.transcript(inst, correct=False, rng=rng)})
+        module = Path(job.job.environment).with_suffix("").as_posix().replace("/", ".")
+        return {"job": "inspect", "dir": inside_dir, "module": module, "args": job.env, "dev": dev,
+                "max_rows": task.bounds.max_examples + 1, "limits": self.settings.sandbox.limits.model_dump()}
+
+    def __call__(self, root: Path, job: Job, task: TaskSpec, family: TaskFamily) -> tuple[list[ProbeFailure], str]:
+        sb = self.sandbox
+        outside, inside = sb.new_workdir()
+        try:
+            for src in Path(root).rglob("*"):
+                rel = src.relative_to(root)
+                if src.is_symlink() or not src.is_file() or "__pycache__" in rel.parts:
+                    continue
+                if rel.as_posix() == f"{TOOLS_MODULE_NAME}.py":
+                    continue
+                dst = outside / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+            (outside / f"{TOOLS_MODULE_NAME}.py").write_text(family.tools_source(), encoding="utf-8")
+            resp = sb.run(self._request(job, task, family, inside), outside)
+        finally:
+            sb.release(outside)
+        return self.interpret(resp, job, task, family), sb.description
+
+    # ------------------------------------------------------------------ interpretation
+    def interpret(self, resp: dict[str, Any], job: Job, task: TaskSpec, family: TaskFamily) -> list[ProbeFailure]:
+        env_file = job.job.environment
+        limits = self.settings.sandbox.limits
+        status = resp.get("status")
+        stage = _STAGE_TEXT.get(str(resp.get("stage")), str(resp.get("stage")))
+        if status == "timeout":
+            return [_fail("timeout", env_file, f"your code did not finish within {limits.wall_seconds:g} s "
+                          f"(it was {stage})", "Remove infinite loops and keep load_environment and the rubric "
+                          "fast: build datasets of at most a few thousand rows in well under a second.")]
+        if status == "crashed":
+            sig = resp.get("signal", "")
+            what = {"SIGXCPU": f"CPU time limit ({limits.cpu_seconds} s)",
+                    "SIGXFSZ": f"file size limit ({limits.file_size_mb} MB)",
+                    "SIGKILL": "a resource limit (memory or processes)",
+                    "SIGSEGV": "a crash (segmentation fault), often from memory exhaustion"}.get(sig, sig)
+            return [_fail("resource_limit", env_file, f"your code was killed by {what} while {stage}",
+                          "Use less memory and CPU; do not start processes or write large files.")]
+        if status in ("no_result",):
+            return [_fail("no_result", env_file, f"your code exited without a result while {stage} "
+                          f"(exit code {resp.get('exit_code')})", "Do not call os._exit or kill the process.")]
+        if status == "error":
+            kind = resp.get("kind")
+            tb = resp.get("traceback", "")
+            where = _agent_location(tb, env_file)
+            detail = resp.get("error", "")
+            if kind == "exit":
+                return [_fail("exit_called", where, f"{detail} while {stage}", "Never call sys.exit / exit().")]
+            if kind == "memory":
+                return [_fail("memory_limit", where, f"out of memory (limit {limits.memory_mb} MB) while {stage}",
+                              "Build smaller datasets; do not allocate huge lists or strings.")]
+            if kind == "contract":
+                return [_fail("not_verifiers_env", env_file, detail,
+                              "load_environment must return vf.ToolEnv(dataset=..., tools=TOOLS, rubric=vf.Rubric(...)).")]
+            code = "import_error" if resp.get("stage") == "import" else "load_error"
+            return [_fail(code, where, f"{detail} while {stage}\n{_clean_tb(tb)}",
+                          "Fix the exception (the traceback tail above points at your code).")]
+        if status != "ok":
+            return [_fail("sandbox", env_file, f"unexpected sandbox answer {resp!r}")]
+        return self._checks(resp, job, task, family)
+
+    def _checks(self, r: dict[str, Any], job: Job, task: TaskSpec, family: TaskFamily) -> list[ProbeFailure]:
+        out: list[ProbeFailure] = []
+        env_file = job.job.environment
+        b = task.bounds
+        if not r.get("is_tool_env"):
+            out.append(_fail("not_tool_env", env_file, "load_environment must return a vf.ToolEnv",
+                             "Return vf.ToolEnv(dataset=..., tools=TOOLS, rubric=..., system_prompt=...)."))
+        cols = set(r.get("columns") or [])
+        missing = {"question", "answer"} - cols
+        if missing:
+            out.append(_fail("dataset_columns", f"{env_file}: dataset", f"missing column(s) {sorted(missing)}; "
+                             f"found {sorted(cols)}", "Build rows like {'question': ..., 'answer': ...}."))
+        rows = int(r.get("rows") or 0)
+        if not b.min_examples <= rows <= b.max_examples:
+            out.append(_fail("dataset_size", f"{env_file}: dataset", f"{rows} rows; the allowed range is "
+                             f"{b.min_examples}..{b.max_examples}", "Generate more (or fewer) rows."))
+        if r.get("empty_answers"):
+            out.append(_fail("empty_answers", f"{env_file}: dataset", f"{r['empty_answers']} rows have an empty answer",
+                             "Every row needs a non-empty answer string."))
+        hidden = self._hidden_keys(family.name)
+        leaked = sum(1 for q in r.get("questions") or [] if question_key(q) in hidden)
+        if leaked > self.settings.leak_tolerance_rows:
+            out.append(_fail("eval_leak", f"{env_file}: dataset", f"{leaked} dataset questions are identical to "
+                             "hidden-eval questions", "Generate fresh questions; do not copy evaluation data."))
+        tools = r.get("tools") or {}
+        want = set(family.tool_names)
+        if set(tools) != want:
+            out.append(_fail("wrong_tools", f"{env_file}: tools", f"the environment's tools are {sorted(tools)}; "
+                             f"they must be exactly the family's {sorted(want)}",
+                             f"Pass tools=TOOLS from {TOOLS_MODULE_NAME} (no extra or renamed tools)."))
+        else:
+            foreign = [n for n, meta in tools.items() if meta.get("module") != TOOLS_MODULE_NAME]
+            if foreign:
+                out.append(_fail("wrong_tools", f"{env_file}: tools", f"tool(s) {foreign} are not the family's "
+                                 "functions (redefined elsewhere)", f"Import them from {TOOLS_MODULE_NAME}."))
+        out.extend(self._rubric_checks(r.get("scores") or [], env_file))
+        prompt_text = (r.get("longest_prompt") or "") + (r.get("tool_defs") or "")
+        prompt_tokens = count_tokens(job.job.base_model, prompt_text)
+        turns = int(r.get("max_turns") or 1)
+        p = job.prime_rl
+        need = prompt_tokens + turns * p.sampling.max_tokens
+        if need > p.seq_len:
+            out.append(_fail("seq_len", "job.toml: prime_rl.seq_len",
+                             f"the longest prompt (~{prompt_tokens} tokens with the tool schemas) plus max_turns "
+                             f"({turns}) x sampling.max_tokens ({p.sampling.max_tokens}) = {need} tokens exceeds "
+                             f"seq_len ({p.seq_len})",
+                             "Raise seq_len (within the task limit), or lower max_tokens or the env's max_turns."))
+        return out
+
+    @staticmethod
+    def _rubric_checks(scores: list[dict[str, Any]], env_file: str) -> list[ProbeFailure]:
+        out: list[ProbeFailure] = []
+        if not scores:
+            return out
+        errors: list[str] = []
+        nonfinite = False
+        same = 0
+        for pair in scores:
+            g, b = pair.get("good", {}), pair.get("bad", {})
+            for side in (g, b):
+                errors.extend(side.get("errors") or [])
+                v = side.get("reward")
+                if v is None or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    nonfinite = True
+            if g.get("reward") == b.get("reward"):
+                same += 1
+        if errors:
+            uniq = list(dict.fromkeys(errors))[:3]
+            out.append(_fail("rubric_error", f"{env_file}: rubric", "reward functions raised: " + " | ".join(uniq),
+                             "Reward functions get completion (messages), answer, info, state...; make them "
+                             "robust to any completion and return a float."))
+        if nonfinite:
+            out.append(_fail("rubric_nonfinite", f"{env_file}: rubric", "the rubric returned NaN, inf or no number",
+                             "Return finite floats (e.g. 0.0 or 1.0)."))
+        elif same == len(scores):
+            vals = sorted({json.dumps(p.get("good", {}).get("reward")) for p in scores})
+            out.append(_fail("constant_reward", f"{env_file}: rubric",
+                             f"the rubric gives a correct and a wrong answer the same reward on every dev example "
+                             f"({', '.join(vals)}); a constant reward cannot train anything",
+                             "Reward correct final answers more than wrong ones (compare with `answer`)."))
+        return out

@@ -1,0 +1,337 @@
+"""The sandbox's resident process (a "zygote"). It runs INSIDE the sandbox and never imports ait_env.
+
+Protocol: one JSON request per line on stdin, one JSON response per line on stdout.
+
+- The zygote imports verifiers and datasets once (slow: seconds), then for each request forks a
+  child. The child lowers its limits (CPU seconds, address space, file size, process count), drops
+  to an unprivileged uid when the zygote runs as root, changes into the request's copy of the
+  workspace, runs the requested job and writes JSON lines (``{"stage": ...}`` progress markers,
+  then ``{"result": ...}``) into a pipe.
+- The zygote enforces the wall-clock timeout, then kills the child and every other process of the
+  unprivileged uid (fork bombs, daemonised grandchildren), and answers with the child's result or
+  with ``{"status": "timeout" | "crashed" | "no_result", "stage": <last stage>, ...}``.
+
+Jobs: ``inspect`` (import the module, call ``load_environment(**args)``, describe dataset, tools and
+rubric, score correct and wrong dev transcripts). The verifiers-specific calls come from the
+adapter file passed as ``--adapter`` (``ait_env/integrations/verifiers_v0.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+import traceback
+from typing import Any
+
+MAX_RESULT_BYTES = 16 * 1024 * 1024
+UNPRIVILEGED = 65534
+
+
+def _load_adapter(path: str) -> Any:
+    spec = importlib.util.spec_from_file_location("ait_adapter", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _tail(limit: int = 2500) -> str:
+    text = traceback.format_exc()
+    return text[-limit:]
+
+
+def _vm_bytes() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _apply_limits(limits: dict[str, Any], drop_to: int | None) -> None:
+    cpu = int(limits.get("cpu_seconds", 30))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    mem = int(limits.get("memory_mb", 2048)) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (_vm_bytes() + mem, _vm_bytes() + mem))
+    fsize = int(limits.get("file_size_mb", 64)) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if drop_to is not None:
+        os.setgroups([])
+        os.setgid(drop_to)
+        os.setuid(drop_to)
+    nproc = int(limits.get("max_processes", 32))
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+
+def _install_audit_hook(workdir: str) -> None:
+    """Fallback-mode guard (no namespaces): refuse sockets, new processes and files outside the
+    work folder and the Python installation. Audit hooks cannot be removed once installed."""
+    allowed = tuple(os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                                           os.path.dirname(os.path.dirname(sys.executable))})
+    work = os.path.realpath(workdir) + os.sep
+    blocked_events = {"socket.connect", "socket.bind", "socket.sendto", "socket.getaddrinfo", "os.fork",
+                      "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
+                      "os.kill", "os.killpg", "ctypes.dlopen", "os.chmod", "os.chown"}
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event in blocked_events:
+            raise PermissionError(f"sandbox: {event} is not allowed")
+        if event == "open" and args and isinstance(args[0], (str, bytes)):
+            path = os.path.realpath(os.fsdecode(args[0]))
+            if path.startswith(("/proc/self", "/dev/null", "/dev/urandom")):
+                return
+            if not (path + os.sep).startswith(work) and not path.startswith(work) and not path.startswith(allowed):
+                raise PermissionError(f"sandbox: opening {path} is not allowed")
+
+    sys.addaudithook(hook)
+
+
+class _Reporter:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def send(self, obj: dict[str, Any]) -> None:
+        data = (json.dumps(obj, default=str) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+
+
+def _job_inspect(req: dict[str, Any], adapter: Any, rep: _Reporter) -> dict[str, Any]:
+    out: dict[str, Any] = {"status": "ok"}
+    rep.send({"stage": "import"})
+    try:
+        module = adapter.import_env_module(req["dir"], req["module"])
+    except SystemExit as exc:
+        return {"status": "error", "stage": "import", "kind": "exit", "error": f"sys.exit({exc.code}) at import"}
+    except MemoryError:
+        return {"status": "error", "stage": "import", "kind": "memory", "error": "MemoryError at import"}
+    except BaseException as exc:  # noqa: BLE001
+        return {"status": "error", "stage": "import", "kind": "exception",
+                "error": f"{type(exc).__name__}: {exc}", "traceback": _tail()}
+    rep.send({"stage": "load_environment"})
+    try:
+        env = adapter.load_environment(module, req.get("args") or {})
+    except SystemExit as exc:
+        return {"status": "error", "stage": "load_environment", "kind": "exit",
+                "error": f"sys.exit({exc.code}) in load_environment"}
+    except MemoryError:
+        return {"status": "error", "stage": "load_environment", "kind": "memory", "error": "MemoryError"}
+    except adapter.AdapterError as exc:
+        return {"status": "error", "stage": "load_environment", "kind": "contract", "error": str(exc)}
+    except BaseException as exc:  # noqa: BLE001
+        return {"status": "error", "stage": "load_environment", "kind": "exception",
+                "error": f"{type(exc).__name__}: {exc}", "traceback": _tail()}
+    rep.send({"stage": "dataset"})
+    out["is_tool_env"] = adapter.is_tool_env(env)
+    out["columns"] = adapter.dataset_columns(env)
+    n = adapter.dataset_len(env)
+    out["rows"] = n
+    cap = int(req.get("max_rows", 100_000))
+    out["questions"] = [str(q) for q in adapter.dataset_column(env, "question", limit=min(n, cap))]
+    answers = adapter.dataset_column(env, "answer", limit=min(n, cap))
+    out["empty_answers"] = sum(1 for a in answers if not str(a if a is not None else "").strip())
+    out["max_turns"] = adapter.max_turns(env)
+    out["system_prompt"] = adapter.system_prompt(env)
+    prompts = adapter.dataset_column(env, "prompt", limit=min(n, 2000))
+    out["longest_prompt"] = max((json.dumps(p, default=str) for p in prompts), key=len, default="")
+    tools = adapter.tool_functions(env)
+    out["tools"] = {name: {"module": getattr(fn, "__module__", ""),
+                           "file": getattr(getattr(fn, "__code__", None), "co_filename", "")}
+                    for name, fn in tools.items()}
+    out["tool_defs"] = json.dumps(getattr(env, "tool_defs", []) or [], default=str)
+    rep.send({"stage": "rubric"})
+    scores = []
+    for ex in req.get("dev", []):
+        pair: dict[str, Any] = {}
+        for label in ("good", "bad"):
+            try:
+                reward, metrics, errors = adapter.score_completion(env, ex["row"], ex[label])
+                pair[label] = {"reward": reward, "metrics": metrics, "errors": errors}
+            except MemoryError:
+                return {"status": "error", "stage": "rubric", "kind": "memory", "error": "MemoryError in the rubric"}
+            except BaseException as exc:  # noqa: BLE001
+                pair[label] = {"reward": None, "metrics": {}, "errors": [f"{type(exc).__name__}: {exc}"],
+                               "traceback": _tail()}
+        scores.append(pair)
+    out["scores"] = scores
+    return out
+
+
+JOBS = {"inspect": _job_inspect}
+
+
+def _child(req: dict[str, Any], adapter: Any, wfd: int, drop_to: int | None) -> None:
+    rep = _Reporter(wfd)
+    try:
+        os.setpgid(0, 0)
+        _apply_limits(req.get("limits", {}), drop_to)
+        os.chdir(req["dir"])
+        fallback = os.environ.get("AIT_SANDBOX_FALLBACK") == "1"
+        os.environ.clear()
+        os.environ.update({"HOME": req["dir"], "TMPDIR": req["dir"] if fallback else "/tmp", "HF_HUB_OFFLINE": "1",
+                           "HF_DATASETS_OFFLINE": "1", "HF_HOME": os.path.join(req["dir"], ".hf")})
+        if fallback:
+            _install_audit_hook(req["dir"])
+        result = JOBS[req.get("job", "inspect")](req, adapter, rep)
+        rep.send({"result": result})
+    except BaseException as exc:  # noqa: BLE001
+        try:
+            rep.send({"result": {"status": "error", "stage": "runner", "kind": "exception",
+                                 "error": f"{type(exc).__name__}: {exc}", "traceback": _tail()}})
+        except BaseException:  # noqa: BLE001
+            pass
+    finally:
+        os._exit(0)
+
+
+def _descendants() -> set[int]:
+    """Every process below this one (the zygote is a child subreaper, so orphans stay below it)."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            parent[int(entry)] = int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    me, out, frontier = os.getpid(), set(), [os.getpid()]
+    while frontier:
+        cur = frontier.pop()
+        for pid, ppid in parent.items():
+            if ppid == cur and pid not in out and pid != me:
+                out.add(pid)
+                frontier.append(pid)
+    return out
+
+
+def _kill_strays() -> None:
+    """Kill every process left below the zygote (fork bombs, daemonised grandchildren) and reap them."""
+    for _ in range(20):
+        strays = _descendants()
+        if not strays:
+            break
+        for pid in strays:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        time.sleep(0.01)
+
+
+def _become_subreaper() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _serve(req: dict[str, Any], adapter: Any, drop_to: int | None) -> dict[str, Any]:
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rfd)
+        _child(req, adapter, wfd, drop_to)
+    os.close(wfd)
+    deadline = time.monotonic() + float(req.get("limits", {}).get("wall_seconds", 30))
+    buf = b""
+    stage = "start"
+    result: dict[str, Any] | None = None
+    timed_out = False
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select([rfd], [], [], min(left, 0.5))
+        if not ready:
+            continue
+        chunk = os.read(rfd, 1 << 16)
+        if not chunk:
+            break
+        buf += chunk
+        if len(buf) > MAX_RESULT_BYTES:
+            break
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if "stage" in msg:
+                stage = str(msg["stage"])
+            if "result" in msg:
+                result = msg["result"]
+    os.close(rfd)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    status = 0
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    _kill_strays()
+    if timed_out:
+        return {"status": "timeout", "stage": stage}
+    if result is not None:
+        return result
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        return {"status": "crashed", "stage": stage, "signal": signal.Signals(sig).name}
+    return {"status": "no_result", "stage": stage, "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--adapter", required=True)
+    ap.add_argument("--preload", default="verifiers,datasets")
+    args = ap.parse_args()
+    _become_subreaper()
+    adapter = _load_adapter(args.adapter)
+    for name in filter(None, args.preload.split(",")):
+        __import__(name)
+    drop_to = UNPRIVILEGED if os.getuid() == 0 and os.environ.get("AIT_SANDBOX_NO_SETUID") != "1" else None
+    out = sys.stdout
+    out.write(json.dumps({"ready": True, "uid": os.getuid(), "drop_to": drop_to}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            req = json.loads(line)
+            resp = _serve(req, adapter, drop_to)
+        except Exception as exc:  # noqa: BLE001
+            resp = {"status": "error", "stage": "zygote", "kind": "exception", "error": f"{type(exc).__name__}: {exc}"}
+        out.write(json.dumps({"id": req.get("id") if isinstance(req, dict) else None, "response": resp},
+                             default=str) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()
