@@ -115,6 +115,9 @@ class JobWritingEnv(gym.Env[str, str]):
                                            read_only=extra)
         self._ws.root.joinpath("INSTRUCTIONS.md").write_text(self._family.instructions_text(), encoding="utf-8")
         self._toolbox = ToolBox(self._ws, self._baseline_text, self._submit)
+        warm = getattr(self.probe.dynamic, "warm", None)
+        if callable(warm):
+            warm()  # start the validation sandbox while the agent works
         self.episode_id = options.get("episode_id") or uuid.uuid4().hex[:12]
         self.turn = 0
         self.attempts = 0

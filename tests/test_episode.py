@@ -23,7 +23,7 @@ def test_full_episode_reject_then_accept(make_env, runs_dir):
     files = reference_files("arithmetic", "Qwen/Qwen3-1.7B")
     bad_job = files["job.toml"].replace("batch_size = 128", "batch_size = 100").replace(
         'type = "adamw"', 'type = "adamw"\nlearning_rate = 1')
-    bad_env = "import os\n" + files["environment.py"]
+    bad_env = files["environment.py"].replace("import random\n", "import os\nimport random\n", 1)
     obs, r, term, trunc, info = env.step(call("write_file", path="job.toml", content=bad_job)
                                          + call("write_file", path="environment.py", content=bad_env))
     assert obs.count("<tool_response>") == 2 and r == 0.0 and not term
@@ -33,13 +33,13 @@ def test_full_episode_reject_then_accept(make_env, runs_dir):
     assert "validation failed with 3 problem(s)" in obs
     assert "batch_size (100) must be divisible by group_size (8)" in obs
     assert "prime_rl.optim.learning_rate: unknown key" in obs
-    assert "import of 'os' is not allowed" in obs and "environment.py:1" in obs
+    assert "import of 'os' is not allowed" in obs and "environment.py:11" in obs
     assert "2 attempts left" in obs
 
     obs, r, term, trunc, info = env.step(call("write_file", path="job.toml", content=files["job.toml"])
                                          + call("edit_file", path="environment.py", old_text="import os\n",
                                                 new_text=""))
-    assert "edited environment.py at line 1" in obs
+    assert "edited environment.py at line 11" in obs
     obs, r, term, trunc, info = env.step("Submitting again.\n" + call("submit_job"))
     assert term and not trunc
     assert "SURROGATE" in obs

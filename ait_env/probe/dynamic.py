@@ -95,6 +95,9 @@ class DynamicProbe:
             self._sandbox = shared_sandbox(self.settings.sandbox)
         return self._sandbox
 
+    def warm(self) -> None:
+        self.sandbox.warm()
+
     def _request(self, job: Job, task: TaskSpec, family: TaskFamily, inside_dir: str) -> dict[str, Any]:
         import random
 

@@ -245,6 +245,17 @@ class Sandbox:
         self.close()
         shutil.rmtree(self._root, ignore_errors=True)
 
+    def warm(self) -> None:
+        """Start the resident process in the background (it takes seconds to import verifiers)."""
+        def _go() -> None:
+            with self._lock:
+                if self._proc is None or self._proc.poll() is not None:
+                    try:
+                        self._start()
+                    except SandboxError:
+                        pass  # reported on the first real request
+        threading.Thread(target=_go, daemon=True).start()
+
     # ------------------------------------------------------------------ requests
     def new_workdir(self) -> tuple[Path, str]:
         """A fresh folder for one request: (path outside, path inside the sandbox)."""
