@@ -24,7 +24,7 @@ echo "installing ai-trains-ai ${SPEC} into .venv (first run takes a few minutes)
 if ! command -v bwrap >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing bubblewrap (sandbox for untrusted agent code)"
-    apt-get install -y -q bubblewrap >/dev/null 2>&1 || echo "warning: apt-get install bubblewrap failed; the probe will use its weaker fallback sandbox" >&2
+    { apt-get install -y -q bubblewrap >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; }; } || echo "warning: apt-get install bubblewrap failed; the probe will use its weaker fallback sandbox" >&2
   else
     echo "warning: bubblewrap (bwrap) not found; the probe will use its weaker fallback sandbox. Install it with: sudo apt-get install bubblewrap" >&2
   fi
