@@ -299,7 +299,8 @@ class JobWritingEnv(gym.Env[str, str]):
         assert self._ws is not None and self._family is not None and self._spec is not None
         try:
             bundle = build_bundle(self._ws.root, job, self._family, self.runs_dir / "jobs",
-                                  episode_id=self.episode_id)
+                                  episode_id=self.episode_id,
+                                  renderer=self._spec.bounds.model_renderers.get(job.job.base_model))
             estimate = self.backend.estimate_cost_usd(bundle)
             self.ledger.check_budget(self.episode_id, estimate)
         except BudgetExceeded as exc:

@@ -71,6 +71,9 @@ class Bounds(BaseModel):
     max_examples: int = 100_000
     min_examples: int = 16
     wall_clock_minutes: int = 60
+    #: Chat renderer of models that prime-rl's own renderer map does not know (e.g. the local
+    #: backend's tiny models, which carry their own chat template).
+    model_renderers: dict[str, str] = Field(default_factory=dict)
 
 
 class TaskSpec(BaseModel):

@@ -57,6 +57,8 @@ def test_full_episode_reject_then_accept(make_env, runs_dir):
     manifest = json.loads((job_dir / "manifest.json").read_text())
     assert "src/" + manifest["env_id"] + "/environment.py" in manifest["files"]
     assert (job_dir / "result.json").is_file()
+    rl = (job_dir / "rl.toml").read_text()
+    assert f'id = "{manifest["env_id"]}"' in rl and "max_steps = 60" in rl and "rl.toml" in manifest["files"]
     # the ledger got a line for the job
     lines = (runs_dir / "costs.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["episode_id"] == info["episode_id"]

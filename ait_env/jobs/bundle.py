@@ -83,8 +83,13 @@ def env_id_for(job_id: str) -> str:
 
 
 def build_bundle(workspace_root: Path, job: Job, family: TaskFamily, out_dir: Path,
-                 episode_id: str | None = None, job_id: str | None = None) -> JobBundle:
-    """Write a bundle for a validated job under ``out_dir/<job_id>``."""
+                 episode_id: str | None = None, job_id: str | None = None,
+                 renderer: str | None = None) -> JobBundle:
+    """Write a bundle for a validated job under ``out_dir/<job_id>``.
+
+    ``renderer`` names the chat renderer for models prime-rl's renderer map does not know."""
+    from ait_env.jobs.primerl import PrimeRLRenderError, RenderOptions, render_rl_toml
+
     job_id = job_id or time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:8]
     env_id = env_id_for(job_id)
     root = Path(out_dir) / job_id
@@ -120,6 +125,12 @@ def build_bundle(workspace_root: Path, job: Job, family: TaskFamily, out_dir: Pa
         "[tool.setuptools.packages.find]\nwhere = [\"src\"]\n", encoding="utf-8")
     manifest = Manifest(job_id=job_id, episode_id=episode_id, family=family.name,
                         base_model=job.job.base_model, env_id=env_id, environment_module=module)
+    try:
+        (root / "rl.toml").write_text(render_rl_toml(job, env_id=env_id, output_dir="outputs",
+                                                     options=RenderOptions(renderer=renderer)), encoding="utf-8")
+        manifest.extra["rl_toml"] = "rl.toml"
+    except PrimeRLRenderError as exc:
+        manifest.extra["rl_toml"] = f"not rendered: {exc}"
     manifest.files = {p.relative_to(root).as_posix(): _sha256(p)
                       for p in sorted(root.rglob("*")) if p.is_file()}
     (root / "manifest.json").write_text(json.dumps(manifest.model_dump(), indent=1) + "\n")

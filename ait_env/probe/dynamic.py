@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
+from ait_env.jobs.primerl import check_primerl_rules
 from ait_env.jobs.schema import Job
 from ait_env.probe.report import ProbeFailure
 from ait_env.probe.sandbox import Sandbox, SandboxSettings, shared_sandbox
@@ -209,15 +210,11 @@ class DynamicProbe:
         out.extend(self._rubric_checks(r.get("scores") or [], env_file))
         prompt_text = (r.get("longest_prompt") or "") + (r.get("tool_defs") or "")
         prompt_tokens = count_tokens(job.job.base_model, prompt_text)
-        turns = int(r.get("max_turns") or 1)
-        p = job.prime_rl
-        need = prompt_tokens + turns * p.sampling.max_tokens
-        if need > p.seq_len:
-            out.append(_fail("seq_len", "job.toml: prime_rl.seq_len",
-                             f"the longest prompt (~{prompt_tokens} tokens with the tool schemas) plus max_turns "
-                             f"({turns}) x sampling.max_tokens ({p.sampling.max_tokens}) = {need} tokens exceeds "
-                             f"seq_len ({p.seq_len})",
-                             "Raise seq_len (within the task limit), or lower max_tokens or the env's max_turns."))
+        turns = max(1, int(r.get("max_turns") or 1))
+        for iss in check_primerl_rules(job, prompt_tokens=prompt_tokens, max_turns=turns):
+            if iss.where.endswith("prime_rl.seq_len"):
+                out.append(_fail("seq_len", iss.where, iss.message + " (prompt tokens estimated with the tool "
+                                 "schemas)", iss.fix))
         return out
 
     @staticmethod

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from ait_env.jobs.primerl import static_rules
 from ait_env.jobs.schema import Job, check_bounds, parse_job
 from ait_env.probe.report import ProbeFailure
 from ait_env.workspace import WorkspaceQuota
@@ -123,6 +124,10 @@ def run_static(root: Path, bounds: Bounds, family: str,
             if job is not None:
                 for iss in check_bounds(job, bounds, family):
                     failures.append(_fail("bounds", iss.where, iss.message, iss.fix))
+                override = bounds.model_renderers.get(job.job.base_model)
+                for iss in static_rules(job, renderer_override=override):
+                    if not any(f.where == iss.where and f.code == "bounds" for f in failures):
+                        failures.append(_fail("prime_rl", iss.where, iss.message, iss.fix))
 
     # 2-4. Python sources
     local_modules = {Path(n).stem for n in rel if n.endswith(".py") and "/" not in n}
