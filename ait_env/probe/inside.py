@@ -315,6 +315,8 @@ def main() -> None:
     adapter = _load_adapter(args.adapter)
     for name in filter(None, args.preload.split(",")):
         __import__(name)
+    if "datasets" in sys.modules:
+        sys.modules["datasets"].disable_progress_bars()
     drop_to = UNPRIVILEGED if os.getuid() == 0 and os.environ.get("AIT_SANDBOX_NO_SETUID") != "1" else None
     out = sys.stdout
     out.write(json.dumps({"ready": True, "uid": os.getuid(), "drop_to": drop_to}) + "\n")

@@ -183,13 +183,17 @@ class Sandbox:
                 except (AttributeError, OSError):
                     pass
 
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        # stderr goes to a file: an undrained pipe would fill up (progress bars, logs) and block the zygote.
+        self._log_path = self._root / "sandbox.log"
+        log = open(self._log_path, "w")  # noqa: SIM115 - owned by the child process
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                 text=True, env=env, cwd=str(self._work), preexec_fn=_pre, bufsize=1)
+        log.close()
         self._proc = proc
         self._cgroup, cg_text = _cgroup_for(proc.pid, self.settings.limits.max_processes + 8)
         ready = self._readline(self.settings.startup_timeout_s)
         if ready is None or not ready.get("ready"):
-            err = proc.stderr.read() if proc.poll() is not None and proc.stderr else ""
+            err = self.log_tail()
             self.close()
             if mode == "bwrap" and self.settings.mode == "auto":
                 sys.stderr.write(f"ait sandbox: bubblewrap failed to start ({err.strip()[-300:]}); "
@@ -225,6 +229,12 @@ class Sandbox:
             return json.loads(result[0])
         except ValueError:
             return None
+
+    def log_tail(self, limit: int = 2000) -> str:
+        try:
+            return self._log_path.read_text(errors="replace")[-limit:]
+        except (OSError, AttributeError):
+            return ""
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
@@ -288,8 +298,9 @@ class Sandbox:
             wall = float(req["limits"].get("wall_seconds", 30))
             line = self._readline(wall + 30)
             if line is None:
+                tail = self.log_tail(500)
                 self.close()
-                raise SandboxError("the sandbox stopped answering; it was restarted")
+                raise SandboxError(f"the sandbox stopped answering; it will be restarted. Log tail: {tail}")
             return line["response"]
 
     def release(self, workdir: Path) -> None:
