@@ -154,3 +154,59 @@ def score_completion(env: Any, row: dict[str, Any], completion: list[dict[str, A
     metrics = {k: float(v) for k, v in (state.get("metrics") or {}).items()}
     errors = [m for m in handler.messages if "reward function" in m.lower()]
     return reward, metrics, errors
+
+
+# ---------------------------------------------------------------------- rollouts (training)
+def make_client(uds: str | None = None, base_url: str = "http://localhost/v1", timeout: float = 600.0) -> Any:
+    """A verifiers chat-completions client for an OpenAI-compatible endpoint (optionally over a Unix socket)."""
+    import httpx
+    from openai import AsyncOpenAI
+    from verifiers.clients import OpenAIChatCompletionsClient
+
+    transport = httpx.AsyncHTTPTransport(uds=uds) if uds else None
+    http = httpx.AsyncClient(transport=transport, timeout=timeout)
+    return OpenAIChatCompletionsClient(AsyncOpenAI(base_url=base_url, api_key="local", http_client=http,
+                                                   max_retries=0))
+
+
+def rollout_inputs(env: Any, indices: list[int], group_size: int) -> list[list[dict[str, Any]]]:
+    """Groups of ``group_size`` identical rollout inputs for the dataset rows ``indices``."""
+    ds = env.get_dataset()
+    groups = []
+    for idx in indices:
+        row = ds[int(idx) % len(ds)]
+        inp = {"prompt": row["prompt"], "example_id": int(idx), "answer": row.get("answer", ""),
+               "info": row.get("info") or {}}
+        groups.append([dict(inp) for _ in range(group_size)])
+    return groups
+
+
+async def run_groups(env: Any, client: Any, model: str, groups: list[list[dict[str, Any]]],
+                     sampling_args: dict[str, Any], max_concurrent_groups: int = 64) -> list[list[dict[str, Any]]]:
+    """Roll out and score each group with verifiers' own rollout code (``Environment._run_group_states``:
+    rollouts, then the rubric's group scoring). Returns per rollout: reward, metrics, the ids of the
+    model responses of each turn, the number of turns, the stop condition and any error."""
+    sem = asyncio.Semaphore(max_concurrent_groups)
+
+    async def one(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        async with sem:
+            states = await env._run_group_states(group, client, model, sampling_args)
+        out = []
+        for st in states:
+            traj = st.get("trajectory") or []
+            ids = []
+            for step in traj:
+                resp = step.get("response") if isinstance(step, dict) else None
+                rid = getattr(resp, "id", None)
+                if rid:
+                    ids.append(rid)
+            err = st.get("error")
+            reward = st.get("reward")
+            out.append({"reward": float(reward) if reward is not None else 0.0, "response_ids": ids,
+                        "turns": len(traj), "stop": st.get("stop_condition"),
+                        "metrics": {k: float(v) for k, v in (st.get("metrics") or {}).items()
+                                    if isinstance(v, (int, float))},
+                        "error": None if err is None else f"{type(err).__name__}: {err}"[:500]})
+        return out
+
+    return list(await asyncio.gather(*(one(g) for g in groups)))

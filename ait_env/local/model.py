@@ -79,11 +79,11 @@ class RMSNorm(nn.Module):
         return self.weight * (x * torch.rsqrt(var + self.eps))
 
 
-def _rope(positions: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _rope_table(n: int, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
     inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-    freqs = positions.to(torch.float32)[..., None] * inv  # [B, T, dim/2]
+    freqs = torch.arange(n, dtype=torch.float32)[:, None] * inv  # [n, dim/2]
     emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos()[:, None], emb.sin()[:, None]  # [B, 1, T, dim]
+    return emb.cos(), emb.sin()
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -175,6 +175,15 @@ class TinyLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.apply(self._init)
 
+    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        need = int(positions.max()) + 1 if positions.numel() else 1
+        table = getattr(self, "_rope_cache", None)
+        if table is None or table[0].shape[0] < need:
+            n = max(need, self.cfg.max_position_embeddings)
+            table = _rope_table(n, self.cfg.head_dim, self.cfg.rope_theta)
+            self._rope_cache = table
+        return table[0][positions][:, None], table[1][positions][:, None]  # [B, 1, T, dim]
+
     @staticmethod
     def _init(m: nn.Module) -> None:
         if isinstance(m, (nn.Linear, nn.Embedding)):
@@ -187,13 +196,16 @@ class TinyLM(nn.Module):
         B, T = input_ids.shape
         S = key_mask.shape[1]
         past = S - T
-        causal = torch.ones(T, S, dtype=torch.bool).tril(diagonal=past)
-        mask = (causal[None] & key_mask[:, None, :])[:, None]  # [B, 1, T, S]
-        # rows of padding queries would be all-False (NaN in softmax): let them see themselves
-        diag = torch.zeros(T, S, dtype=torch.bool)
-        diag[torch.arange(T), torch.arange(T) + past] = True
-        mask = mask | diag[None, None]
-        cos, sin = _rope(positions, self.cfg.head_dim, self.cfg.rope_theta)
+        if T == 1:  # decoding: the new key is real for every row, no causal structure needed
+            mask = key_mask[:, None, None, :]
+        else:
+            causal = torch.ones(T, S, dtype=torch.bool).tril(diagonal=past)
+            mask = (causal[None] & key_mask[:, None, :])[:, None]  # [B, 1, T, S]
+            # rows of padding queries would be all-False (NaN in softmax): let them see themselves
+            diag = torch.zeros(T, S, dtype=torch.bool)
+            diag[torch.arange(T), torch.arange(T) + past] = True
+            mask = mask | diag[None, None]
+        cos, sin = self._rope(positions)
         x = self.model.embed_tokens(input_ids)
         for i, layer in enumerate(self.model.layers):
             x = x + layer.self_attn(layer.input_layernorm(x), cos, sin, mask, cache, i)
@@ -248,7 +260,7 @@ class Generation:
     finish_reason: str  # "stop" | "length"
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def generate(model: TinyLM, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, stop_ids: set[int] | frozenset[int] = frozenset(),
              generator: torch.Generator | None = None) -> list[Generation]:

@@ -74,7 +74,7 @@ def _apply_limits(limits: dict[str, Any], drop_to: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
-def _install_audit_hook(workdir: str) -> None:
+def _install_audit_hook(workdir: str, allow_uds: str | None = None) -> None:
     """Fallback-mode guard (no namespaces): refuse sockets, new processes and files outside the
     work folder and the Python installation. Audit hooks cannot be removed once installed."""
     allowed = tuple(os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix,
@@ -85,6 +85,8 @@ def _install_audit_hook(workdir: str) -> None:
                       "os.kill", "os.killpg", "ctypes.dlopen", "os.chmod", "os.chown"}
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "socket.connect" and allow_uds and len(args) > 1 and args[1] == allow_uds:
+            return
         if event in blocked_events:
             raise PermissionError(f"sandbox: {event} is not allowed")
         if event == "open" and args and isinstance(args[0], (str, bytes)):
@@ -170,7 +172,58 @@ def _job_inspect(req: dict[str, Any], adapter: Any, rep: _Reporter) -> dict[str,
     return out
 
 
-JOBS = {"inspect": _job_inspect}
+def _job_rollout_worker(req: dict[str, Any], adapter: Any, rep: _Reporter) -> dict[str, Any]:
+    """Training rollouts: load the agent's environment once, then serve the trainer's steps. Work
+    items and results travel over the model endpoint's Unix socket (the only network in here)."""
+    import asyncio
+
+    import httpx
+
+    rep.send({"stage": "import"})
+    try:
+        module = adapter.import_env_module(req["dir"], req["module"])
+        rep.send({"stage": "load_environment"})
+        env = adapter.load_environment(module, req.get("args") or {})
+    except BaseException as exc:  # noqa: BLE001
+        err = {"status": "error", "stage": "load_environment", "kind": "exception",
+               "error": f"{type(exc).__name__}: {exc}", "traceback": _tail()}
+        try:
+            import httpx as _httpx
+
+            _httpx.Client(transport=_httpx.HTTPTransport(uds=req["uds"]), base_url="http://localhost").post(
+                "/ait/results", json={"step": -1, "error": err["error"], "traceback": err["traceback"]})
+        except Exception:  # noqa: BLE001
+            pass
+        return err
+    uds = req["uds"]
+    http = httpx.Client(transport=httpx.HTTPTransport(uds=uds), base_url="http://localhost", timeout=700.0)
+    client = adapter.make_client(uds=uds)
+    loop = asyncio.new_event_loop()
+    rep.send({"stage": "rollouts"})
+    http.post("/ait/results", json={"step": -1, "rows": adapter.dataset_len(env), "max_turns": adapter.max_turns(env)})
+    after, steps = -1, 0
+    while True:
+        work = http.get("/ait/work", params={"after": after, "timeout": 60}).json()
+        if work.get("done"):
+            break
+        if work.get("wait"):
+            continue
+        step = int(work["step"])
+        t0 = time.time()
+        try:
+            groups = adapter.rollout_inputs(env, work["indices"], int(work["group_size"]))
+            results = loop.run_until_complete(adapter.run_groups(env, client, work["model"], groups,
+                                                                 work["sampling_args"]))
+            payload: dict[str, Any] = {"step": step, "groups": results, "seconds": time.time() - t0}
+        except BaseException as exc:  # noqa: BLE001 - reported to the trainer, which decides
+            payload = {"step": step, "error": f"{type(exc).__name__}: {exc}", "traceback": _tail()}
+        http.post("/ait/results", json=payload)
+        after = step
+        steps += 1
+    return {"status": "ok", "steps": steps}
+
+
+JOBS = {"inspect": _job_inspect, "rollout_worker": _job_rollout_worker}
 
 
 def _child(req: dict[str, Any], adapter: Any, wfd: int, drop_to: int | None) -> None:
@@ -184,7 +237,7 @@ def _child(req: dict[str, Any], adapter: Any, wfd: int, drop_to: int | None) -> 
         os.environ.update({"HOME": req["dir"], "TMPDIR": req["dir"] if fallback else "/tmp", "HF_HUB_OFFLINE": "1",
                            "HF_DATASETS_OFFLINE": "1", "HF_HOME": os.path.join(req["dir"], ".hf")})
         if fallback:
-            _install_audit_hook(req["dir"])
+            _install_audit_hook(req["dir"], req.get("uds"))
         result = JOBS[req.get("job", "inspect")](req, adapter, rep)
         rep.send({"result": result})
     except BaseException as exc:  # noqa: BLE001

@@ -1,0 +1,139 @@
+"""The local GRPO trainer: the job's own environment (run by verifiers inside the sandbox) produces
+rollouts against the local endpoint; this process learns from exactly the tokens that were sampled.
+
+Per step: pick ``batch_size / group_size`` dataset rows (seeded), publish them on the endpoint's step
+channel, wait for the sandboxed rollout worker's results (rewards from the agent's rubric and the
+response ids of every turn), look the sampled tokens and behaviour logprobs up in the endpoint's
+records, compute group advantages, and take one optimizer step with :mod:`ait_env.local.grpo`
+(holding the endpoint's lock, so sampling always sees whole weight updates).
+
+A multi-turn rollout is trained as one sequence when each turn's prompt + completion is a prefix of
+the next turn's prompt (the usual case); otherwise each turn is its own sequence. Sequences longer
+than ``seq_len`` are truncated, like prime-rl.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ait_env.jobs.schema import Job
+from ait_env.local import grpo
+from ait_env.local.endpoint import LocalEndpoint, Record
+
+
+class RolloutWorkerError(RuntimeError):
+    """The sandboxed rollout worker failed because of the job's code (its error is the job's fault)."""
+
+
+@dataclass
+class StepLog:
+    step: int
+    reward_mean: float
+    reward_std: float
+    lr: float
+    loss_tokens: int
+    seconds: float
+    rollout_seconds: float
+    train_seconds: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    eval_score: float | None = None
+
+
+def _sequences(records: list[Record | None]) -> list[tuple[list[int], list[int], list[float]]]:
+    """Training sequences (ids, sampled mask, logprobs) of one rollout from its turns' records."""
+    turns = [r for r in records if r is not None]
+    if not turns:
+        return []
+    merged = True
+    for a, b in zip(turns, turns[1:]):
+        full = a.prompt_ids + a.completion_ids
+        if b.prompt_ids[:len(full)] != full:
+            merged = False
+            break
+    if merged:
+        last = turns[-1]
+        ids = last.prompt_ids + last.completion_ids
+        mask = [0] * len(ids)
+        lps = [0.0] * len(ids)
+        for t in turns:
+            start = len(t.prompt_ids)
+            for j, lp in enumerate(t.logprobs):
+                mask[start + j] = 1
+                lps[start + j] = lp
+        return [(ids, mask, lps)]
+    out = []
+    for t in turns:
+        ids = t.prompt_ids + t.completion_ids
+        out.append((ids, [0] * len(t.prompt_ids) + [1] * len(t.completion_ids),
+                    [0.0] * len(t.prompt_ids) + list(t.logprobs)))
+    return out
+
+
+class LocalGRPOTrainer:
+    def __init__(self, endpoint: LocalEndpoint, job: Job, dataset_size: int, *, lr_scale: float, seed: int = 0,
+                 step_timeout_s: float = 600.0, micro_batch: int = 32) -> None:
+        self.ep = endpoint
+        self.job = job
+        self.p = job.prime_rl
+        self.n_rows = max(1, dataset_size)
+        self.lr_scale = lr_scale
+        self.rng = random.Random(seed)
+        self.step_timeout_s = step_timeout_s
+        self.micro_batch = micro_batch
+        self.opt = grpo.make_optimizer(endpoint.model, self.p, lr_scale)
+        self.logs: list[StepLog] = []
+
+    def sampling_args(self) -> dict[str, Any]:
+        s = self.p.sampling
+        return {"temperature": s.temperature, "max_tokens": s.max_tokens, "extra_body": {"ait_record": True}}
+
+    def run(self, on_step: Callable[[StepLog], None] | None = None,
+            eval_fn: Callable[[int], float | None] | None = None) -> list[StepLog]:
+        prompts_per_step = max(1, self.p.batch_size // self.p.group_size)
+        for step in range(self.p.max_steps):
+            t0 = time.perf_counter()
+            indices = [self.rng.randrange(self.n_rows) for _ in range(prompts_per_step)]
+            self.ep.channel.publish({"step": step, "indices": indices, "group_size": self.p.group_size,
+                                     "sampling_args": self.sampling_args(), "model": self.ep.model_name})
+            res = self.ep.channel.wait_results(step, self.step_timeout_s)
+            t1 = time.perf_counter()
+            if "error" in res:
+                raise RolloutWorkerError(f"rollouts failed at step {step}: {res['error']}\n{res.get('traceback', '')[-1500:]}")
+            rewards: list[float] = []
+            seqs_per_rollout: list[list[tuple[list[int], list[int], list[float]]]] = []
+            errors = 0
+            for group in res["groups"]:
+                for r in group:
+                    rewards.append(float(r["reward"]))
+                    seqs_per_rollout.append(_sequences(self.ep.pop_records(r["response_ids"])))
+                    errors += r.get("error") is not None
+            advs = grpo.advantages(rewards, self.p.group_size, self.p.algo.type)
+            seqs, seq_advs = [], []
+            for s_list, a in zip(seqs_per_rollout, advs):
+                for s in s_list:
+                    seqs.append(s)
+                    seq_advs.append(a)
+            lr = grpo.lr_at(step, self.p, self.lr_scale)
+            metrics: dict[str, float] = {"rollout_errors": float(errors)}
+            if seqs and any(a != 0 for a in seq_advs):
+                batch = grpo.make_batch(seqs, seq_advs, self.ep.tok.pad_id, self.p.seq_len)
+                with self.ep.lock:
+                    metrics.update(grpo.train_step(self.ep.model, self.opt, batch, self.p, lr, self.micro_batch))
+                    self.ep.model.eval()
+            self.ep.clear_records()
+            t2 = time.perf_counter()
+            mean = sum(rewards) / max(1, len(rewards))
+            std = (sum((r - mean) ** 2 for r in rewards) / max(1, len(rewards))) ** 0.5
+            log = StepLog(step=step + 1, reward_mean=mean, reward_std=std, lr=lr,
+                          loss_tokens=int(metrics.get("tokens", 0)), seconds=t2 - t0, rollout_seconds=t1 - t0,
+                          train_seconds=t2 - t1, metrics=metrics)
+            if eval_fn is not None:
+                log.eval_score = eval_fn(step + 1)
+            self.logs.append(log)
+            if on_step:
+                on_step(log)
+        self.ep.channel.finish()
+        return self.logs
