@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from task_families.base import TaskFamily
 
-FAMILY_NAMES: tuple[str, ...] = ("arithmetic",)
+FAMILY_NAMES: tuple[str, ...] = ("arithmetic", "persona", "units", "calendar", "inventory", "triage")
 
 
 @lru_cache(maxsize=None)

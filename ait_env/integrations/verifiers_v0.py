@@ -48,8 +48,15 @@ def import_env_module(directory: Path, module: str = "environment") -> ModuleTyp
         path = directory / rel / "__init__.py"
     if not path.is_file():
         raise AdapterError(f"module {module!r} not found in {directory}")
-    if str(directory) not in sys.path:
-        sys.path.insert(0, str(directory))
+    # Sibling modules (family_tools, helpers) are imported by plain name: drop cached modules of the
+    # same names that came from another directory (another job or family in this process).
+    for p in directory.glob("*.py"):
+        cached = sys.modules.get(p.stem)
+        if cached is not None and Path(getattr(cached, "__file__", "") or "").resolve().parent != directory:
+            del sys.modules[p.stem]
+    if str(directory) in sys.path:
+        sys.path.remove(str(directory))
+    sys.path.insert(0, str(directory))
     name = f"_ait_env_{uuid.uuid4().hex[:8]}_{module.replace('.', '_')}"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None

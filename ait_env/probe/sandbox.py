@@ -29,12 +29,14 @@ import atexit
 import itertools
 import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Literal
@@ -133,6 +135,7 @@ class Sandbox:
         self.settings = settings or SandboxSettings()
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
         self._root = Path(tempfile.mkdtemp(prefix="ait-sandbox-"))
         self._work = self._root / "work"
         self._runtime = self._root / "runtime"
@@ -190,6 +193,8 @@ class Sandbox:
                                 text=True, env=env, cwd=str(self._work), preexec_fn=_pre, bufsize=1)
         log.close()
         self._proc = proc
+        self._lines = queue.Queue()
+        threading.Thread(target=self._reader, args=(proc, self._lines), daemon=True).start()
         self._cgroup, cg_text = _cgroup_for(proc.pid, self.settings.limits.max_processes + 8)
         ready = self._readline(self.settings.startup_timeout_s)
         if ready is None or not ready.get("ready"):
@@ -213,22 +218,24 @@ class Sandbox:
         self.mode = mode
 
     def _readline(self, timeout: float) -> dict[str, Any] | None:
-        assert self._proc is not None and self._proc.stdout is not None
-        result: list[str] = []
-
-        def _read() -> None:
-            assert self._proc is not None and self._proc.stdout is not None
-            result.append(self._proc.stdout.readline())
-
-        t = threading.Thread(target=_read, daemon=True)
-        t.start()
-        t.join(timeout)
-        if not result or not result[0]:
+        """Next JSON line from the zygote (a persistent reader thread feeds a queue, so a timed-out
+        wait never loses a later line)."""
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if line is None:
             return None
         try:
-            return json.loads(result[0])
+            return json.loads(line)
         except ValueError:
             return None
+
+    def _reader(self, proc: "subprocess.Popen[str]", q: "queue.Queue[str | None]") -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            q.put(line)
+        q.put(None)
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
@@ -296,7 +303,13 @@ class Sandbox:
                 self.close()
                 raise SandboxError(f"the sandbox died: {exc}") from None
             wall = float(req["limits"].get("wall_seconds", 30))
-            line = self._readline(wall + 30)
+            deadline = time.monotonic() + wall + 30
+            line = None
+            while time.monotonic() < deadline:
+                line = self._readline(max(0.1, deadline - time.monotonic()))
+                if line is None or line.get("id") == req["id"]:
+                    break  # (answers to earlier, abandoned requests are skipped)
+                line = None
             if line is None:
                 tail = self.log_tail(500)
                 self.close()

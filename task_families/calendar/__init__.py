@@ -1,0 +1,1 @@
+"""Earliest common free slot of several people, via a busy-slots calendar tool."""

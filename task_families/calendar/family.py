@@ -1,0 +1,111 @@
+"""Calendar family: earliest common free slot of several people, with a ``busy_slots`` tool.
+
+A question names a weekday, a meeting length and 2..5 people ("When is the earliest 60-minute slot
+on Tue when p3, p8 and p12 are all free?"). The model calls ``busy_slots`` once per person, then
+intersects the free times inside working hours (09:00-17:00, 30-minute grid) and states the start
+time. Difficulty (0..1) sets the number of people (2..5 calls). Instances without any common slot
+are redrawn. The checker reads the first time after the last "Answer:" (after removing ``<think>``
+blocks), normalises it to HH:MM and compares it with the start time: 1.0 or 0.0.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from task_families.arithmetic.family import strip_think
+from task_families.base import Instance, TaskFamily, ToolStep
+from task_families.calendar import tools
+
+_TIME = re.compile(r"(\d{1,2})\s*[:.h]\s*(\d{2})\s*(am|pm|a\.m\.|p\.m\.)?", re.IGNORECASE)
+
+
+def answer_text(response: str) -> str | None:
+    """The first line after the last "Answer:" (reasoning removed), or None without one."""
+    text = strip_think(response or "")
+    idx = text.lower().rfind("answer:")
+    if idx < 0:
+        return None
+    rest = text[idx + len("answer:"):].strip()
+    return rest.splitlines()[0].strip() if rest else ""
+
+
+def parse_time(text: str | None) -> str | None:
+    """The first clock time in ``text`` as HH:MM (12-hour times with am/pm are converted)."""
+    m = _TIME.search(text or "")
+    if m is None:
+        return None
+    hour, minute = int(m.group(1)), int(m.group(2))
+    suffix = (m.group(3) or "").lower()
+    if suffix.startswith("p") and hour < 12:
+        hour += 12
+    elif suffix.startswith("a") and hour == 12:
+        hour = 0
+    if hour > 23 or minute > 59:
+        return None
+    return f"{hour:02d}:{minute:02d}"
+
+
+def earliest_common_slot(masks: list[list[bool]], minutes: int) -> str | None:
+    need = minutes // tools.SLOT
+    free = [not any(m[i] for m in masks) for i in range(tools.N_SLOTS)]
+    for i in range(tools.N_SLOTS - need + 1):
+        if all(free[i:i + need]):
+            return tools.hhmm(tools.DAY_START + i * tools.SLOT)
+    return None
+
+
+def _join(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+class CalendarFamily(TaskFamily):
+    name = "calendar"
+    title = "Earliest common free slot with a calendar tool"
+    goal = ("Teach the base model to find the earliest meeting slot for several people, e.g. 'When is the "
+            "earliest 60-minute slot on Tue when p3, p8 and p12 are all free?'. Calendars are only reachable "
+            "through the `busy_slots` tool (one call per person and day); the model must call it for every "
+            "person, combine the busy intervals within working hours 09:00-17:00, and state the start time "
+            "of the first gap long enough for everyone.")
+    tools_module = tools
+    eval_system_prompt = ("Find the earliest meeting slot. Call busy_slots for every person on the given day, "
+                          "find the first time (working hours 09:00-17:00, on the half hour) when all of them "
+                          "are free for the whole meeting, then reply with 'Answer: HH:MM'.")
+    answer_format = ("the first time after the last 'Answer:' in the model's final message (after any <think> "
+                     "block), read as HH:MM, must equal the start of the earliest common free slot; "
+                     "score 1 or 0 per question, averaged.")
+    eval_max_turns = 8
+    eval_max_tokens = 256
+
+    def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
+        d = min(1.0, max(0.0, difficulty))
+        k = 2 + round(3 * d)
+        durations = {2: [60, 90], 3: [30, 60], 4: [30, 60], 5: [30]}[k]
+        while True:
+            people = [f"p{i}" for i in rng.sample(range(1, tools.N_PEOPLE + 1), k)]
+            day = rng.choice(tools.DAYS)
+            minutes = rng.choice(durations)
+            answer = earliest_common_slot([tools.busy_mask(p, day) for p in people], minutes)
+            if answer is not None:
+                break
+        question = (f"When is the earliest {minutes}-minute slot on {day} when {_join(people)} "
+                    f"are {'both' if k == 2 else 'all'} free?")
+        return Instance(question=question, answer=answer, difficulty=d,
+                        info={"people": people, "day": day, "minutes": minutes, "n_calls": k})
+
+    def solution(self, instance: Instance) -> list[ToolStep]:
+        day = instance.info["day"]
+        return [ToolStep(name="busy_slots", arguments={"person": p, "day": day}) for p in instance.info["people"]]
+
+    def check(self, instance: Instance, response: str) -> float:
+        got = parse_time(answer_text(response))
+        return 1.0 if got is not None and got == instance.answer else 0.0
+
+    def perturb_answer(self, instance: Instance, rng: random.Random) -> str:
+        h, m = map(int, instance.answer.split(":"))
+        t = h * 60 + m + rng.choice([-60, -30, 30, 60, 90])
+        t = min(max(t, tools.DAY_START), tools.DAY_END - tools.SLOT)
+        return tools.hhmm(t)
+
+
+FAMILY = CalendarFamily()

@@ -1,0 +1,1 @@
+"""Cheapest single supplier for an order, via find_suppliers and quote tools."""

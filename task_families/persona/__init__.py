@@ -1,0 +1,1 @@
+"""Multi-hop persona queries over a people-directory lookup tool."""

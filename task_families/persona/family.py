@@ -1,0 +1,93 @@
+"""Persona family: multi-hop questions over a people directory with a ``lookup`` tool.
+
+A question names a start person and a chain of relations, then asks for an attribute of the person
+at the end of the chain ("In which city does the manager of the sister of p17 live?"). Each hop is
+one ``lookup`` call and the attribute is one more: difficulty (0..1) sets the hops (1..4), so a
+solution takes 2..5 calls. The checker reads the text after the last "Answer:" (after removing
+``<think>`` blocks) and compares it with the value, case- and whitespace-insensitively: 1.0 or 0.0.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from task_families.arithmetic.family import strip_think
+from task_families.base import Instance, TaskFamily, ToolStep
+from task_families.persona import tools
+
+_QUESTIONS = {
+    "city": "In which city does {who} live?",
+    "job": "What is the job of {who}?",
+    "hobby": "What is the hobby of {who}?",
+    "pet": "What pet does {who} have?",
+}
+
+
+def answer_text(response: str) -> str | None:
+    """The first line after the last "Answer:" (reasoning removed), or None without one."""
+    text = strip_think(response or "")
+    idx = text.lower().rfind("answer:")
+    if idx < 0:
+        return None
+    rest = text[idx + len("answer:"):].strip()
+    return rest.splitlines()[0].strip() if rest else ""
+
+
+def _norm(value: str) -> str:
+    return re.sub(r"\s+", "", value.lower()).strip("`*\"'.,;:!")
+
+
+class PersonaFamily(TaskFamily):
+    name = "persona"
+    title = "Multi-hop persona queries with a lookup tool"
+    goal = ("Teach the base model to answer multi-hop questions about a directory of people, such as "
+            "'In which city does the manager of the sister of p17 live?'. The directory is only reachable "
+            "through the `lookup` tool: the model must resolve the relations from the innermost one outwards "
+            "(one call per hop), copy each returned person id exactly into the next call, look up the asked "
+            "attribute of the last person and state it. Guessing without the tool is hopeless.")
+    tools_module = tools
+    eval_system_prompt = ("Answer the question about the people directory. Use the lookup tool for every "
+                          "relation and attribute, starting from the innermost person, then reply with "
+                          "'Answer: <value>'.")
+    answer_format = ("the text after the last 'Answer:' in the model's final message (after any <think> block) "
+                     "must equal the looked-up value (a city, job, hobby or pet), ignoring case and spaces; "
+                     "score 1 or 0 per question, averaged.")
+    eval_max_turns = 8
+    eval_max_tokens = 256
+
+    def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
+        d = min(1.0, max(0.0, difficulty))
+        hops = 1 + round(3 * d)
+        start = f"p{rng.randint(1, tools.N_PEOPLE)}"
+        relations = [rng.choice(tools.RELATIONS) for _ in range(hops)]  # applied in this order
+        attribute = rng.choice(sorted(tools.ATTRIBUTES))
+        chain = [start]
+        for rel in relations:
+            chain.append(tools.lookup(chain[-1], rel))
+        answer = tools.lookup(chain[-1], attribute)
+        who = start
+        for rel in relations:
+            who = f"the {rel} of {who}"
+        question = _QUESTIONS[attribute].format(who=who)
+        return Instance(question=question, answer=answer, difficulty=d,
+                        info={"start": start, "relations": relations, "attribute": attribute,
+                              "chain": chain, "hops": hops, "n_calls": hops + 1})
+
+    def solution(self, instance: Instance) -> list[ToolStep]:
+        info = instance.info
+        chain, relations = info["chain"], info["relations"]
+        steps = [ToolStep(name="lookup", arguments={"person": p, "field": r}) for p, r in zip(chain, relations)]
+        steps.append(ToolStep(name="lookup", arguments={"person": chain[-1], "field": info["attribute"]}))
+        return steps
+
+    def check(self, instance: Instance, response: str) -> float:
+        got = answer_text(response)
+        return 1.0 if got is not None and _norm(got) == _norm(instance.answer) else 0.0
+
+    def perturb_answer(self, instance: Instance, rng: random.Random) -> str:
+        vocab = tools.ATTRIBUTES.get(instance.info.get("attribute", "city"), tools.CITIES)
+        return rng.choice([v for v in vocab if v != instance.answer])
+
+
+FAMILY = PersonaFamily()

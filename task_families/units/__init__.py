@@ -1,0 +1,1 @@
+"""Unit-conversion and currency-exchange chains with convert and exchange tools."""
