@@ -219,9 +219,11 @@ class JobWritingEnv(gym.Env[str, str]):
 
     def _bounds(self) -> Bounds:
         b = self.settings.backend.bounds
+        renderers = getattr(self.backend, "model_renderers", None)
         return Bounds(base_models=[m.name for m in self.backend.catalog()], max_steps=b.max_steps,
                       max_batch_size=b.batch_size, max_group_size=b.group_size, max_seq_len=b.seq_len,
-                      max_tokens=b.max_tokens, wall_clock_minutes=b.wall_clock_minutes)
+                      max_tokens=b.max_tokens, wall_clock_minutes=b.wall_clock_minutes,
+                      model_renderers=renderers() if callable(renderers) else {})
 
     @staticmethod
     def _assistant_message(raw: str, prose: str, calls: list[ToolCall]) -> dict[str, Any]:

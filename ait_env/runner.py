@@ -45,6 +45,7 @@ class RunnerSettings(BaseModel):
     seed: int = 0
     step_timeout_s: float = 600.0
     measure_pre: bool = False       # measure the base model instead of reading pinned baselines
+    eval_max_tokens: int = 128      # per-turn cap of the hidden eval (tiny models stop at <|im_end|> anyway)
     max_model_len: int | None = None
     sandbox_memory_mb: int = 3072
 
@@ -123,7 +124,8 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
         try:
             def hidden_eval(instances: list[Any]) -> Any:
                 res = evaluate(fam, base_url=ep.base_url, model=model_name, instances=instances,
-                               concurrency=opts.eval_concurrency, max_tokens=min(fam.eval_max_tokens, 128))
+                               concurrency=opts.eval_concurrency,
+                               max_tokens=min(fam.eval_max_tokens, opts.eval_max_tokens))
                 if res.failed:
                     raise RuntimeError(f"hidden eval failed: {res.failure_reason}")
                 return res

@@ -48,7 +48,15 @@ def main(cfg: DictConfig) -> None:
         table.add_row(key, "—" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value))
     console.print(table)
     if "job" in info:
-        console.print(f"job bundle and result: {env.runs_dir / 'jobs' / info['job']['job_id']}")
+        job_dir = env.runs_dir / "jobs" / info["job"]["job_id"]
+        console.print(f"job bundle and result: {job_dir}")
+        from ait_env.backends.base import JobResult
+        from ait_env.plots import plot_job_curves
+
+        chart = plot_job_curves(JobResult.model_validate(info["job"]), job_dir / "training_curve.png",
+                                title=f"{info['family']} on {info['backend']}: {info['job']['job_id']}")
+        if chart:
+            console.print(f"inner training curve: {chart}")
     env.close()
 
 

@@ -12,5 +12,9 @@ def make_backend(settings: BackendSettings) -> Backend:
         from ait_env.backends.stub import StubBackend
 
         return StubBackend(settings)
-    raise ValueError(f"unknown backend {settings.name!r}; available: stub. "
+    if settings.name == "local":
+        from ait_env.backends.local import LocalBackend
+
+        return LocalBackend(settings)
+    raise ValueError(f"unknown backend {settings.name!r}; available: stub, local. "
                      "Pass backend='stub' or add conf/backend/<name>.yaml with a matching implementation.")

@@ -89,5 +89,6 @@ class StubBackend(Backend):
         return JobResult(job_id=handle.job_id, backend=self.name, status="succeeded", surrogate=True,
                          post_score=round(post, 4), baselines=baselines, wall_seconds=0.0,
                          train_seconds=train_s, cost_usd=self.settings.cost_usd_per_job,
-                         curves={"eval_score": [round(c, 4) for c in curve]},
+                         curves={"eval_step": [float(i) for i in range(steps + 1)],
+                                 "eval_score": [round(pre, 4)] + [round(c, 4) for c in curve]},
                          log_tail=f"stub backend: SURROGATE score (gain={gain:.3f}); nothing was trained")
