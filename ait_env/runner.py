@@ -46,6 +46,7 @@ class RunnerSettings(BaseModel):
     step_timeout_s: float = 600.0
     measure_pre: bool = False       # measure the base model instead of reading pinned baselines
     eval_max_tokens: int = 128      # per-turn cap of the hidden eval (tiny models stop at <|im_end|> anyway)
+    eval_limit: int | None = None   # tests only: score the first N hidden instances instead of all
     max_model_len: int | None = None
     sandbox_memory_mb: int = 3072
 
@@ -98,7 +99,7 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
     model_name = job.job.base_model
     t_start = time.time()
     model, tok = _load_model(model_name)
-    hidden = hidden_set(fam.name)
+    hidden = hidden_set(fam.name)[:opts.eval_limit] if opts.eval_limit else hidden_set(fam.name)
     store = BaselineStore("local")
     baselines: dict[str, float] = {}
     for m in backend.models:

@@ -86,8 +86,9 @@ def policy_loss(logp: torch.Tensor, batch: Batch, loss_cfg: Any) -> tuple[torch.
     n = mask.sum().clamp(min=1.0)
     pg = -(loss_cfg.adv_tau * adv * ratio * keep).sum() / n
     kl = (loss_cfg.kl_tau * log_ratio.pow(2) * mask).sum() / n
-    metrics = {"masked_frac": float(1 - keep.sum() / n), "kl": float(kl.detach()),
-               "ratio_mean": float((ratio * mask).sum() / n), "tokens": float(n)}
+    keep_d, ratio_d = keep.detach(), ratio.detach()
+    metrics = {"masked_frac": float(1 - keep_d.sum() / n), "kl": float(kl.detach()),
+               "ratio_mean": float((ratio_d * mask).sum() / n), "tokens": float(n)}
     return pg + kl, metrics
 
 
