@@ -26,6 +26,22 @@ class LocalBackend(Backend):
         super().__init__(settings)
         self.show_progress = show_progress
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._register_token_counters()
+
+    def _register_token_counters(self) -> None:
+        """Let the probe count prompt tokens with the models' own tokenizer and chat template (built
+        models only; unbuilt ones keep the conservative estimate)."""
+        from ait_env.local.catalog import model_dir
+        from ait_env.local.tokenizer import ChatTokenizer
+        from ait_env.probe.dynamic import register_token_counter
+
+        for m in self.catalog():
+            path = model_dir(m.name)
+            if not (path / "tokenizer.json").exists():
+                continue
+            tok = ChatTokenizer.load(path)
+            register_token_counter(m.name, lambda msgs, tools, tok=tok: len(
+                tok.encode_chat(msgs, tools or None, add_generation_prompt=True)))
 
     def model_renderers(self) -> dict[str, str]:
         # The tiny models carry their own chat template (served by our endpoint, or vLLM with

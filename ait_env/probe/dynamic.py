@@ -34,7 +34,7 @@ from ait_env.probe.report import ProbeFailure
 from ait_env.probe.sandbox import Sandbox, SandboxSettings, shared_sandbox
 from task_families.base import TOOLS_MODULE_NAME, TaskFamily, TaskSpec, question_key
 
-TokenCounter = Callable[[str, str], int]  # (model, text) -> tokens
+TokenCounter = Callable[[list[Any], list[Any]], int]  # (prompt messages, tool defs) -> tokens
 
 _STAGE_TEXT = {"start": "starting", "import": "importing your module", "load_environment": "running load_environment",
                "dataset": "reading the dataset", "rubric": "running your rubric on the dev examples"}
@@ -46,8 +46,10 @@ class DynamicSettings(BaseModel):
     leak_tolerance_rows: int = Field(2, ge=0)
 
 
-def estimate_tokens(model: str, text: str) -> int:  # noqa: ARG001
-    """Conservative token estimate when no tokenizer is registered: one token per 3 UTF-8 bytes."""
+def estimate_tokens(messages: list[Any], tools: list[Any]) -> int:
+    """Conservative estimate when no tokenizer is registered: one token per 3 UTF-8 bytes of the JSON
+    of the prompt messages and the tool schemas."""
+    text = json.dumps(messages, default=str) + json.dumps(tools, default=str)
     return math.ceil(len(text.encode("utf-8")) / 3)
 
 
@@ -55,12 +57,13 @@ _TOKEN_COUNTERS: dict[str, TokenCounter] = {}
 
 
 def register_token_counter(model: str, counter: TokenCounter) -> None:
-    """Use a real tokenizer for ``model`` (the local backend registers its own models)."""
+    """Count prompt tokens of ``model`` with its real tokenizer and chat template (the local backend
+    registers its own models)."""
     _TOKEN_COUNTERS[model] = counter
 
 
-def count_tokens(model: str, text: str) -> int:
-    return _TOKEN_COUNTERS.get(model, estimate_tokens)(model, text)
+def count_prompt_tokens(model: str, messages: list[Any], tools: list[Any]) -> int:
+    return _TOKEN_COUNTERS.get(model, estimate_tokens)(messages, tools)
 
 
 def _fail(code: str, where: str, message: str, fix: str = "") -> ProbeFailure:
@@ -208,13 +211,20 @@ class DynamicProbe:
                 out.append(_fail("wrong_tools", f"{env_file}: tools", f"tool(s) {foreign} are not the family's "
                                  "functions (redefined elsewhere)", f"Import them from {TOOLS_MODULE_NAME}."))
         out.extend(self._rubric_checks(r.get("scores") or [], env_file))
-        prompt_text = (r.get("longest_prompt") or "") + (r.get("tool_defs") or "")
-        prompt_tokens = count_tokens(job.job.base_model, prompt_text)
+        try:
+            messages = json.loads(r.get("longest_prompt") or "[]")
+            tools = json.loads(r.get("tool_defs") or "[]")
+        except ValueError:
+            messages, tools = [], []
+        if not isinstance(messages, list):
+            messages = [{"role": "user", "content": str(messages)}]
+        prompt_tokens = count_prompt_tokens(job.job.base_model, messages, tools if isinstance(tools, list) else [])
         turns = max(1, int(r.get("max_turns") or 1))
         for iss in check_primerl_rules(job, prompt_tokens=prompt_tokens, max_turns=turns):
             if iss.where.endswith("prime_rl.seq_len"):
-                out.append(_fail("seq_len", iss.where, iss.message + " (prompt tokens estimated with the tool "
-                                 "schemas)", iss.fix))
+                how = ("counted with the model's tokenizer" if job.job.base_model in _TOKEN_COUNTERS
+                       else "estimated as 1 token per 3 bytes, tool schemas included")
+                out.append(_fail("seq_len", iss.where, f"{iss.message} (prompt tokens {how})", iss.fix))
         return out
 
     @staticmethod
