@@ -15,15 +15,22 @@ from typing import Any
 import task_families
 
 
-def reference_files(family: str, base_model: str) -> dict[str, str]:
-    """The reference job's files for ``family`` with ``base_model`` filled in."""
+def reference_files(family: str, base_model: str, backend: str | None = None) -> dict[str, str]:
+    """The reference job's files for ``family`` with ``base_model`` filled in.
+
+    A competent engineer sizes the job for the hardware: ``job.<backend>.toml`` (e.g. ``job.local.toml``
+    for the tiny CPU models) replaces ``job.toml`` when it exists."""
     root = Path(task_families.__file__).parent / family / "reference"
     if not root.is_dir():
         raise FileNotFoundError(f"family {family!r} has no reference job ({root})")
     out = {}
     for p in sorted(root.iterdir()):
-        if p.is_file() and not p.name.startswith(".") and p.suffix in (".py", ".toml", ".md"):
+        if p.is_file() and not p.name.startswith(".") and p.suffix in (".py", ".toml", ".md") \
+                and not (p.suffix == ".toml" and p.name != "job.toml"):
             out[p.name] = p.read_text(encoding="utf-8").replace("{base_model}", base_model)
+    variant = root / f"job.{backend}.toml"
+    if backend and variant.is_file():
+        out["job.toml"] = variant.read_text(encoding="utf-8").replace("{base_model}", base_model)
     return out
 
 
@@ -49,7 +56,7 @@ class ScriptedReferenceAgent:
         self._plan: list[str] = []
 
     def reset(self, info: dict[str, Any]) -> None:
-        files = self._override or reference_files(info["family"], pick_model(info))
+        files = self._override or reference_files(info["family"], pick_model(info), info.get("backend"))
         writes = "\n".join(tool_call("write_file", path=k, content=v) for k, v in files.items())
         self._plan = [
             "I'll look at the workspace first.\n" + tool_call("list_files") + "\n"

@@ -1,0 +1,147 @@
+"""Run real jobs on the local backend and print what they did: the reference job, a ladder of
+deliberately bad jobs, a hyperparameter sweep, and a reproducibility rerun.
+
+    python benchmarks/local_jobs.py reference [--families all]          # uplift of each reference job + timings
+    python benchmarks/local_jobs.py ladder [--families arithmetic,...]  # reference vs bad jobs per family
+    python benchmarks/local_jobs.py sweep --family arithmetic --param max_steps --values 0,5,10,20,40,80
+    python benchmarks/local_jobs.py repro --family arithmetic           # the same job twice
+
+Every job goes through the one job runner (sandboxed verifiers rollouts, GRPO, hidden eval), exactly
+as an episode's job would; the ladder's bad jobs skip the validation probe on purpose (the probe
+rejects some of them, e.g. a constant reward) so their uplift can be measured. Results are appended
+to ``runs/benchmarks/local_jobs.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from ait_env.agents.reference import reference_files
+from ait_env.backends.base import BackendSettings, JobResult
+from ait_env.config import load_group
+from ait_env.jobs.bundle import build_bundle
+from ait_env.jobs.schema import parse_job
+from ait_env.runner import run
+from task_families import FAMILY_NAMES, get_family
+
+OUT = Path("runs/benchmarks/local_jobs.jsonl")
+Edit = Callable[[dict[str, str]], dict[str, str]]
+
+
+def _set_toml(key: str, value: str) -> Edit:
+    def edit(files: dict[str, str]) -> dict[str, str]:
+        text, n = re.subn(rf"(?m)^{re.escape(key)} = .*$", f"{key} = {value}", files["job.toml"])
+        if not n:
+            raise ValueError(f"job.toml has no key {key!r}")
+        return {**files, "job.toml": text}
+    return edit
+
+
+def _rubric(expr: str) -> Edit:
+    """Replace the reference rubric by one returning ``expr`` (a function of ``correct``)."""
+    def edit(files: dict[str, str]) -> dict[str, str]:
+        env = files["environment.py"]
+        m = re.search(r"rubric = vf\.Rubric\(funcs=\[([a-z_]+)", env)
+        if not m:
+            raise ValueError("could not find the reference rubric")
+        first = m.group(1)
+        env = re.sub(r"rubric = vf\.Rubric\(.*?\)\n",
+                     f"rubric = vf.Rubric(funcs=[lambda completion, answer, **kw: "
+                     f"(lambda correct: {expr})({first}(completion=completion, answer=answer, **kw))], weights=[1.0])\n",
+                     env, count=1, flags=re.S)
+        return {**files, "environment.py": env}
+    return edit
+
+
+def _chain(*edits: Edit) -> Edit:
+    def edit(files: dict[str, str]) -> dict[str, str]:
+        for e in edits:
+            files = e(files)
+        return files
+    return edit
+
+
+LADDER: dict[str, Edit] = {
+    "reference": lambda f: f,
+    "constant_reward": _rubric("1.0"),
+    "lr_zero": _chain(_set_toml("lr", "0.0"), _set_toml("min_lr", "0.0")),
+    "reward_wrong_answers": _rubric("1.0 - correct"),
+    "lr_collapse": _set_toml("lr", "1e-4"),
+}
+
+
+def run_job(family: str, model: str, edit: Edit, label: str, backend: BackendSettings) -> JobResult:
+    fam = get_family(family)
+    ws = Path(tempfile.mkdtemp(prefix="ait-bench-ws-"))
+    files = edit(reference_files(family, model, backend="local"))
+    for name, text in files.items():
+        (ws / name).write_text(text)
+    job, issues = parse_job(files["job.toml"])
+    if job is None:
+        raise SystemExit(f"{label}: job.toml invalid: {issues}")
+    bundle = build_bundle(ws, job, fam, Path("runs/benchmarks/jobs"))
+    t0 = time.time()
+    result = run(bundle.root, backend, progress=True)
+    rec = {"label": label, "family": family, "model": model, "job_id": result.job_id, "status": result.status,
+           "pre": max(result.baselines.values()) if result.baselines else None, "post": result.post_score,
+           "post_ci95": result.post_ci95, "wall_s": round(time.time() - t0, 1),
+           "train_s": round(result.train_seconds, 1), "max_steps": job.prime_rl.max_steps, "lr": job.prime_rl.optim.lr,
+           "curves": result.curves, "error": result.error}
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    with OUT.open("a") as f:
+        f.write(json.dumps(rec) + "\n")
+    return result
+
+
+def _row(label: str, family: str, r: JobResult) -> str:
+    pre = max(r.baselines.values()) if r.baselines else float("nan")
+    post = r.post_score if r.post_score is not None else float("nan")
+    return (f"{family:11s} {label:22s} {r.status:10s} pre {pre:.3f} post {post:.3f} ± {r.post_ci95 or 0:.3f} "
+            f"uplift {post - pre:+.3f} wall {r.wall_seconds:6.1f} s train {r.train_seconds:6.1f} s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", choices=["reference", "ladder", "sweep", "repro"])
+    ap.add_argument("--families", default="all")
+    ap.add_argument("--family", default="arithmetic")
+    ap.add_argument("--model", default="ait-tiny-m")
+    ap.add_argument("--param", default="max_steps")
+    ap.add_argument("--values", default="0,5,10,20,40,80")
+    ap.add_argument("--variants", default=",".join(LADDER))
+    args = ap.parse_args()
+    backend = BackendSettings.model_validate(load_group("backend", "local"))
+    families = list(FAMILY_NAMES) if args.families == "all" else args.families.split(",")
+    lines: list[str] = []
+    if args.mode == "reference":
+        for fam in families:
+            lines.append(_row("reference", fam, run_job(fam, args.model, LADDER["reference"], "reference", backend)))
+    elif args.mode == "ladder":
+        for fam in families:
+            for v in args.variants.split(","):
+                lines.append(_row(v, fam, run_job(fam, args.model, LADDER[v], v, backend)))
+    elif args.mode == "sweep":
+        for value in args.values.split(","):
+            edit = _set_toml(args.param, value)
+            if args.param == "max_steps":
+                edit = _chain(edit, _set_toml("warmup_steps", "0"))
+            if args.param == "max_steps" and int(value) == 0:
+                lines.append(f"{args.family:11s} max_steps=0 is the untrained base (see baselines)")
+                continue
+            lines.append(_row(f"{args.param}={value}", args.family,
+                              run_job(args.family, args.model, edit, f"{args.param}={value}", backend)))
+    else:
+        for i in range(2):
+            lines.append(_row(f"repro#{i + 1}", args.family,
+                              run_job(args.family, args.model, LADDER["reference"], f"repro#{i + 1}", backend)))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
