@@ -3,5 +3,5 @@
 #   bash scripts/test.sh [extra pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh test,local
+bash scripts/setup.sh test,local,tinker
 exec .venv/bin/python -m pytest -m "not slow" "$@"

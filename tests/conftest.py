@@ -10,6 +10,11 @@ import gymnasium as gym
 import pytest
 
 import ait_env  # noqa: F401  (registers the env)
+import torch
+from ait_env.local.chat import render
+from ait_env.local.model import TinyConfig, TinyLM
+from ait_env.local.tokenizer import ChatTokenizer, train_tokenizer
+from task_families import get_family
 
 
 def call(name: str, **arguments: Any) -> str:
@@ -36,3 +41,39 @@ def make_env(runs_dir: Path) -> Callable[..., gym.Env]:
     yield _make
     for env in made:
         env.close()
+
+
+# ---- local backend: a micro model and tokenizer built in seconds (no cache, no download)
+def _texts(n: int = 300) -> list[str]:
+    f = get_family("arithmetic")
+    return [render(f.eval_messages(i) + f.transcript(i), f.tool_schemas()) for i in f.generate(1, n)]
+
+
+@pytest.fixture(scope="session")
+def micro_tokenizer() -> ChatTokenizer:
+    return ChatTokenizer(train_tokenizer(_texts(), 512))
+
+
+@pytest.fixture(scope="session")
+def micro_model(micro_tokenizer: ChatTokenizer) -> TinyLM:
+    """A 2-layer model briefly fitted to correct arithmetic transcripts (so it emits tool calls)."""
+    torch.manual_seed(0)
+    tok = micro_tokenizer
+    m = TinyLM(TinyConfig(vocab_size=tok.vocab_size, max_position_embeddings=1024))
+    ids = [tok.encode(t) for t in _texts()]
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
+    for it in range(50):
+        batch = ids[(it * 16) % 288:(it * 16) % 288 + 16]
+        T = max(len(x) for x in batch)
+        x = torch.full((len(batch), T), tok.pad_id)
+        a = torch.zeros(len(batch), T, dtype=torch.long)
+        for i, s in enumerate(batch):
+            x[i, :len(s)] = torch.tensor(s)
+            a[i, :len(s)] = 1
+        lp = m.sequence_logprobs(x, a)
+        loss = -(lp * a[:, 1:]).sum() / a[:, 1:].sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    m.eval()
+    return m

@@ -302,11 +302,16 @@ def _become_subreaper() -> None:
         pass
 
 
+_PROTO_FD: int | None = None  # the zygote's channel to the orchestrator (never visible to children)
+
+
 def _serve(req: dict[str, Any], adapter: Any, drop_to: int | None) -> dict[str, Any]:
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(rfd)
+        if _PROTO_FD is not None:
+            os.close(_PROTO_FD)  # agent code must not be able to forge the zygote's answers
         _child(req, adapter, wfd, drop_to)
     os.close(wfd)
     deadline = time.monotonic() + float(req.get("limits", {}).get("wall_seconds", 30))
@@ -371,7 +376,13 @@ def main() -> None:
     if "datasets" in sys.modules:
         sys.modules["datasets"].disable_progress_bars()
     drop_to = UNPRIVILEGED if os.getuid() == 0 and os.environ.get("AIT_SANDBOX_NO_SETUID") != "1" else None
-    out = sys.stdout
+    # Keep the protocol on a private descriptor; anything printed (by libraries or agent code) goes
+    # to stderr (the sandbox log) instead of corrupting the JSON lines.
+    global _PROTO_FD
+    sys.stdout.flush()
+    _PROTO_FD = os.dup(1)
+    os.dup2(2, 1)
+    out = os.fdopen(_PROTO_FD, "w", buffering=1, closefd=False)
     out.write(json.dumps({"ready": True, "uid": os.getuid(), "drop_to": drop_to}) + "\n")
     out.flush()
     for line in sys.stdin:

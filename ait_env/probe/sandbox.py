@@ -82,7 +82,10 @@ def _python_roots() -> list[Path]:
 
 
 def _bwrap_argv(work: Path, runtime: Path) -> list[str]:
-    argv = [bwrap_path() or "bwrap", "--die-with-parent", "--new-session",
+    # No --die-with-parent: its PR_SET_PDEATHSIG fires when the *thread* that started bwrap exits (the
+    # sandbox is warmed up from a short-lived thread). The zygote exits at EOF on stdin instead, which
+    # happens when the orchestrator exits or dies, and the pid namespace takes every child with it.
+    argv = [bwrap_path() or "bwrap", "--new-session",
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
             "--setenv", "PYTHONDONTWRITEBYTECODE", "1"]
@@ -220,16 +223,21 @@ class Sandbox:
     def _readline(self, timeout: float) -> dict[str, Any] | None:
         """Next JSON line from the zygote (a persistent reader thread feeds a queue, so a timed-out
         wait never loses a later line)."""
-        try:
-            line = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        if line is None:
-            return None
-        try:
-            return json.loads(line)
-        except ValueError:
-            return None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return None
+            if line is None:
+                return None
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                obj = None
+            if isinstance(obj, dict):
+                return obj
+            sys.stderr.write(f"ait sandbox: ignored a non-protocol line: {line[:200]!r}\n")
 
     def _reader(self, proc: "subprocess.Popen[str]", q: "queue.Queue[str | None]") -> None:
         assert proc.stdout is not None
@@ -311,9 +319,13 @@ class Sandbox:
                     break  # (answers to earlier, abandoned requests are skipped)
                 line = None
             if line is None:
-                tail = self.log_tail(500)
+                tail = self.log_tail(800)
+                alive = self._proc.poll() is None
+                code = self._proc.returncode
                 self.close()
-                raise SandboxError(f"the sandbox stopped answering; it will be restarted. Log tail: {tail}")
+                raise SandboxError(f"the sandbox stopped answering within {wall + 30:.0f} s (process "
+                                   f"{'alive' if alive else f'exited with code {code}'}); it will be restarted. "
+                                   f"Log tail: {tail}")
             return line["response"]
 
     def release(self, workdir: Path) -> None:

@@ -1,0 +1,559 @@
+"""``AIT/JobWriting-v0`` as a tinker-cookbook RL environment (pinned: tinker-cookbook 0.5.8, tinker 0.38).
+
+Every cookbook-specific call of the project lives here (plus the offline helpers in
+:mod:`ait_env.integrations.tinker_offline`). The shape:
+
+- :class:`JobWritingMessageEnv` (a cookbook ``MessageEnv``): one gym episode. Its first
+  observation is the episode's system prompt *without* the env's own tool section, with the six
+  tools declared by the model's renderer (``create_conversation_prefix_with_tools``, so each model
+  sees its native tool-call format), followed by the task message. Each assistant message (already
+  parsed by the renderer) becomes the env's text action (:func:`message_to_action`); the env's new
+  tool results come back as ``tool`` messages and its notes as ``user`` messages; the whole
+  conversation is returned each step, as ``MessageEnv`` requires. ``reset``/``step`` are blocking
+  (``submit_job`` waits for the job: minutes) and run in a dedicated thread pool
+  (``env_threads``), never on the event loop and never in asyncio's small default pool.
+- :class:`MeteredEnv` (``EnvFromMessageEnv``): the token-level env the cookbook samples against. It
+  appends one ``kind="llm"`` record per sampling call to the env's cost ledger (prompt, cached and
+  sampled tokens, USD from dated config prices) *before* the env step, under the env's
+  ``episode_id``, so the env's per-episode budget counts the agent's tokens too.
+- :class:`JobWritingGroupBuilder`: G envs of the **same** (family, instance). ``compute_group_rewards``
+  adds no reward (the env's reward arrives on the last step) but attaches the per-episode metrics of
+  :mod:`ait_env.integrations.tinker_metrics` and logs the group's train tokens.
+- :class:`JobWritingDataset` over the training families only (``split_families``), and
+  :class:`EvalDataset`: the held-out families (tag ``heldout``) plus a comparison arm of training
+  families (tag ``train``), with fixed instances so evaluations at different checkpoints compare.
+- ``infra_failed`` episodes: the message env raises :class:`InfraFailedEpisode`; the rollout strategy
+  :func:`drop_infra_strategy` (the cookbook's ``MinViableGroup``) removes that trajectory from its
+  group (optionally re-running a fresh episode of the same instance) and keeps the group when at
+  least ``min_group`` episodes remain, else drops the group. A dropped episode is never scored.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import hashlib
+import importlib
+import json
+import logging
+import math
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import chz
+import gymnasium as gym
+from tinker_cookbook import renderers
+from tinker_cookbook.rl import types
+from tinker_cookbook.rl.message_env import EnvFromMessageEnv, MessageEnv, MessageStepResult
+from tinker_cookbook.rl.rollout_strategy import MinViableGroup
+from tinker_cookbook.tokenizer_utils import get_tokenizer
+
+import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
+from ait_env.config import split_families
+from ait_env.integrations.tinker_metrics import (
+    Prices,
+    common_prefix_len,
+    episode_metrics,
+    fill_model_share,
+    trained_tokens,
+)
+from ait_env.ledger import CostRecord
+from ait_env.tools import tool_schemas
+from task_families import FAMILY_NAMES
+
+logger = logging.getLogger(__name__)
+
+ENV_ID = "AIT/JobWriting-v0"
+Message = renderers.Message
+
+
+class InfraFailedEpisode(RuntimeError):
+    """The episode ended ``infra_failed`` (our side failed): it must be dropped, never scored."""
+
+
+class RunBudgetExhausted(RuntimeError):
+    """The run's ledger reached ``budgets.run_usd``: no new episode starts."""
+
+
+# --------------------------------------------------------------------------- configuration
+@dataclass(frozen=True)
+class AdapterConfig:
+    """Plain, picklable settings shared by every env of a run (see the pilot configs)."""
+
+    model_name: str
+    renderer_name: str
+    backend: str = "stub"
+    env_overrides: dict[str, Any] = field(default_factory=dict)   # nested dict for ait_env.config.compose
+    max_tokens: int = 4096                  # per assistant turn
+    max_trajectory_tokens: int | None = None
+    failed_parse_reward: float = -0.1       # turn without a clean end of message (as "unparsable")
+    context_overflow_reward: float = -0.1   # turn over max_tokens / episode over max_trajectory_tokens
+    prices: dict[str, Any] = field(default_factory=dict)
+    run_budget_usd: float | None = None
+    run_id: str = ""
+    env_factory: str | None = None          # "module:callable(cfg) -> gym.Env"; default gym.make(ENV_ID)
+    env_threads: int = 64
+
+
+_EXECUTORS: dict[int, ThreadPoolExecutor] = {}
+_EXECUTOR_LOCK = threading.Lock()
+
+
+def env_executor(n: int) -> ThreadPoolExecutor:
+    """The process-wide pool that runs blocking env calls (one per requested size)."""
+    with _EXECUTOR_LOCK:
+        if n not in _EXECUTORS:
+            _EXECUTORS[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ait-env")
+        return _EXECUTORS[n]
+
+
+async def _in_thread(cfg: AdapterConfig, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    serialize_ast_parse()
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(env_executor(cfg.env_threads), lambda: fn(*args, **kwargs))
+
+
+_TOKENIZER_LOCK = threading.RLock()
+_AST_LOCK = threading.Lock()
+
+
+def serialize_ast_parse() -> None:
+    """Serialize ``ast.parse`` process-wide (idempotent).
+
+    The validation probe parses the agent's Python with ``ast.parse``; with many episodes stepping in
+    threads, CPython 3.11.7 (this project's interpreter) sometimes fails with ``SystemError: AST
+    constructor recursion depth mismatch`` (a CPython 3.11 thread-safety bug in the AST constructor).
+    Measured here in an offline run; without the lock the episode fails and is retried as an error.
+    """
+    if getattr(ast.parse, "_ait_serialized", False):
+        return
+    original = ast.parse
+
+    def parse(*args: Any, **kwargs: Any) -> Any:
+        with _AST_LOCK:
+            return original(*args, **kwargs)
+
+    parse._ait_serialized = True  # type: ignore[attr-defined]
+    ast.parse = parse  # type: ignore[assignment]
+
+
+def serialize_tokenizer(tokenizer: Any) -> Any:
+    """Make an HF fast tokenizer safe to share between threads, in place (idempotent).
+
+    The cookbook renders prompts in worker threads (``EnvFromMessageEnv._render_in_thread``) while
+    parsing on the event loop, and its Qwen3 renderers switch ``split_special_tokens`` on and off
+    between calls, which mutates the shared Rust tokenizer: concurrent calls fail with
+    ``RuntimeError: Already borrowed`` (measured here with tokenizers 0.22.2 / transformers 5.5.4)
+    or could encode with the other call's setting. Every encode/decode path takes one lock.
+    """
+    if getattr(tokenizer, "_ait_serialized", False):
+        return tokenizer
+    for name in ("_encode_plus", "_decode", "convert_tokens_to_ids", "apply_chat_template"):
+        fn = getattr(tokenizer, name, None)
+        if callable(fn):
+            def locked(*args: Any, __fn: Callable[..., Any] = fn, **kwargs: Any) -> Any:
+                with _TOKENIZER_LOCK:
+                    return __fn(*args, **kwargs)
+            setattr(tokenizer, name, locked)
+    try:
+        tokenizer._ait_serialized = True
+    except AttributeError:  # a tokenizer that refuses attributes is left as it is
+        pass
+    return tokenizer
+
+
+@cache
+def get_renderer(renderer_name: str, model_name: str) -> renderers.Renderer:
+    """The cookbook renderer for ``model_name`` (its tokenizer via ``get_tokenizer``: register a local
+    one with ``tinker_cookbook.tokenizer_utils.register_tokenizer`` to work offline). The tokenizer
+    is made thread-safe with :func:`serialize_tokenizer`."""
+    tokenizer = serialize_tokenizer(get_tokenizer(model_name))
+    return renderers.get_renderer(renderer_name, tokenizer, model_name=model_name)
+
+
+def make_gym_env(cfg: AdapterConfig) -> gym.Env:
+    if cfg.env_factory:
+        mod, _, attr = cfg.env_factory.partition(":")
+        return getattr(importlib.import_module(mod), attr)(cfg)
+    return gym.make(ENV_ID, family="train", backend=cfg.backend, overrides=cfg.env_overrides)
+
+
+# --------------------------------------------------------------------------- messages <-> actions
+TOOL_SPECS: list[renderers.ToolSpec] = [t["function"] for t in tool_schemas()]  # type: ignore[misc]
+
+
+def strip_tool_sections(system_text: str) -> str:
+    """The env's system prompt without its own "# Tools" and "# How to call tools" sections (the
+    renderer declares the tools in the model's native format instead)."""
+    start = system_text.find("\n# Tools")
+    rules = system_text.find("\n# Rules")
+    if start < 0 or rules < start:
+        logger.warning("the env's system prompt has no '# Tools' ... '# Rules' sections; keeping it whole")
+        return system_text
+    return system_text[:start].rstrip() + "\n" + system_text[rules:]
+
+
+def message_to_action(message: Message) -> str:
+    """The env's text action for a parsed assistant message: its visible text (thinking dropped),
+    then one ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` block per parsed call and
+    the raw text of each call the renderer could not parse (so the env explains the problem).
+    Every argument of the env's tools is a string: values a renderer decoded as JSON (Qwen3.5's XML
+    parameters) are turned back into their JSON text."""
+    parts: list[str] = []
+    text = renderers.get_text_content(message).strip()
+    if text:
+        parts.append(text)
+    for tc in message.get("tool_calls", []) or []:
+        try:
+            args = json.loads(tc.function.arguments) if tc.function.arguments else {}
+        except json.JSONDecodeError:
+            args = tc.function.arguments
+        if isinstance(args, dict):
+            args = {k: v if isinstance(v, str) else json.dumps(v) for k, v in args.items()}
+        parts.append("<tool_call>\n" + json.dumps({"name": tc.function.name, "arguments": args},
+                                                  ensure_ascii=False) + "\n</tool_call>")
+    for u in message.get("unparsed_tool_calls", []) or []:
+        parts.append(u.raw_text)
+    return "\n".join(parts)
+
+
+def canonical_assistant(message: Message) -> Message:
+    """The assistant message as it goes back into the history: when it has tool calls, its text loses
+    the trailing whitespace the parser leaves before/between the calls. cookbook 0.5.8's Qwen renderers
+    re-render ``text + "\n" + calls``, so without this a turn with text before its calls renders with
+    extra newlines, the next prompt is no longer an extension of the sampled tokens, and the
+    trajectory splits into one datum per turn (measured: 3 datums instead of 1 with qwen3_instruct)."""
+    if not message.get("tool_calls"):
+        return message
+    content = message.get("content")
+    out = Message(**message)  # type: ignore[typeddict-item]
+    if isinstance(content, str):
+        out["content"] = content.rstrip()
+    elif isinstance(content, list):
+        parts = [dict(p) for p in content]
+        for p in reversed(parts):
+            if p.get("type") == "text":
+                p["text"] = p["text"].rstrip()
+                if p["text"]:
+                    break
+        out["content"] = [p for p in parts if p.get("type") != "text" or p["text"]]  # type: ignore[misc]
+    return out
+
+
+def _to_renderer_message(m: dict[str, Any]) -> Message:
+    if m["role"] == "tool":
+        return Message(role="tool", content=m.get("content") or "", tool_call_id=m.get("tool_call_id", ""),
+                       name=m.get("name", ""))
+    return Message(role=m["role"], content=m.get("content") or "")
+
+
+# --------------------------------------------------------------------------- the message-level env
+class JobWritingMessageEnv(MessageEnv):
+    """One episode of ``AIT/JobWriting-v0`` on one (family, instance). Single use."""
+
+    def __init__(self, cfg: AdapterConfig, family: str, instance: int, split: str) -> None:
+        self.cfg = cfg
+        self.family = family
+        self.instance = instance
+        self.split = split
+        self.episode_id = f"{cfg.run_id or 'run'}-{uuid.uuid4().hex[:10]}"
+        self.example_id = f"{family}:{instance}"
+        self.history: list[Message] = []
+        self.env: gym.Env | None = None
+        self.info: dict[str, Any] = {}
+        self.finished = False
+        self.dropped = False
+        self.turns = 0
+        self.llm_usd = 0.0
+        self.tokens_in = 0
+        self.tokens_out = 0
+
+    @property
+    def renderer(self) -> renderers.Renderer:
+        return get_renderer(self.cfg.renderer_name, self.cfg.model_name)
+
+    async def initial_observation(self) -> list[Message]:
+        self.env = await _in_thread(self.cfg, make_gym_env, self.cfg)
+        ledger = self.env.unwrapped.ledger
+        if self.cfg.run_budget_usd is not None:
+            spent = await _in_thread(self.cfg, ledger.spent)
+            if spent >= self.cfg.run_budget_usd:
+                raise RunBudgetExhausted(f"run budget reached: ${spent:.2f} >= ${self.cfg.run_budget_usd:.2f} "
+                                         f"(ledger {ledger.path}); raise pilot.budgets.run_usd to continue")
+        _, self.info = await _in_thread(self.cfg, self.env.reset, seed=self.instance, options={
+            "family": self.family, "instance": self.instance, "episode_id": self.episode_id})
+        system, task = self.info["messages"][0]["content"], self.info["messages"][1]["content"]
+        prefix = self.renderer.create_conversation_prefix_with_tools(TOOL_SPECS, strip_tool_sections(system))
+        self.history = list(prefix) + [Message(role="user", content=task)]
+        return list(self.history)
+
+    async def step(self, message: Message) -> MessageStepResult:
+        assert self.env is not None, "initial_observation() must run first"
+        n_before = len(self.info["messages"])
+        _, _, terminated, truncated, self.info = await _in_thread(self.cfg, self.env.step, message_to_action(message))
+        self.turns += 1
+        self.history.append(canonical_assistant(message))
+        # the env's own copy of the assistant turn is at n_before; what follows is its answer
+        self.history.extend(_to_renderer_message(m) for m in self.info["messages"][n_before + 1:])
+        done = bool(terminated or truncated)
+        metrics: types.Metrics = {}
+        reward = 0.0
+        if done:
+            self.finished = True
+            breakdown = self.info.get("reward") or {}
+            if breakdown.get("drop"):
+                self.dropped = True
+                raise InfraFailedEpisode(f"episode {self.episode_id} ({self.example_id}) infra_failed: "
+                                         f"{breakdown.get('reason', '')}"[:500])
+            reward = float(breakdown.get("total") or 0.0)
+            metrics[f"{types.STOP_METRIC_PREFIX}"
+                    f"{types.StopReason.MAX_TURNS if truncated else types.StopReason.TOOL_STOPPED}"] = 1.0
+        return MessageStepResult(reward=reward, episode_done=done, next_messages=list(self.history),
+                                 metrics=metrics)
+
+    async def record_llm_call(self, prompt_tokens: int, cached_tokens: int, sampled_tokens: int) -> None:
+        """Append one ``kind="llm"`` record to the env's ledger (called before the env step)."""
+        prices = Prices.from_dict(self.cfg.prices)
+        usd = prices.call_usd(prompt_tokens, cached_tokens, sampled_tokens)
+        self.llm_usd += usd
+        self.tokens_in += prompt_tokens
+        self.tokens_out += sampled_tokens
+        if self.env is None:
+            return
+        rec = CostRecord(kind="llm", episode_id=self.episode_id, tokens_in=prompt_tokens, tokens_out=sampled_tokens,
+                         usd=usd, meta={"model": self.cfg.model_name, "cached_in": cached_tokens,
+                                        "turn": self.turns + 1, "run": self.cfg.run_id, "split": self.split,
+                                        "prices_as_of": prices.as_of, "billing": "estimate"})
+        await _in_thread(self.cfg, self.env.unwrapped.ledger.append, rec)
+
+    def job(self) -> Any:
+        """The submitted, validated job (from its bundle), or None."""
+        job_info = self.info.get("job")
+        if not job_info or self.env is None:
+            return None
+        from ait_env.jobs.bundle import JobBundle
+
+        try:
+            return JobBundle.load(Path(self.env.unwrapped.runs_dir) / "jobs" / job_info["job_id"]).job
+        except Exception as exc:  # noqa: BLE001 - metrics must never break training
+            logger.warning("could not load the job bundle of %s: %s", self.episode_id, exc)
+            return None
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+
+
+class MeteredEnv(EnvFromMessageEnv):
+    """``EnvFromMessageEnv`` that records every sampling call's tokens and USD in the cost ledger."""
+
+    message_env: JobWritingMessageEnv
+
+    def __init__(self, renderer: renderers.Renderer, message_env: JobWritingMessageEnv, **kwargs: Any) -> None:
+        super().__init__(renderer, message_env, **kwargs)
+        self._ob: list[int] = []
+        self._prev: list[int] = []      # previous prompt + action
+        self.turns: list[tuple[list[int], list[int]]] = []
+
+    async def initial_observation(self) -> Any:
+        out = await super().initial_observation()
+        if isinstance(out, tuple):
+            self._ob = out[0].to_ints()
+        return out
+
+    async def step(self, action: types.Action, *, extra: types.ActionExtra | None = None) -> types.StepResult:
+        cached = common_prefix_len(self._prev, self._ob) if self._prev else 0
+        await self.message_env.record_llm_call(len(self._ob), cached, len(action))
+        self.turns.append((self._ob, list(action)))
+        self._prev = self._ob + list(action)
+        result = await super().step(action, extra=extra)
+        if not result.episode_done:
+            self._ob = result.next_observation.to_ints()
+        return result
+
+
+# --------------------------------------------------------------------------- groups and datasets
+class JobWritingGroupBuilder(types.EnvGroupBuilder):
+    """``group_size`` episodes of the same (family, instance); picklable (envs are built lazily)."""
+
+    def __init__(self, cfg: AdapterConfig, family: str, instance: int, group_size: int, split: str,
+                 tags: Sequence[str]) -> None:
+        self.cfg = cfg
+        self.family = family
+        self.instance = instance
+        self.group_size = group_size
+        self.split = split
+        self.tags = list(tags)
+        self._made: list[MeteredEnv] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_made"] = []
+        return state
+
+    async def make_envs(self) -> Sequence[types.Env]:
+        renderer = get_renderer(self.cfg.renderer_name, self.cfg.model_name)
+        envs = [MeteredEnv(renderer, JobWritingMessageEnv(self.cfg, self.family, self.instance, self.split),
+                           failed_parse_reward=self.cfg.failed_parse_reward, terminate_on_parse_error=True,
+                           max_trajectory_tokens=self.cfg.max_trajectory_tokens,
+                           max_generation_tokens=self.cfg.max_tokens,
+                           context_overflow_reward=self.cfg.context_overflow_reward)
+                for _ in range(self.group_size)]
+        self._made.extend(envs)
+        return envs
+
+    async def compute_group_rewards(self, trajectory_group: list[types.Trajectory],
+                                    env_group: Sequence[types.Env]) -> list[tuple[float, types.Metrics]]:
+        started = [e for e in self._made if e.message_env.env is not None]
+        n_drop = sum(1 for e in started if e.message_env.dropped)
+        drop_frac = n_drop / max(1, len(started))
+        out: list[dict[str, float]] = []
+        prices = Prices.from_dict(self.cfg.prices)
+        for traj, env in zip(trajectory_group, env_group, strict=True):
+            assert isinstance(env, MeteredEnv)
+            me = env.message_env
+            total = sum(t.reward for t in traj.transitions)
+            m = episode_metrics(me.info.get("reward") if me.finished else None, me.job() if me.finished else None,
+                                self.family, me.turns, total, aborted=not me.finished)
+            m.update({"ait/infra_dropped_frac": drop_frac, "ait/llm_usd": me.llm_usd,
+                      "ait/llm_tokens_in": float(me.tokens_in), "ait/llm_tokens_out": float(me.tokens_out)})
+            n_train = trained_tokens(env.turns)
+            m["ait/train_tokens"] = float(n_train)
+            if me.env is not None and self.split == "train":
+                await _in_thread(self.cfg, me.env.unwrapped.ledger.append, CostRecord(
+                    kind="llm_train", episode_id=me.episode_id, tokens_in=n_train, usd=prices.train_usd(n_train),
+                    meta={"model": self.cfg.model_name, "run": self.cfg.run_id, "prices_as_of": prices.as_of,
+                          "billing": "estimate"}))
+            out.append(m)
+        catalog = []
+        if started and started[0].message_env.info:
+            catalog = [b["name"] for b in started[0].message_env.info.get("base_models", [])]
+        fill_model_share(out, catalog)
+        return [(0.0, m) for m in out]
+
+    async def cleanup(self) -> None:
+        for env in self._made:
+            try:
+                await _in_thread(self.cfg, env.message_env.close)
+            except Exception as exc:  # noqa: BLE001 - cleanup must not mask rollout errors
+                logger.warning("closing an env failed: %s", exc)
+        self._made = []
+
+    def logging_tags(self) -> list[str]:
+        return self.tags
+
+
+def instance_seed(seed: int, stream: str, k: int) -> int:
+    """Deterministic instance id for item ``k`` of a stream (resume-safe, no RNG state)."""
+    return int(hashlib.sha256(f"{seed}:{stream}:{k}".encode()).hexdigest()[:8], 16)
+
+
+class JobWritingDataset(types.RLDataset):
+    """Batches of ``groups_per_batch`` groups over the training families (round-robin, fresh instances)."""
+
+    def __init__(self, cfg: AdapterConfig, families: Sequence[str], groups_per_batch: int, group_size: int,
+                 n_batches: int, seed: int = 0) -> None:
+        if not families:
+            raise ValueError("no training families: every family is marked held_out in conf/family/")
+        self.cfg = cfg
+        self.families = list(families)
+        self.groups_per_batch = groups_per_batch
+        self.group_size = group_size
+        self.n_batches = n_batches
+        self.seed = seed
+
+    def get_batch(self, index: int) -> Sequence[types.EnvGroupBuilder]:
+        out = []
+        for j in range(self.groups_per_batch):
+            k = index * self.groups_per_batch + j
+            fam = self.families[k % len(self.families)]
+            out.append(JobWritingGroupBuilder(self.cfg, fam, instance_seed(self.seed, "train", k), self.group_size,
+                                              "train", tags=["train", fam]))
+        return out
+
+    def __len__(self) -> int:
+        return self.n_batches
+
+
+class EvalDataset(types.RLDataset):
+    """One batch: ``heldout_groups`` groups per held-out family (tag ``heldout``) and ``train_groups`` per
+    training family (tag ``train``), on fixed instances disjoint from the training stream."""
+
+    def __init__(self, cfg: AdapterConfig, heldout: Sequence[str], train: Sequence[str], heldout_groups: int,
+                 train_groups: int, group_size: int, seed: int = 0) -> None:
+        self.builders: list[types.EnvGroupBuilder] = []
+        for arm, fams, n in (("heldout", heldout, heldout_groups), ("train", train, train_groups)):
+            for fam in fams:
+                for k in range(n):
+                    self.builders.append(JobWritingGroupBuilder(
+                        cfg, fam, instance_seed(seed, f"eval:{fam}", k), group_size, "eval", tags=[arm, fam]))
+
+    def get_batch(self, index: int) -> Sequence[types.EnvGroupBuilder]:
+        return self.builders if index == 0 else []
+
+    def __len__(self) -> int:
+        return 1 if self.builders else 0
+
+
+@chz.chz
+class JobWritingDatasetBuilder(types.RLDatasetBuilder):
+    """chz builder the cookbook's ``train.Config`` takes; its fields are JSON-friendly (``config.json``)."""
+
+    model_name: str
+    renderer_name: str
+    group_size: int
+    groups_per_batch: int
+    n_batches: int
+    seed: int = 0
+    backend: str = "stub"
+    env_overrides_json: str = "{}"
+    max_tokens: int = 4096
+    max_trajectory_tokens: int | None = None
+    eval_heldout_groups: int = 1
+    eval_train_groups: int = 0
+    eval_group_size: int = 4
+    prices_json: str = "{}"
+    run_budget_usd: float | None = None
+    run_id: str = ""
+    env_factory: str | None = None
+    env_threads: int = 64
+
+    def adapter_config(self) -> AdapterConfig:
+        return AdapterConfig(model_name=self.model_name, renderer_name=self.renderer_name, backend=self.backend,
+                             env_overrides=json.loads(self.env_overrides_json), max_tokens=self.max_tokens,
+                             max_trajectory_tokens=self.max_trajectory_tokens, prices=json.loads(self.prices_json),
+                             run_budget_usd=self.run_budget_usd, run_id=self.run_id, env_factory=self.env_factory,
+                             env_threads=self.env_threads)
+
+    def datasets(self) -> tuple[JobWritingDataset, EvalDataset | None]:
+        cfg = self.adapter_config()
+        train, heldout = split_families(FAMILY_NAMES)
+        train_ds = JobWritingDataset(cfg, train, self.groups_per_batch, self.group_size, self.n_batches, self.seed)
+        eval_ds = EvalDataset(cfg, heldout, train, self.eval_heldout_groups, self.eval_train_groups,
+                              self.eval_group_size, self.seed)
+        return train_ds, (eval_ds if len(eval_ds) else None)
+
+    async def __call__(self) -> tuple[types.RLDataset, types.RLDataset | None]:
+        get_renderer(self.renderer_name, self.model_name)  # fail early on a missing tokenizer / renderer
+        return self.datasets()
+
+
+def drop_infra_strategy(group_size: int, min_group: int | None = None, max_retries: int = 1,
+                        timeout_s: float | None = None) -> MinViableGroup:
+    """The cookbook's ``MinViableGroup``: failed episodes (``infra_failed`` raises) leave the group,
+    are re-run on a fresh env of the same instance while fewer than ``min_group`` succeeded and
+    retries remain, and a group below ``min_group`` is dropped whole (no advantage from too few)."""
+    floor = min_group if min_group is not None else max(2, math.ceil(group_size / 2))
+    return MinViableGroup(min_successful=min(floor, group_size), max_retries=max_retries,
+                          per_rollout_timeout=timeout_s)
+
+
+__all__ = ["AdapterConfig", "EvalDataset", "InfraFailedEpisode", "JobWritingDataset", "JobWritingDatasetBuilder",
+           "JobWritingGroupBuilder", "JobWritingMessageEnv", "MeteredEnv", "RunBudgetExhausted",
+           "canonical_assistant", "drop_infra_strategy", "message_to_action", "serialize_tokenizer", "strip_tool_sections"]

@@ -1,0 +1,44 @@
+"""trainers/plot_run.py renders every chart from a recorded metrics.jsonl (see fixtures/README.md)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+from trainer_fixtures import plot_run  # noqa: F401  (fixture)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "metrics.jsonl"
+CHARTS = {"reward", "post", "heldout", "model_share", "adoption", "cost", "status_mix"}
+
+
+@pytest.mark.parametrize("fmt", ["png", "svg"])
+def test_renders_every_chart(plot_run, tmp_path, fmt):
+    written = plot_run.render(FIXTURE, tmp_path / "charts", fmt)
+    assert {p.stem for p in written} == CHARTS
+    for p in written:
+        assert p.suffix == f".{fmt}" and p.stat().st_size > 1000
+
+
+def test_series_merge_train_and_eval_rows(plot_run):
+    s = plot_run.load_series(FIXTURE)
+    assert [x for x, _ in s["env/all/ait/reward"]] == list(range(8))
+    assert [x for x, _ in s["test/env/heldout/ait/reward"]] == [0, 2, 4, 6, 8]
+    shares = [v for k, pts in s.items() if k.startswith("env/all/ait/model/") for x, v in pts if x == 0]
+    assert sum(shares) == pytest.approx(1.0)
+
+
+def test_cli_on_a_run_dir(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(FIXTURE, run / "metrics.jsonl")
+    script = Path(__file__).resolve().parents[2] / "trainers" / "plot_run.py"
+    p = subprocess.run([sys.executable, str(script), str(run)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert len(list((run / "charts").glob("*.png"))) == len(CHARTS)
+    bad = subprocess.run([sys.executable, str(script), str(tmp_path / "nope")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "metrics.jsonl" in bad.stderr

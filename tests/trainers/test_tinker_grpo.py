@@ -1,0 +1,123 @@
+"""trainers/tinker_grpo.py: missing key, composed pilots, the cookbook Config it builds, and the whole
+loop offline (train.main with the offline service): steps, evaluations, checkpoints, crash + resume,
+warm start."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tinker_cookbook", reason="install the outer-loop extra: pip install -e '.[tinker]'")
+from trainer_fixtures import cache_dir, compose_cfg, tinker_grpo  # noqa: F401  (fixtures)
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "trainers" / "tinker_grpo.py"
+FAST = ("env.probe.enabled=false", "pilot.eval.every=2")
+
+
+def _env_without_key() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def test_missing_key_exits_at_once_with_what_to_do(tmp_path):
+    t0 = time.time()
+    p = subprocess.run([sys.executable, str(SCRIPT), "+pilot=smoke", f"run_dir={tmp_path / 'runs'}"], cwd=REPO,
+                       env=_env_without_key(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and time.time() - t0 < 30
+    assert "TINKER_API_KEY is not set" in p.stderr and "export TINKER_API_KEY=" in p.stderr
+    assert "dry_run=true" in p.stderr and "scripts/main.sh" in p.stderr and "pilot.base_url" in p.stderr
+    assert not (tmp_path / "runs").exists()  # nothing half-started
+
+
+@pytest.mark.parametrize("pilot,model,steps", [("smoke", "Qwen/Qwen3-4B-Instruct-2507", 2),
+                                               ("7", "Qwen/Qwen3.6-35B-A3B", 10),
+                                               ("7b", "Qwen/Qwen3.6-35B-A3B", 24),
+                                               ("7c", "Qwen/Qwen3.6-35B-A3B", 20)])
+def test_cfg_job_prints_each_pilot(pilot, model, steps):
+    p = subprocess.run([sys.executable, str(SCRIPT), f"+pilot={pilot}", "--cfg", "job"], cwd=REPO,
+                       env=_env_without_key(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "pilot:" in p.stdout and f"model: {model}" in p.stdout and f"steps: {steps}" in p.stdout
+    assert "max_steps_off_policy:" in p.stdout and "env:" in p.stdout and "reward:" in p.stdout
+
+
+def test_7b_config_warm_starts_from_7(tinker_grpo, compose_cfg, tmp_path):
+    prev = tmp_path / "7"
+    prev.mkdir(parents=True)
+    rows = [{"name": "000005", "batch": 5, "state_path": "tinker://r/state/000005"},
+            {"name": "final", "batch": 10, "state_path": "tinker://r/state/final", "sampler_path": "tinker://r/s"}]
+    (prev / "checkpoints.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = compose_cfg("+pilot=7b", f"run_dir={tmp_path}", "pilot.backend.name=stub")
+    c = tinker_grpo.build_train_config(cfg)
+    assert c.load_checkpoint_path == "tinker://r/state/final"
+    assert c.model_name == "Qwen/Qwen3.6-35B-A3B" and c.renderer_name == "qwen3_5"
+    assert c.lora_rank == 8 and c.learning_rate == pytest.approx(4e-5) and c.loss_fn == "importance_sampling"
+    assert c.async_config.max_steps_off_policy == 2 and c.async_config.groups_per_batch == 5
+    assert c.max_steps == 24 and c.max_tokens == 8192 and c.eval_every == 6 and c.save_every == 6
+    db = c.dataset_builder
+    assert db.group_size == 8 and db.groups_per_batch == 5 and db.n_batches == 24
+    env = json.loads(db.env_overrides_json)["env"]
+    assert env["max_turns"] == 30 and env["ledger"]["path"] == str(tmp_path / "7b" / "costs.jsonl")
+    assert env["ledger"]["global_budget_usd"] == 800.0 and env["ledger"]["episode_budget_usd"] == 5.0
+    s = c.rollout_error_tolerance
+    assert type(s).__name__ == "MinViableGroup" and s.min_successful == 4 and s.max_retries == 2
+
+
+def test_config_errors_say_how_to_fix(tinker_grpo, compose_cfg, tmp_path):
+    with pytest.raises(SystemExit, match=r"Run `python trainers/tinker_grpo.py \+pilot=7b` first"):
+        tinker_grpo.build_train_config(compose_cfg("+pilot=7c", f"run_dir={tmp_path}", "pilot.backend.name=stub"))
+    with pytest.raises(SystemExit, match="pilot.backend.name=<name>"):
+        tinker_grpo.build_train_config(compose_cfg("+pilot=smoke", f"run_dir={tmp_path}",
+                                                   "pilot.backend.name=nowhere"))
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_offline_loop_steps_evals_crash_resume_and_warm_start(tinker_grpo, compose_cfg, tmp_path, cache_dir,
+                                                              monkeypatch):
+    from ait_env.integrations.tinker_offline import OfflineRecord
+
+    monkeypatch.setenv("AIT_CACHE_DIR", str(cache_dir))
+    base = ("+pilot=smoke", "dry_run=true", f"run_dir={tmp_path}", *FAST)
+    # 1. a crash after the first optimizer step ...
+    rec = OfflineRecord(fail_after_steps=1)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        tinker_grpo.run(compose_cfg(*base), rec)
+    log = tmp_path / "smoke-dryrun"
+    assert rec.created == [("lora", "Qwen/Qwen3-4B-Instruct-2507")] and rec.optim_steps == 1
+    last = [r for r in _rows(log / "checkpoints.jsonl") if "state_path" in r][-1]
+    assert last["batch"] == 1
+    # 2. ... and the rerun resumes from the last full checkpoint (weights + optimizer) and finishes
+    rec = OfflineRecord()
+    tinker_grpo.run(compose_cfg(*base), rec)
+    assert rec.created == [("resume", last["state_path"])] and rec.optim_steps == 1
+    ckpts = _rows(log / "checkpoints.jsonl")
+    assert ckpts[-1]["name"] == "final" and ckpts[-1]["batch"] == 2
+    rows = _rows(log / "metrics.jsonl")
+    train = {r["step"]: r for r in rows if "env/all/ait/reward" in r}
+    evals = {r["step"]: r for r in rows if "test/env/heldout/ait/reward" in r}
+    assert set(train) == {0, 1} and {0, 2} <= set(evals)
+    for r in train.values():
+        for k in ("V", "Q", "S", "validated", "status/scored", "status/invalid", "surface/adopted"):
+            assert f"env/all/ait/{k}" in r
+        assert "env/all/ait/post" in r and "env/all/ait/uplift" in r
+        assert any(k.startswith("env/all/ait/model/") for k in r)
+        assert r["sampling_client/step_max"] <= r["training_client/step"]
+        assert not any("triage" in k for k in r)  # the held-out family never trains
+    assert any("test/env/triage/" in k for k in evals[0])
+    costs = _rows(log / "costs.jsonl")
+    assert {r["kind"] for r in costs} >= {"llm", "llm_train", "gpu_job"}
+    # 3. a warm start loads the previous pilot's final weights with a fresh optimizer
+    rec = OfflineRecord()
+    tinker_grpo.run(compose_cfg(*base, "pilot.name=smoke2", "pilot.steps=1", "pilot.warm_start={pilot: smoke}"), rec)
+    assert rec.created == [("weights", ckpts[-1]["state_path"])] and rec.optim_steps == 1

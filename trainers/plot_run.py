@@ -1,0 +1,153 @@
+"""Charts of a Tinker outer-loop run from its ``metrics.jsonl``.
+
+    python trainers/plot_run.py runs/tinker/7b                 # writes runs/tinker/7b/charts/*.png
+    python trainers/plot_run.py path/to/metrics.jsonl --out charts/ --format svg
+
+Contract: reads the cookbook's ``metrics.jsonl`` (one JSON object per line with ``step``; training rows
+carry ``env/all/...``, evaluation rows ``test/env/...``; rows may share a step) and writes one file per
+chart, skipping a chart whose metrics are absent (and saying so):
+
+- ``reward``: batch reward per step (``env/all/ait/reward``) with the validation rate;
+- ``post``: post-training hidden-eval score and uplift per step (scored jobs);
+- ``heldout``: evaluation arm means at checkpoints (``test/env/heldout`` vs ``test/env/train``);
+- ``model_share``: share of validated jobs per base model (``env/all/ait/model/*``);
+- ``adoption``: ``[prime_rl]`` surface adoption (any field changed / a field beyond the template);
+- ``status_mix``: job status mix per step (stacked) and the infra-dropped share;
+- ``cost``: LLM USD and tokens per episode.
+
+Returns (and prints) the written paths. Uses matplotlib's Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+STATUSES = ("scored", "job_failed", "invalid", "unparsable", "aborted")
+
+
+def load_series(path: Path) -> dict[str, list[tuple[int, float]]]:
+    """key -> [(step, value)] sorted by step (the last value wins when a step repeats a key)."""
+    by_key: dict[str, dict[int, float]] = defaultdict(dict)
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line
+        step = row.get("step")
+        if step is None:
+            continue
+        for k, v in row.items():
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                by_key[k][int(step)] = float(v)
+    return {k: sorted(d.items()) for k, d in by_key.items()}
+
+
+def _xy(series: dict[str, list[tuple[int, float]]], key: str) -> tuple[list[int], list[float]]:
+    pts = series.get(key, [])
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def render(metrics: Path, out_dir: Path, fmt: str = "png") -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = load_series(metrics)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    def chart(name: str, title: str, lines: list[tuple[str, str]], ylabel: str, *, marker: str = "o",
+              ylim: tuple[float, float] | None = None) -> None:
+        present = [(k, label) for k, label in lines if series.get(k)]
+        if not present:
+            print(f"skip {name}: none of {', '.join(k for k, _ in lines)} in {metrics}", file=sys.stderr)
+            return
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for k, label in present:
+            x, y = _xy(series, k)
+            ax.plot(x, y, marker=marker, label=label)
+        ax.set_title(title)
+        ax.set_xlabel("training step")
+        ax.set_ylabel(ylabel)
+        if ylim:
+            ax.set_ylim(*ylim)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"{name}.{fmt}"
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+
+    chart("reward", "Batch reward per step", [("env/all/ait/reward", "mean episode reward"),
+                                               ("env/all/ait/validated", "validation rate")], "value")
+    chart("post", "Trained model's hidden-eval score (scored jobs)",
+          [("env/all/ait/post", "post score"), ("env/all/ait/best_pre", "best untrained baseline"),
+           ("env/all/ait/uplift", "uplift")], "score")
+    if series.get("test/env/heldout/ait/reward"):
+        arms = [("test/env/heldout/ait/reward", "held-out reward"), ("test/env/train/ait/reward", "train-family reward"),
+                ("test/env/heldout/ait/post", "held-out post score"), ("test/env/train/ait/post", "train-family post")]
+    else:  # no comparison arm: the cookbook reports a tag shared by every group only under env/all
+        arms = [("test/env/all/ait/reward", "held-out reward"), ("test/env/all/ait/post", "held-out post score")]
+    chart("heldout", "Evaluation at checkpoints: held-out vs training families", arms, "value", marker="s")
+    models = sorted(k for k in series if k.startswith("env/all/ait/model/"))
+    chart("model_share", "Base model chosen (share of validated jobs)",
+          [(k, k.rsplit("/", 1)[-1]) for k in models], "share", ylim=(0, 1.05))
+    chart("adoption", "[prime_rl] surface adoption (validated jobs)",
+          [("env/all/ait/surface/adopted", "changed any field from the template"),
+           ("env/all/ait/surface/beyond_template", "set a field the template does not show")], "share",
+          ylim=(0, 1.05))
+    chart("cost", "LLM cost per episode (estimate)", [("env/all/ait/llm_usd", "USD per episode")], "USD")
+
+    keys = [f"env/all/ait/status/{s}" for s in STATUSES]
+    if any(series.get(k) for k in keys):
+        steps = sorted({s for k in keys for s, _ in series.get(k, [])})
+        fig, ax = plt.subplots(figsize=(7, 4))
+        bottom = [0.0] * len(steps)
+        for s, k in zip(STATUSES, keys):
+            vals = dict(series.get(k, []))
+            ys = [vals.get(st, 0.0) for st in steps]
+            ax.bar(steps, ys, bottom=bottom, label=s)
+            bottom = [b + y for b, y in zip(bottom, ys)]
+        x, y = _xy(series, "env/all/ait/infra_dropped_frac")
+        if x:
+            ax.plot(x, y, color="black", marker="x", label="infra_failed (dropped)")
+        ax.set_title("Job status mix per step")
+        ax.set_xlabel("training step")
+        ax.set_ylabel("share of kept episodes")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"status_mix.{fmt}"
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", type=Path, help="a run directory (with metrics.jsonl) or a metrics.jsonl file")
+    ap.add_argument("--out", type=Path, default=None, help="output folder (default: <run dir>/charts)")
+    ap.add_argument("--format", choices=("png", "svg"), default="png")
+    args = ap.parse_args(argv)
+    metrics = args.run / "metrics.jsonl" if args.run.is_dir() else args.run
+    if not metrics.is_file():
+        print(f"error: {metrics} not found; pass a run directory (runs/tinker/<pilot>) or its metrics.jsonl",
+              file=sys.stderr)
+        return 2
+    out = args.out or metrics.parent / "charts"
+    written = render(metrics, out, args.format)
+    for p in written:
+        print(p)
+    return 0 if written else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
