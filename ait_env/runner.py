@@ -213,7 +213,8 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
             curves = {"train_reward": [s.reward_mean for s in logs],
                       "eval_step": [float(k) for k in sorted(curve_eval)] + [float(job.prime_rl.max_steps)],
                       "eval_score": [curve_eval[k] for k in sorted(curve_eval)] + [post.score],
-                      "lr": [s.lr for s in logs], "step_seconds": [s.seconds for s in logs]}
+                      "lr": [s.lr for s in logs], "step_seconds": [s.seconds for s in logs],
+                      "trained_tokens": [float(s.loss_tokens) for s in logs]}
             return JobResult(job_id=bundle.job_id, backend="local", status="succeeded", post_score=post.score,
                              post_ci95=post.ci95, baselines=baselines, wall_seconds=time.time() - t_start,
                              train_seconds=train_seconds, cost_usd=0.0, curves=curves)

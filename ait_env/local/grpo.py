@@ -187,7 +187,7 @@ def train_step(model: Any, opt: Any, batch: Batch, p: PrimeRL, lr: float, micro_
         mb = Batch(batch.input_ids[sl], batch.attention_mask[sl], batch.loss_mask[sl], batch.old_logprobs[sl],
                    batch.advantages[sl])
         temp = p.sampling.temperature if p.sampling.temperature > 0 else 1.0
-        logp = model.sequence_logprobs(mb.input_ids, mb.attention_mask, temp)
+        logp = model.sequence_logprobs(mb.input_ids, mb.attention_mask, temp, only=mb.loss_mask[:, 1:] > 0)
         loss, m = policy_loss(logp, mb, p.loss)
         weight = m["tokens"] / total_tokens
         (loss * weight).backward()

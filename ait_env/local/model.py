@@ -131,7 +131,10 @@ class Attention(nn.Module):
             rep = c.num_attention_heads // c.num_key_value_heads
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if mask is None:  # right-padded full sequences: causal attention alone never lets real tokens see pads
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -190,13 +193,16 @@ class TinyLM(nn.Module):
             nn.init.normal_(m.weight, std=0.02)
 
     # ------------------------------------------------------------------ forward
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor,
-                cache: KVCache | None = None) -> torch.Tensor:
-        """Logits ``[B, T, V]``. ``key_mask [B, S]`` marks real tokens among all S = cached + T keys."""
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor | None,
+                cache: KVCache | None = None, hidden_only: bool = False) -> torch.Tensor:
+        """Logits ``[B, T, V]``. ``key_mask [B, S]`` marks real tokens among all S = cached + T keys;
+        ``None`` means plain causal attention over right-padded sequences (training)."""
         B, T = input_ids.shape
-        S = key_mask.shape[1]
+        S = key_mask.shape[1] if key_mask is not None else T
         past = S - T
-        if T == 1:  # decoding: the new key is real for every row, no causal structure needed
+        if key_mask is None:
+            mask = None
+        elif T == 1:  # decoding: the new key is real for every row, no causal structure needed
             mask = key_mask[:, None, None, :]
         else:
             causal = torch.ones(T, S, dtype=torch.bool).tril(diagonal=past)
@@ -212,15 +218,25 @@ class TinyLM(nn.Module):
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         if cache is not None:
             cache.length += T
-        return self.lm_head(self.model.norm(x))
+        x = self.model.norm(x)
+        return x if hidden_only else self.lm_head(x)
 
     def sequence_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                          temperature: float = 1.0) -> torch.Tensor:
-        """Log-probabilities ``[B, T-1]`` of tokens 1..T-1 given their prefix (right-padded batch)."""
+                          temperature: float = 1.0, only: torch.Tensor | None = None) -> torch.Tensor:
+        """Log-probabilities ``[B, T-1]`` of tokens 1..T-1 given their prefix (right-padded batch).
+
+        ``only [B, T-1]`` (bool) restricts the vocabulary projection to those positions (others are 0),
+        which saves most of the work when only sampled tokens are trained."""
         positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        logits = self.forward(input_ids, positions, attention_mask.bool())[:, :-1]
-        logp = torch.log_softmax(logits.float() / max(temperature, 1e-6), dim=-1)
-        return logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+        h = self.forward(input_ids, positions, None, hidden_only=True)[:, :-1]  # right padding: causal suffices
+        targets = input_ids[:, 1:]
+        if only is None:
+            logp = torch.log_softmax(self.lm_head(h).float() / max(temperature, 1e-6), dim=-1)
+            return logp.gather(-1, targets[..., None]).squeeze(-1)
+        sel = only.bool()
+        out = torch.zeros(targets.shape, dtype=torch.float32)
+        logp = torch.log_softmax(self.lm_head(h[sel]).float() / max(temperature, 1e-6), dim=-1)
+        return out.masked_scatter(sel, logp.gather(-1, targets[sel][:, None]).squeeze(-1))
 
     # ------------------------------------------------------------------ io
     def save(self, path: str | Path, extra_files: dict[str, str] | None = None) -> None:
