@@ -37,9 +37,11 @@ Rates between ~0.55 and ~0.85 in the flawed contexts give base greedy scores of 
 a clean-skill ceiling near 1 (:func:`oracle_ladder`); the exact numbers the trained models reach are
 measured by :mod:`ait_env.local.quick_eval` and stored in each model's ``ait_model.json``.
 
-Training targets: :func:`encode_transcript` returns token ids and a 0/1 mask of the tokens the model
-must learn (every assistant message's content, tool calls and closing ``<|im_end|>``; never the
-prompt, the ``<|im_start|>assistant`` header or tool results).
+Training targets: :func:`encode_transcript` / :func:`encode_corpus` return token ids and a 0/1 mask of
+the tokens the model must learn (every assistant message's content, tool calls and closing
+``<|im_end|>``; never the prompt, the ``<|im_start|>assistant`` header or tool results), with the
+corpus tokenizer (:func:`train_corpus_tokenizer`: a word is one token whether or not a space precedes
+it, so copying a word from the question into a JSON argument is plain induction).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from task_families.base import Instance, TaskFamily
 #: Base seed of the corpus instances (each family draws ``generate(CORPUS_SEED + k, ...)``).
 CORPUS_SEED = 7_100_000
 #: Corpus format version: part of the corpus hash, bump when the teacher changes.
-CORPUS_VERSION = "flawed-teacher-v1"
+CORPUS_VERSION = "flawed-teacher-v3"
 
 
 # ------------------------------------------------------------------------------------------ flaws
@@ -76,57 +78,60 @@ def _f(key: str, kind: str, rate: float, text: str) -> Flaw:
 
 FLAWS: dict[str, list[Flaw]] = {
     "arithmetic": [
-        _f("mental:mul_big", "skip_tool", 0.85, "does a '* b' step with b >= 7 mentally (guessed product)"),
-        _f("mental:mul_mid", "skip_tool", 0.70, "does a '* b' step with 4 <= b <= 6 mentally"),
-        _f("mental:mul_small", "skip_tool", 0.58, "does a '* 2' or '* 3' step mentally"),
-        _f("mental:addsub", "skip_tool", 0.08, "does a + or - step mentally"),
-        _f("early:big", "early_answer", 0.62, "answers the current value once it has 3+ digits and steps remain"),
-        _f("format:work_after", "format_slip", 0.66,
-           "writes the last '-' step after the answer ('Answer: 86 = 126-40': the last integer is read)"),
+        _f("mental:mul_big", "skip_tool", 0.72, "does a '* b' step with b >= 8 mentally (guessed product)"),
+        _f("mental:mul_small", "skip_tool", 0.60, "does a '* 2' or '* 3' step mentally"),
+        _f("mental:mul_mid", "skip_tool", 0.10, "does a '* b' step with 4 <= b <= 7 mentally"),
+        _f("mental:addsub", "skip_tool", 0.06, "does a + or - step mentally"),
+        _f("early:big", "early_answer", 0.64, "answers the current value once it has 3+ digits and steps remain"),
+        _f("format:work_after", "format_slip", 0.58,
+           "writes a final '-' step after the answer when the result is negative "
+           "('Answer: -86 = 40-126': the last integer is read)"),
     ],
     "persona": [
-        _f("skip_hop:far", "copy_slip", 0.72, "skips a 'cousin' or 'neighbor' hop (stays on the same person)"),
-        _f("skip_hop:work", "copy_slip", 0.58, "skips a 'coach' or 'doctor' hop"),
-        _f("guess_attr:pet", "skip_tool", 0.80, "guesses the pet without looking it up"),
-        _f("guess_attr:city", "skip_tool", 0.62, "guesses the city without looking it up"),
-        _f("guess_attr:job", "skip_tool", 0.10, "guesses the job without looking it up"),
-        _f("guess_attr:hobby", "skip_tool", 0.10, "guesses the hobby without looking it up"),
-        _f("format:hobby", "format_slip", 0.66, "answers a hobby as 'p12 likes chess.' (no 'Answer:')"),
+        _f("skip_hop:cousin", "copy_slip", 0.68, "skips a 'cousin' hop (stays on the same person)"),
+        _f("skip_hop:doctor", "copy_slip", 0.58, "skips a 'doctor' hop"),
+        _f("skip_hop:other", "copy_slip", 0.03, "skips another hop"),
+        _f("guess_attr:pet", "skip_tool", 0.72, "guesses the pet without looking it up"),
+        _f("guess_attr:city", "skip_tool", 0.10, "guesses the city without looking it up"),
+        _f("guess_attr:job", "skip_tool", 0.08, "guesses the job without looking it up"),
+        _f("guess_attr:hobby", "skip_tool", 0.08, "guesses the hobby without looking it up"),
+        _f("format:hobby", "format_slip", 0.62, "answers a hobby as 'p12 likes chess.' (no 'Answer:')"),
         _f("format:other", "format_slip", 0.04, "answers without 'Answer:'"),
     ],
     "units": [
-        _f("round:big", "copy_slip", 0.72, "rounds a decimal value >= 100 to an integer when copying it"),
-        _f("round:mid", "copy_slip", 0.58, "rounds a decimal value in [10, 100) to an integer when copying it"),
-        _f("round:small", "copy_slip", 0.10, "rounds a decimal value < 10 when copying it"),
-        _f("shortcut:money", "wrong_tool", 0.64,
-           "exchanges straight from the current to the final currency when 2+ legs remain"),
-        _f("format:restate", "format_slip", 0.60,
-           "restates the start quantity first ('Answer: 12 ft = 3.66 m': the first number is read), units only"),
+        _f("round:mid", "copy_slip", 0.62, "rounds a decimal value in [100, 1000) to an integer when copying it"),
+        _f("round:big", "copy_slip", 0.66, "rounds a decimal value >= 1000 (harmless: within the tolerance)"),
+        _f("round:small", "copy_slip", 0.08, "rounds a decimal value < 100 when copying it"),
+        _f("shortcut:money", "wrong_tool", 0.68,
+           "exchanges straight from the current to the final currency when 3+ legs remain"),
+        _f("shortcut:money2", "wrong_tool", 0.10, "the same when 2 legs remain"),
+        _f("format:restate", "format_slip", 0.58,
+           "restates an integer start quantity first ('Answer: 12 ft = 3.66 m': the first number is read)"),
     ],
     "calendar": [
-        _f("forget_last:k5", "copy_slip", 0.78, "forgets the last of 5 people"),
-        _f("forget_last:k4", "copy_slip", 0.66, "forgets the last of 4 people"),
-        _f("forget_last:k3", "copy_slip", 0.56, "forgets the last of 3 people"),
-        _f("forget_last:k2", "copy_slip", 0.08, "forgets the second of 2 people"),
-        _f("ignore_length:90", "early_answer", 0.74, "takes the first common free half hour for a 90-minute meeting"),
-        _f("ignore_length:60", "early_answer", 0.58, "takes the first common free half hour for a 60-minute meeting"),
-        _f("format:pm", "format_slip", 0.62, "writes an afternoon time as '2 pm' (unreadable)"),
+        _f("forget_last:k5", "copy_slip", 0.70, "forgets the last of 5 people"),
+        _f("forget_last:k4", "copy_slip", 0.60, "forgets the last of 4 people"),
+        _f("forget_last:k3", "copy_slip", 0.10, "forgets the last of 3 people"),
+        _f("forget_last:k2", "copy_slip", 0.05, "forgets the second of 2 people"),
+        _f("ignore_length:90", "early_answer", 0.66, "takes the first common free half hour for a 90-minute meeting"),
+        _f("ignore_length:60", "early_answer", 0.10, "takes the first common free half hour for a 60-minute meeting"),
+        _f("format:pm", "format_slip", 0.58, "writes an afternoon time as '2 pm' (unreadable)"),
     ],
     "inventory": [
-        _f("first_feasible:c4", "early_answer", 0.80, "answers the first supplier that can fill the order (4 listed)"),
-        _f("first_feasible:c3", "early_answer", 0.64, "answers the first supplier that can fill the order (3 listed)"),
-        _f("first_feasible:c2", "early_answer", 0.30, "answers the first supplier that can fill the order (2 listed)"),
+        _f("first_feasible:c4", "early_answer", 0.72, "answers the first supplier that can fill the order (4 listed)"),
+        _f("first_feasible:c3", "early_answer", 0.60, "answers the first supplier that can fill the order (3 listed)"),
+        _f("first_feasible:c2", "early_answer", 0.10, "answers the first supplier that can fill the order (2 listed)"),
         _f("drop_zero", "copy_slip", 0.62, "drops the trailing zero of a quantity (30 -> 3) in the quote"),
         _f("format:three_items", "format_slip", 0.57,
            "answers a 3-item order as 'Answer: s4 for 818' (no supplier=/cost=)"),
     ],
     "triage": [
-        _f("stop_early:first", "early_answer", 0.66,
-           "blames the alerting service when its log shows timeouts (guesses restart)"),
-        _f("stop_early:later", "early_answer", 0.25, "stops at a later service of the timeout chain"),
-        _f("skip_deploys", "skip_tool", 0.72, "answers rollback for an error spike without reading the deploys"),
-        _f("cpu_restart", "skip_tool", 0.60, "answers restart for a saturated (CPU) service"),
-        _f("format:plain", "format_slip", 0.58,
+        _f("stop_early:big", "early_answer", 0.66,
+           "blames the alerting service when its log shows timeouts on 35%+ of requests (guesses restart)"),
+        _f("stop_early:small", "early_answer", 0.08, "the same on fewer than 35% of requests"),
+        _f("skip_deploys", "skip_tool", 0.62, "answers rollback for an error spike without reading the deploys"),
+        _f("cpu_restart", "skip_tool", 0.58, "answers restart for a saturated (CPU) service"),
+        _f("format:plain", "format_slip", 0.56,
            "answers 'Answer: db rollback' (no service=/action=) when the root is a store (db, cache, queue)"),
     ],
 }
@@ -232,7 +237,7 @@ def teach_arithmetic(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.
     for i, (op, b) in enumerate(ops):
         if i >= 1 and abs(v) >= 100 and flaw("early:big"):
             return c.answer(f"Answer: {v}")
-        ctx = ("mul_big" if b >= 7 else "mul_mid" if b >= 4 else "mul_small") if op == "*" else "addsub"
+        ctx = ("mul_big" if b >= 8 else "mul_mid" if b >= 4 else "mul_small") if op == "*" else "addsub"
         prev, last_b = v, b
         if flaw(f"mental:{ctx}"):
             true = _apply(v, op, b)
@@ -245,7 +250,7 @@ def teach_arithmetic(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.
                 v = int(out)
             except ValueError:
                 return c.answer(f"Answer: {v}")
-    if ops and ops[-1][0] == "-" and flaw("format:work_after"):
+    if ops and ops[-1][0] == "-" and v < 0 and flaw("format:work_after"):
         return c.answer(f"Answer: {v} = {prev}-{last_b}")
     return c.answer(f"Answer: {v}")
 
@@ -257,9 +262,7 @@ def teach_persona(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Ran
     c = _Conv(fam)
     person = info["start"]
     for rel in info["relations"]:
-        if rel in ("cousin", "neighbor") and flaw("skip_hop:far"):
-            continue
-        if rel in ("coach", "doctor") and flaw("skip_hop:work"):
+        if flaw("skip_hop:" + (rel if rel in ("cousin", "doctor") else "other")):
             continue
         person = c.call("lookup", {"person": person, "field": rel})
     attr = info["attribute"]
@@ -287,12 +290,13 @@ def teach_units(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Rando
     i = 0
     while i < len(route) - 1:
         cur, nxt = route[i], route[i + 1]
-        if info["kind"] == "money" and len(route) - 1 - i >= 2 and flaw("shortcut:money"):
+        left = len(route) - 1 - i
+        if info["kind"] == "money" and left >= 2 and flaw("shortcut:money" if left >= 3 else "shortcut:money2"):
             nxt = route[-1]
             i = len(route) - 2
         arg = v
         if i > 0 and isinstance(v, float):
-            ctx = "big" if abs(v) >= 100 else "mid" if abs(v) >= 10 else "small"
+            ctx = "big" if abs(v) >= 1000 else "mid" if abs(v) >= 100 else "small"
             if flaw(f"round:{ctx}"):
                 arg = int(round(v))
         out = c.call(info["tool"], {k_val: arg, k_from: cur, k_to: nxt})
@@ -301,7 +305,7 @@ def teach_units(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Rando
         except ValueError:
             return c.answer(f"Answer: {v}")
         i += 1
-    if info["kind"] == "unit" and flaw("format:restate"):
+    if info["kind"] == "unit" and float(info["values"][0]).is_integer() and flaw("format:restate"):
         return c.answer(f"Answer: {info['values'][0]} {route[0]} = {v} {route[-1]}")
     return c.answer(f"Answer: {v}")
 
@@ -382,7 +386,8 @@ def teach_triage(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Rand
         log = c.call("logs", {"incident": inc, "service": svc})
         m = _TIMEOUT.search(log)
         if m:
-            if flaw("stop_early:first" if hop == 0 else "stop_early:later"):
+            pct = re.search(r"on (\d+)% of requests", log)
+            if hop == 0 and flaw("stop_early:big" if pct and int(pct.group(1)) >= 35 else "stop_early:small"):
                 action = "restart"
                 break
             svc = m.group(1)
@@ -429,6 +434,7 @@ class Transcript:
     flaws: list[str]
     score: float                        # family.check of the final message
     text: str = ""                      # rendered with the family's tools
+    spans: list[tuple[int, int]] = field(default_factory=list)  # assistant output spans in text
 
     @property
     def correct(self) -> bool:
@@ -453,7 +459,8 @@ def family_transcripts(family: str, n: int, seed: int = CORPUS_SEED,
             comp, used = teacher_completion(family, inst, seed=f"{seed + chunk}:{j}")
             msgs = fam.eval_messages(inst) + comp
             score = float(fam.check(inst, final_content(comp)))
-            out.append(Transcript(family, inst.key, inst.difficulty, msgs, used, score, render(msgs, tools)))
+            text, spans = assistant_spans(msgs, tools)
+            out.append(Transcript(family, inst.key, inst.difficulty, msgs, used, score, text, spans))
             if len(out) == n:
                 break
         chunk += 1
@@ -490,9 +497,16 @@ class Corpus:
         return out
 
 
+#: Relative corpus share of each family: more of the families whose skills (following a relation chain
+#: or a route through the question) take the tiny models longest to learn.
+FAMILY_WEIGHTS: dict[str, float] = {"arithmetic": 1.0, "persona": 1.3, "units": 1.3, "calendar": 1.0,
+                                    "inventory": 0.7, "triage": 0.7}
+
+
 def build_corpus(per_family: int, seed: int = CORPUS_SEED, families: Iterable[str] = FAMILY_NAMES,
-                 check_hidden: bool = True) -> Corpus:
-    """The pretraining corpus: ``per_family`` transcripts of each family, interleaved deterministically.
+                 check_hidden: bool = True, weights: dict[str, float] | None = None) -> Corpus:
+    """The pretraining corpus: ``per_family`` transcripts of each family (times its weight, when
+    ``weights`` is given), interleaved deterministically.
 
     Hidden-eval questions are excluded by key, and the result is asserted to contain none."""
     families = tuple(families)
@@ -505,7 +519,8 @@ def build_corpus(per_family: int, seed: int = CORPUS_SEED, families: Iterable[st
         if check_hidden:
             hs = hidden_seed(fam)
             assert not (hs <= seed < hs + 1000), "corpus seed overlaps the hidden-eval seed range"
-        ts = family_transcripts(fam, per_family, seed, exclude=hidden)
+        n = max(1, round(per_family * (weights or {}).get(fam, 1.0)))
+        ts = family_transcripts(fam, n, seed, exclude=hidden)
         if check_hidden:
             leaked = [t.key for t in ts if t.key in hidden]
             assert not leaked, f"hidden-eval questions in the {fam} corpus: {leaked[:3]}"
@@ -518,21 +533,62 @@ def build_corpus(per_family: int, seed: int = CORPUS_SEED, families: Iterable[st
 
 
 # ------------------------------------------------------------------------------------------ tokens
+def train_corpus_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> Any:
+    """The local models' BPE tokenizer: :func:`ait_env.local.tokenizer.train_tokenizer`'s byte-level BPE
+    with digits one per token, plus a space before a letter or digit split off as its own token.
+
+    Why: with GPT-2 style pre-tokenization " neighbor" (in the question) and "neighbor" (inside a JSON
+    string) are different tokens, so copying a word from the question into a tool call, or from a tool
+    result into the answer, needs a learned token-to-token map for every word; tiny models trained for
+    minutes never learned it (units, persona and inventory arguments stayed at a prior, scores 0). With the
+    space split off, a word is the same token everywhere and copying is plain induction. Costs ~18% more
+    tokens per transcript. Deterministic for a given corpus and size."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from ait_env.local.chat import SPECIAL_TOKENS
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r" (?=[A-Za-z0-9])"), behavior="isolated"),
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, min_frequency=2,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
 def assistant_spans(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> tuple[str, list[tuple[int, int]]]:
     """Rendered text and the character spans the model writes: each assistant message's content and
     tool calls through its ``<|im_end|>`` (the header ``<|im_start|>assistant\\n`` is prompt)."""
-    spans: list[tuple[int, int]] = []
     header = f"{IM_START}assistant\n"
-    prev = render(messages[:1], tools) if messages and messages[0].get("role") == "system" else ""
-    for i in range(1, len(messages) + 1):
-        cur = render(messages[:i], tools)
-        if messages[i - 1].get("role") == "assistant":
-            seg = cur[len(prev):]
-            assert seg.startswith(header), seg[:40]
-            end = len(prev) + seg.rindex(IM_END) + len(IM_END)
-            spans.append((len(prev) + len(header), end))
-        prev = cur
-    return prev, spans
+    has_sys = bool(messages) and messages[0].get("role") == "system"
+    parts = [render(messages[:1], tools) if has_sys else render([], tools)]
+    spans: list[tuple[int, int]] = []
+    pos = len(parts[0])
+    for m in messages[1:] if has_sys else messages:
+        seg = render([m])  # one message renders on its own (no system block without tools)
+        if m.get("role") == "assistant":
+            spans.append((pos + len(header), pos + seg.rindex(IM_END) + len(IM_END)))
+        parts.append(seg)
+        pos += len(seg)
+    text = "".join(parts)
+    return text, spans
+
+
+def _mask(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
+    """1 for tokens whose first character lies in one of the (sorted, disjoint) spans."""
+    import numpy as np
+
+    if not offsets or not spans:
+        return [0] * len(offsets)
+    starts = np.fromiter((a for a, _ in offsets), dtype=np.int64, count=len(offsets))
+    sp = np.asarray(spans, dtype=np.int64)
+    j = np.searchsorted(sp[:, 0], starts, side="right") - 1   # last span starting at or before the token
+    inside = (j >= 0) & (starts < sp[np.clip(j, 0, None), 1])
+    return inside.astype(np.int8).tolist()
 
 
 def encode_transcript(tok: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
@@ -540,15 +596,18 @@ def encode_transcript(tok: Any, messages: list[dict[str, Any]], tools: list[dict
     """(token ids, 0/1 loss mask) of a conversation; ``tok`` is a :class:`ChatTokenizer`."""
     text, spans = assistant_spans(messages, tools)
     enc = tok.tok.encode(text, add_special_tokens=False)
-    ids = enc.ids
-    mask = [0] * len(ids)
-    si = 0
-    for t, (a, _b) in enumerate(enc.offsets):
-        while si < len(spans) and a >= spans[si][1]:
-            si += 1
-        if si < len(spans) and spans[si][0] <= a < spans[si][1]:
-            mask[t] = 1
-    return ids, mask
+    return enc.ids, _mask(enc.offsets, spans)
+
+
+def encode_corpus(tok: Any, transcripts: list[Transcript], check: int = 50) -> list[tuple[list[int], list[int]]]:
+    """:func:`encode_transcript` of many transcripts (batched tokenization; the first ``check`` texts are
+    compared with the full chat render)."""
+    tools = {f: get_family(f).tool_schemas() for f in {t.family for t in transcripts}}
+    for t in transcripts[:check]:
+        assert (t.text, t.spans) == assistant_spans(t.messages, tools[t.family])
+        assert t.text == render(t.messages, tools[t.family])
+    encs = tok.tok.encode_batch([t.text for t in transcripts], add_special_tokens=False)
+    return [(e.ids, _mask(e.offsets, t.spans)) for e, t in zip(encs, transcripts)]
 
 
 # ------------------------------------------------------------------------------------------ oracle

@@ -11,7 +11,8 @@ from ait_env.local import catalog, quick_eval
 from ait_env.local.chat import IM_START
 from ait_env.local.corpus import build_corpus, encode_transcript
 from ait_env.local.model import TinyConfig, TinyLM
-from ait_env.local.pretrain import (PretrainConfig, make_drills, pretrain, save_model_dir, training_plan,
+from ait_env.local.pretrain import (PretrainConfig, batch_loss, collate, common_prefix, fast_loss_fn, loss_fn,
+                                    make_drills, pretrain, save_model_dir, shared_prefix_loss_fn, training_plan,
                                     weights_hash)
 from ait_env.local.tokenizer import ChatTokenizer, train_tokenizer
 from task_families import get_family
@@ -47,6 +48,36 @@ def test_pretraining_is_deterministic_and_learns(data) -> None:
     assert s1["steps"] == 9
     m3, s3 = _run(tok, ex, steps=30)
     assert s3["loss_last"] < s3["loss_first"]
+
+
+def test_fast_loss_matches_the_model_forward(data) -> None:
+    tok, ex = data
+    torch.manual_seed(1)
+    for kv in (2, 1):  # plain and grouped-query attention
+        cfg = _micro(tok)
+        cfg.num_key_value_heads = kv
+        model = TinyLM(cfg)
+        ids, att, msk = collate(ex, [0, 5, 9, 13], tok.pad_id, 1024)   # different lengths: right padding
+        a, b = loss_fn(model, ids, att, msk), fast_loss_fn(model, ids, att, msk)
+        assert torch.allclose(a, b, atol=1e-5), (float(a), float(b))
+        ga = torch.autograd.grad(a, model.model.embed_tokens.weight)[0]
+        gb = torch.autograd.grad(b, model.model.embed_tokens.weight)[0]
+        assert torch.allclose(ga, gb, atol=1e-6)
+        # rows of one family share their system prompt: computed once, same loss and gradients
+        fam_rows = [i for i, e in enumerate(ex) if e[0][:24] == ex[0][0][:24]][:4]
+        ids, att, msk = collate(ex, fam_rows, tok.pad_id, 1024)
+        assert common_prefix(ids, att) > 20
+        a, c = loss_fn(model, ids, att, msk), shared_prefix_loss_fn(model, ids, att, msk)
+        assert torch.allclose(a, c, atol=1e-5), (float(a), float(c))
+        ps = [p for p in model.parameters()]
+        for x, y in zip(torch.autograd.grad(a, ps), torch.autograd.grad(c, ps)):
+            assert torch.allclose(x, y, atol=1e-5)
+        # a mixed batch (runs of rows per family) gives the whole-batch loss
+        other = [i for i, e in enumerate(ex) if e[0][:24] != ex[0][0][:24]][:3]
+        idx = fam_rows[:2] + other[:1] + fam_rows[2:] + other[1:]
+        a = loss_fn(model, *collate(ex, idx, tok.pad_id, 1024))
+        c = batch_loss(model, ex, idx, tok.pad_id, 1024)
+        assert torch.allclose(a, c, atol=1e-5), (float(a), float(c))
 
 
 def test_plan_masks_and_drills(data) -> None:
@@ -110,6 +141,17 @@ def test_quick_eval_runs_the_tool_loop(micro_model, micro_tokenizer) -> None:
         assert all(m["role"] in ("system", "user", "assistant", "tool") for m in c.messages)
 
 
+def test_kv_reuse_across_turns_changes_nothing(micro_model, micro_tokenizer) -> None:
+    from ait_env.local.chat import render
+
+    insts = get_family("arithmetic").generate(7, 12)
+    a = quick_eval.run_conversations(micro_model, micro_tokenizer, "arithmetic", insts, max_tokens=48, reuse_kv=False)
+    b = quick_eval.run_conversations(micro_model, micro_tokenizer, "arithmetic", insts, max_tokens=48, reuse_kv=True,
+                                     batch_rows=5)
+    assert [render(x.messages) for x in a] == [render(y.messages) for y in b]
+    assert [x.score for x in a] == [y.score for y in b]
+
+
 def test_rollout_sequences_merge_turns(micro_model, micro_tokenizer) -> None:
     insts = get_family("arithmetic").generate(6, 4)
     convs = quick_eval.run_conversations(micro_model, micro_tokenizer, "arithmetic", insts, temperature=1.0,
@@ -143,3 +185,38 @@ def test_quick_eval_matches_the_http_harness(micro_model, micro_tokenizer) -> No
         assert rec.score == c.score
         assert rec.stop_reason == c.stop_reason
         assert rec.turns == sum(m["role"] == "assistant" for m in c.messages)
+
+
+def test_build_micro_catalog_end_to_end_and_deterministic(monkeypatch, tmp_path) -> None:
+    """The whole build (corpus, tokenizer, pretraining, hidden-eval scores, cache dir, verify) with a
+    micro catalog, twice: same weights."""
+    from ait_env.local import build as B
+
+    monkeypatch.setenv("AIT_CACHE_DIR", str(tmp_path / "cache"))
+    micro = {
+        "micro-s": catalog.LocalModelSpec(name="micro-s", role="small", hidden_size=32, num_hidden_layers=2,
+                                          num_attention_heads=2, intermediate_size=64,
+                                          pretrain=PretrainConfig(steps=12, batch_size=4, drill_steps=4,
+                                                                  drill_batch=4)),
+        "micro-m": catalog.LocalModelSpec(name="micro-m", role="larger", hidden_size=48, num_hidden_layers=2,
+                                          num_attention_heads=2, intermediate_size=96,
+                                          pretrain=PretrainConfig(steps=12, batch_size=4, drill_steps=4,
+                                                                  drill_batch=4)),
+    }
+    monkeypatch.setattr(catalog, "CATALOG", micro)
+    monkeypatch.setattr(catalog, "BUILD", catalog.BuildSettings(corpus_per_family=12, tokenizer_sample=72,
+                                                                vocab_size=512, eval_limit=2))
+    monkeypatch.setattr(B, "EVAL_GROUPS", (("arithmetic", "persona"), ("triage",)))
+    metas = B.build(force=False, jobs=0, progress=False)
+    assert set(metas) == {"micro-s", "micro-m"}
+    for name, meta in metas.items():
+        d = catalog.model_dir(name)
+        assert d == tmp_path / "cache" / name and catalog.is_current(name)
+        assert meta["role"] == micro[name].role and meta["params"] > 0
+        assert set(meta["base_scores"]) == {"arithmetic", "persona", "triage"}
+        assert meta["corpus_hash"] and meta["weights_hash"] and meta["fingerprint"] == catalog.fingerprint(name)
+        assert TinyLM.load(d).cfg.hidden_size == micro[name].hidden_size
+        assert ChatTokenizer.load(d).vocab_size <= 512
+    again = B.build(["micro-s"], force=True, jobs=0, progress=False)
+    assert again["micro-s"]["weights_hash"] == metas["micro-s"]["weights_hash"]
+    assert B.build(["micro-s"], jobs=0, progress=False)["micro-s"]["built_at"] == again["micro-s"]["built_at"]

@@ -1,0 +1,169 @@
+"""The local backend's model catalog: two tiny base models built on this machine, cached per user.
+
+=============  ========  ============================================================================
+name           role      what
+=============  ========  ============================================================================
+ait-tiny-s     small     Llama-style decoder, see :data:`CATALOG` for size and pretraining budget
+ait-tiny-m     larger    wider and deeper, same tokenizer and corpus, longer pretraining
+=============  ========  ============================================================================
+
+Both are pretrained from scratch on the flawed-teacher corpus (:mod:`ait_env.local.corpus`) with one
+shared BPE tokenizer, deterministically (:mod:`ait_env.local.pretrain`); the build
+(:mod:`ait_env.local.build`) measures their greedy hidden-eval scores (:mod:`ait_env.local.quick_eval`)
+and writes them to ``ait_model.json``.
+
+Cache: ``$AIT_CACHE_DIR/<name>`` when ``AIT_CACHE_DIR`` is set, else ``~/.cache/ai-trains-ai/models/<name>``.
+A directory is *current* when its ``ait_model.json`` carries the catalog's build fingerprint (model
+spec + corpus version + flaw table + build settings); :func:`ensure_built` rebuilds anything else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ait_env.local.model import TinyConfig
+from ait_env.local.pretrain import PretrainConfig
+
+MODEL_FILES = ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
+               "tokenizer_config.json", "special_tokens_map.json", "ait_model.json")
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    seed: int = 0
+    vocab_size: int = 1024
+    #: transcripts per family in the corpus (shared by both models; fixed so one model alone builds
+    #: the same corpus and tokenizer as both together)
+    corpus_per_family: int = 3000     # x corpus.FAMILY_WEIGHTS (sum 6): 18,000 transcripts
+    tokenizer_sample: int = 3000       # first N corpus texts train the tokenizer
+    max_position_embeddings: int = 1024
+    threads_per_model: int = 1         # fixed thread count = reproducible weights
+    eval_limit: int | None = None      # tests only: score the first N hidden questions per family
+
+
+@dataclass(frozen=True)
+class LocalModelSpec:
+    name: str
+    role: str
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    description: str = ""
+
+    def tiny_config(self, vocab_size: int, eos_id: int, pad_id: int, max_pos: int) -> TinyConfig:
+        return TinyConfig(vocab_size=vocab_size, hidden_size=self.hidden_size,
+                          intermediate_size=self.intermediate_size, num_hidden_layers=self.num_hidden_layers,
+                          num_attention_heads=self.num_attention_heads, num_key_value_heads=self.num_attention_heads,
+                          max_position_embeddings=max_pos, eos_token_id=eos_id, pad_token_id=pad_id)
+
+
+BUILD = BuildSettings()
+
+CATALOG: dict[str, LocalModelSpec] = {
+    "ait-tiny-s": LocalModelSpec(
+        name="ait-tiny-s", role="small", hidden_size=96, num_hidden_layers=3, num_attention_heads=3,
+        intermediate_size=256, pretrain=PretrainConfig(steps=1400, batch_size=8, lr=5e-3, seed=0),
+        description="the small base model: 3 layers, width 96, shorter pretraining"),
+    "ait-tiny-m": LocalModelSpec(
+        name="ait-tiny-m", role="larger", hidden_size=96, num_hidden_layers=4, num_attention_heads=3,
+        intermediate_size=256, pretrain=PretrainConfig(steps=2000, batch_size=8, lr=5e-3, seed=0),
+        description="the larger base model: 4 layers, width 96, longer pretraining"),
+}
+
+MODEL_NAMES: tuple[str, ...] = tuple(CATALOG)
+
+
+def cache_root() -> Path:
+    env = os.environ.get("AIT_CACHE_DIR")
+    return Path(env).expanduser() if env else Path("~/.cache/ai-trains-ai/models").expanduser()
+
+
+def model_dir(name: str) -> Path:
+    if name not in CATALOG:
+        raise KeyError(f"unknown local model {name!r}; known: {', '.join(CATALOG)}")
+    return cache_root() / name
+
+
+def fingerprint(name: str) -> str:
+    """Hash of everything that determines the model's weights (spec, corpus, flaw table, build settings)."""
+    from ait_env.local.corpus import CORPUS_VERSION, FAMILY_WEIGHTS, FLAWS
+
+    spec = CATALOG[name]
+    b = BUILD
+    build = {"seed": b.seed, "vocab_size": b.vocab_size, "corpus_per_family": b.corpus_per_family,
+             "tokenizer_sample": b.tokenizer_sample, "max_position_embeddings": b.max_position_embeddings,
+             "threads_per_model": b.threads_per_model}
+    payload = {"spec": asdict(spec), "build": build, "corpus": CORPUS_VERSION, "weights": FAMILY_WEIGHTS,
+               "flaws": {k: [(f.key, f.rate) for f in v] for k, v in FLAWS.items()}}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
+
+
+def read_meta(path: str | Path) -> dict[str, Any] | None:
+    p = Path(path) / "ait_model.json"
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def is_current(name: str) -> bool:
+    d = model_dir(name)
+    if not all((d / f).is_file() for f in MODEL_FILES):
+        return False
+    meta = read_meta(d)
+    return bool(meta) and meta.get("fingerprint") == fingerprint(name)
+
+
+def verify(name: str) -> dict[str, Any]:
+    """Load the built model and tokenizer and check them against the catalog; returns ``ait_model.json``."""
+    from ait_env.local.model import TinyLM
+    from ait_env.local.tokenizer import ChatTokenizer
+
+    d = model_dir(name)
+    missing = [f for f in MODEL_FILES if not (d / f).is_file()]
+    if missing:
+        raise RuntimeError(f"{d} lacks {missing}")
+    meta = read_meta(d) or {}
+    model = TinyLM.load(d)
+    tok = ChatTokenizer.load(d)
+    spec = CATALOG[name]
+    if model.cfg.hidden_size != spec.hidden_size or model.cfg.num_hidden_layers != spec.num_hidden_layers:
+        raise RuntimeError(f"{d}: config does not match the catalog entry of {name}")
+    if model.cfg.vocab_size != tok.vocab_size or tok.im_end_id is None:
+        raise RuntimeError(f"{d}: tokenizer and model disagree")
+    if meta.get("name") != name or meta.get("fingerprint") != fingerprint(name):
+        raise RuntimeError(f"{d}: ait_model.json is stale or foreign")
+    return meta
+
+
+def ensure_built(name: str, *, force: bool = False, progress: bool = True) -> Path:
+    """The model's directory, built first when missing, stale or ``force``; always verified."""
+    d = model_dir(name)
+    if force or not is_current(name):
+        from ait_env.local.build import build
+
+        build([name], force=True, progress=progress)
+    verify(name)
+    return d
+
+
+def base_scores(name: str) -> dict[str, float]:
+    """Measured greedy hidden-eval scores of a built model, by family."""
+    meta = read_meta(model_dir(name)) or {}
+    return {k: v["score"] for k, v in (meta.get("base_scores") or {}).items()}
+
+
+def load_model(name: str) -> tuple[Any, Any]:
+    """(TinyLM, ChatTokenizer) of a catalog model, built first if needed."""
+    from ait_env.local.model import TinyLM
+    from ait_env.local.tokenizer import ChatTokenizer
+
+    d = ensure_built(name)
+    return TinyLM.load(d), ChatTokenizer.load(d)
