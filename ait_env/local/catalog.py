@@ -4,7 +4,7 @@
 name           role      what
 =============  ========  ============================================================================
 ait-tiny-s     small     Llama-style decoder, see :data:`CATALOG` for size and pretraining budget
-ait-tiny-m     larger    wider and deeper, same tokenizer and corpus, longer pretraining
+ait-tiny-m     larger    wider (128 vs 96), same depth, tokenizer, corpus and pretraining steps
 =============  ========  ============================================================================
 
 Both are pretrained from scratch on the flawed-teacher corpus (:mod:`ait_env.local.corpus`) with one
@@ -72,9 +72,9 @@ CATALOG: dict[str, LocalModelSpec] = {
         intermediate_size=256, pretrain=PretrainConfig(steps=1400, batch_size=8, lr=5e-3, seed=0),
         description="the small base model: 3 layers, width 96, shorter pretraining"),
     "ait-tiny-m": LocalModelSpec(
-        name="ait-tiny-m", role="larger", hidden_size=96, num_hidden_layers=4, num_attention_heads=3,
-        intermediate_size=256, pretrain=PretrainConfig(steps=2000, batch_size=8, lr=5e-3, seed=0),
-        description="the larger base model: 4 layers, width 96, longer pretraining"),
+        name="ait-tiny-m", role="larger", hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
+        intermediate_size=352, pretrain=PretrainConfig(steps=1400, batch_size=8, lr=4e-3, seed=0),
+        description="the larger base model: 3 layers, width 128 (about 1.7x the small one's parameters)"),
 }
 
 MODEL_NAMES: tuple[str, ...] = tuple(CATALOG)

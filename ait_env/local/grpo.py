@@ -174,28 +174,46 @@ def set_lr(opt: Any, lr: float) -> None:
         g["lr"] = lr
 
 
-def train_step(model: Any, opt: Any, batch: Batch, p: PrimeRL, lr: float, micro_batch: int = 32) -> dict[str, float]:
-    """One optimizer step over ``batch`` (gradient accumulated over micro-batches)."""
+def train_step(model: Any, opt: Any, batch: Batch, p: PrimeRL, lr: float, micro_batch: int = 32,
+               micro_tokens: int = 8192) -> dict[str, float]:
+    """One optimizer step over ``batch`` (gradient accumulated over micro-batches).
+
+    The loss is the token mean over *every* sampled token of the batch. Sequences whose advantage is 0
+    contribute only the ``kl_tau·(log r)²`` term, whose gradient is 0 at the sampling policy (one update
+    per batch: the weights have not moved since sampling, so ``log r`` is 0 up to float noise); they are
+    skipped. The others are sorted by length and cut into micro-batches of at most ``micro_batch`` rows
+    and ``micro_tokens`` padded tokens, each trimmed to its longest row (less padding, same math)."""
     model.train()
     set_lr(opt, lr)
     opt.zero_grad(set_to_none=True)
     total_tokens = float(batch.loss_mask[:, 1:].sum().clamp(min=1.0))
-    agg: dict[str, float] = {}
-    B = batch.input_ids.shape[0]
-    for i in range(0, B, micro_batch):
-        sl = slice(i, i + micro_batch)
-        mb = Batch(batch.input_ids[sl], batch.attention_mask[sl], batch.loss_mask[sl], batch.old_logprobs[sl],
-                   batch.advantages[sl])
-        temp = p.sampling.temperature if p.sampling.temperature > 0 else 1.0
+    agg: dict[str, float] = {"masked_frac": 0.0, "kl": 0.0, "ratio_mean": 0.0}
+    lengths = batch.attention_mask.sum(dim=1).tolist()
+    live = sorted((i for i in range(batch.input_ids.shape[0]) if float(batch.advantages[i]) != 0.0),
+                  key=lambda i: lengths[i])
+    temp = p.sampling.temperature if p.sampling.temperature > 0 else 1.0
+    j = 0
+    while j < len(live):
+        k = j + 1
+        while (k < len(live) and k - j < micro_batch
+               and (k - j + 1) * max(1, int(lengths[live[k]])) <= micro_tokens):
+            k += 1
+        rows = torch.tensor(live[j:k])
+        j = k
+        T = max(2, int(max(lengths[i] for i in rows.tolist())))
+        mb = Batch(batch.input_ids[rows, :T], batch.attention_mask[rows, :T], batch.loss_mask[rows, :T],
+                   batch.old_logprobs[rows, :T], batch.advantages[rows])
+        if float(mb.loss_mask[:, 1:].sum()) == 0:
+            continue
         logp = model.sequence_logprobs(mb.input_ids, mb.attention_mask, temp, only=mb.loss_mask[:, 1:] > 0)
         loss, m = policy_loss(logp, mb, p.loss)
         weight = m["tokens"] / total_tokens
         (loss * weight).backward()
-        for k, v in m.items():
-            agg[k] = agg.get(k, 0.0) + (v * weight if k != "tokens" else v)
+        for key in ("masked_frac", "kl", "ratio_mean"):
+            agg[key] += m[key] * weight
     gnorm = 0.0
     if p.optim.max_norm is not None:
         gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), p.optim.max_norm))
     opt.step()
-    agg.update({"grad_norm": gnorm, "lr": lr})
+    agg.update({"grad_norm": gnorm, "lr": lr, "tokens": total_tokens, "live_seqs": float(len(live))})
     return agg
