@@ -38,7 +38,7 @@ from task_families import get_family
 class RunnerSettings(BaseModel):
     """Local-backend knobs (``conf/backend/local.yaml`` ``options``)."""
 
-    lr_scale: float = 30.0          # job lr (Qwen scale) -> tiny-model lr; logged in the result
+    lr_scale: float = 100.0         # job lr (Qwen scale) -> tiny-model lr; logged in the result
     eval_every: int = 10            # curve points: hidden-eval subset every N steps (0 = off)
     eval_subset: int = 100          # instances of the hidden set used for curve points
     eval_concurrency: int = 64
@@ -131,9 +131,12 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
                     raise RuntimeError(f"hidden eval failed: {res.failure_reason}")
                 return res
 
+            timings: dict[str, float] = {"load_model": round(time.time() - t_start, 2)}
             if opts.measure_pre or model_name not in baselines:
                 log(f"pre-eval of {model_name} on {len(hidden)} hidden {fam.name} instances")
+                t_pre = time.time()
                 baselines[model_name] = hidden_eval(hidden).score
+                timings["pre_eval"] = round(time.time() - t_pre, 2)
             pre = baselines[model_name]
             log(f"baselines: {json.dumps(baselines)}")
             # Start the sandboxed rollout worker (the agent's code) in the background.
@@ -168,9 +171,13 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
             subset = hidden[:opts.eval_subset]
             curve_eval: dict[int, float] = {0: pre}
 
+            eval_seconds: list[float] = []
+
             def eval_fn(step: int) -> float | None:
                 if opts.eval_every and (step % opts.eval_every == 0) and step < job.prime_rl.max_steps:
+                    t_eval = time.time()
                     curve_eval[step] = hidden_eval(subset).score
+                    eval_seconds.append(time.time() - t_eval)
                     return curve_eval[step]
                 return None
 
@@ -204,7 +211,16 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
             ep.channel.finish()
             th.join(timeout=30)
             log(f"training done in {train_seconds:.1f} s; post-eval on {len(hidden)} hidden instances")
+            t_post = time.time()
             post = hidden_eval(hidden)
+            timings["post_eval"] = round(time.time() - t_post, 2)
+            timings["train"] = round(train_seconds, 2)
+            timings["curve_evals"] = round(sum(eval_seconds), 2)
+            timings["rollout"] = round(sum(s.rollout_seconds for s in logs), 2)
+            timings["optimizer"] = round(sum(s.train_seconds for s in logs), 2)
+            tokens = sum(s.loss_tokens for s in logs)
+            timings["trained_tokens"] = float(tokens)
+            timings["train_tokens_per_s"] = round(tokens / max(1e-9, train_seconds - sum(eval_seconds)), 1)
             weights = bundle.root / "outputs" / "weights" / f"step_{job.prime_rl.max_steps}"
             with ep.lock:
                 model.save(weights)
@@ -217,7 +233,7 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
                       "trained_tokens": [float(s.loss_tokens) for s in logs]}
             return JobResult(job_id=bundle.job_id, backend="local", status="succeeded", post_score=post.score,
                              post_ci95=post.ci95, baselines=baselines, wall_seconds=time.time() - t_start,
-                             train_seconds=train_seconds, cost_usd=0.0, curves=curves)
+                             train_seconds=train_seconds, cost_usd=0.0, curves=curves, timings=timings)
         finally:
             ep.stop()
     finally:

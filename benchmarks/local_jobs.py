@@ -28,6 +28,7 @@ from ait_env.config import load_group
 from ait_env.jobs.bundle import build_bundle
 from ait_env.jobs.schema import parse_job
 from ait_env.runner import run
+from ait_env.secrets import hidden_set
 from task_families import FAMILY_NAMES, get_family
 
 OUT = Path("runs/benchmarks/local_jobs.jsonl")
@@ -92,7 +93,7 @@ def run_job(family: str, model: str, edit: Edit, label: str, backend: BackendSet
            "pre": max(result.baselines.values()) if result.baselines else None, "post": result.post_score,
            "post_ci95": result.post_ci95, "wall_s": round(time.time() - t0, 1),
            "train_s": round(result.train_seconds, 1), "max_steps": job.prime_rl.max_steps, "lr": job.prime_rl.optim.lr,
-           "curves": result.curves, "error": result.error}
+           "timings": result.timings, "curves": result.curves, "error": result.error}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     with OUT.open("a") as f:
         f.write(json.dumps(rec) + "\n")
@@ -115,13 +116,25 @@ def main() -> None:
     ap.add_argument("--param", default="max_steps")
     ap.add_argument("--values", default="0,5,10,20,40,80")
     ap.add_argument("--variants", default=",".join(LADDER))
+    ap.add_argument("--measure-pre", action="store_true",
+                    help="measure the base model's hidden-eval score in the job instead of reading the pinned "
+                         "baseline (the reference mode always does: its wall time includes both evals)")
     args = ap.parse_args()
     backend = BackendSettings.model_validate(load_group("backend", "local"))
+    if args.measure_pre or args.mode == "reference":
+        backend.options["measure_pre"] = True
     families = list(FAMILY_NAMES) if args.families == "all" else args.families.split(",")
     lines: list[str] = []
     if args.mode == "reference":
         for fam in families:
-            lines.append(_row("reference", fam, run_job(fam, args.model, LADDER["reference"], "reference", backend)))
+            r = run_job(fam, args.model, LADDER["reference"], "reference", backend)
+            lines.append(_row("reference", fam, r))
+            t = r.timings
+            lines.append(f"{'':11s} timings: pre-eval {t.get('pre_eval', float('nan')):.1f} s, post-eval "
+                         f"{t.get('post_eval', float('nan')):.1f} s (one hidden eval: {len(hidden_set(fam))} "
+                         f"instances), rollouts {t.get('rollout', 0):.1f} s, optimizer {t.get('optimizer', 0):.1f} s, "
+                         f"curve evals {t.get('curve_evals', 0):.1f} s; {t.get('train_tokens_per_s', 0):.0f} sampled tokens/s "
+                         f"through rollout + update")
     elif args.mode == "ladder":
         for fam in families:
             for v in args.variants.split(","):

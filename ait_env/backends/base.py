@@ -66,6 +66,8 @@ class JobResult(BaseModel):
     train_seconds: float = 0.0
     cost_usd: float = 0.0
     curves: dict[str, list[float]] = Field(default_factory=dict)
+    #: seconds per phase (e.g. pre_eval, train, post_eval) and throughput figures (train_tokens_per_s)
+    timings: dict[str, float] = Field(default_factory=dict)
     error: str = ""
     log_tail: str = ""
 

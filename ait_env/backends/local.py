@@ -49,6 +49,13 @@ class LocalBackend(Backend):
         return {m.name: "default" for m in self.catalog()}
 
     def submit(self, bundle: JobBundle) -> JobHandle:
+        # Build the job's base model first (once per machine, cached; minutes, with a progress bar), so
+        # that the job's wall-clock limit counts training only.
+        from ait_env.local.catalog import CATALOG, ensure_built
+
+        if bundle.job.job.base_model in CATALOG:
+            ensure_built(bundle.job.job.base_model, progress=self.show_progress)
+            self._register_token_counters()
         settings_path = bundle.root / "backend.json"
         settings_path.write_text(self.settings.model_dump_json(indent=1))
         cmd = [sys.executable, "-m", "ait_env.runner", str(bundle.root), "--backend-settings", str(settings_path)]

@@ -4,7 +4,7 @@
 name           role      what
 =============  ========  ============================================================================
 ait-tiny-s     small     Llama-style decoder, see :data:`CATALOG` for size and pretraining budget
-ait-tiny-m     larger    wider (128 vs 96), same depth, tokenizer, corpus and pretraining steps
+ait-tiny-m     larger    wider (96 vs 64), same depth, tokenizer, corpus and pretraining budget
 =============  ========  ============================================================================
 
 Both are pretrained from scratch on the flawed-teacher corpus (:mod:`ait_env.local.corpus`) with one
@@ -68,13 +68,13 @@ BUILD = BuildSettings()
 
 CATALOG: dict[str, LocalModelSpec] = {
     "ait-tiny-s": LocalModelSpec(
-        name="ait-tiny-s", role="small", hidden_size=96, num_hidden_layers=3, num_attention_heads=3,
-        intermediate_size=256, pretrain=PretrainConfig(steps=1400, batch_size=8, lr=5e-3, seed=0),
-        description="the small base model: 3 layers, width 96, shorter pretraining"),
+        name="ait-tiny-s", role="small", hidden_size=64, num_hidden_layers=3, num_attention_heads=2,
+        intermediate_size=192, pretrain=PretrainConfig(steps=1400, batch_size=8, lr=5e-3, seed=0),
+        description="the small base model: 3 layers, width 64"),
     "ait-tiny-m": LocalModelSpec(
-        name="ait-tiny-m", role="larger", hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
-        intermediate_size=352, pretrain=PretrainConfig(steps=1400, batch_size=8, lr=4e-3, seed=0),
-        description="the larger base model: 3 layers, width 128 (about 1.7x the small one's parameters)"),
+        name="ait-tiny-m", role="larger", hidden_size=96, num_hidden_layers=3, num_attention_heads=3,
+        intermediate_size=256, pretrain=PretrainConfig(steps=1400, batch_size=8, lr=5e-3, seed=0),
+        description="the larger base model: 3 layers, width 96"),
 }
 
 MODEL_NAMES: tuple[str, ...] = tuple(CATALOG)
@@ -95,12 +95,14 @@ def fingerprint(name: str) -> str:
     """Hash of everything that determines the model's weights (spec, corpus, flaw table, build settings)."""
     from ait_env.local.corpus import CORPUS_VERSION, FAMILY_WEIGHTS, FLAWS
 
-    spec = CATALOG[name]
+    spec = asdict(CATALOG[name])
+    for k in ("name", "role", "description"):  # labels, not weights
+        spec.pop(k)
     b = BUILD
     build = {"seed": b.seed, "vocab_size": b.vocab_size, "corpus_per_family": b.corpus_per_family,
              "tokenizer_sample": b.tokenizer_sample, "max_position_embeddings": b.max_position_embeddings,
              "threads_per_model": b.threads_per_model}
-    payload = {"spec": asdict(spec), "build": build, "corpus": CORPUS_VERSION, "weights": FAMILY_WEIGHTS,
+    payload = {"spec": spec, "build": build, "corpus": CORPUS_VERSION, "weights": FAMILY_WEIGHTS,
                "flaws": {k: [(f.key, f.rate) for f in v] for k, v in FLAWS.items()}}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
