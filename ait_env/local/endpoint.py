@@ -15,7 +15,9 @@ Routes (the subset of vLLM's API that verifiers and the hidden-eval harness use)
   its rollout results back; its only network is this endpoint.
 
 Concurrent requests are batched: a worker thread collects pending requests for a few milliseconds
-and samples them together with the KV cache. Requests carrying ``ait_record: true`` (training
+and samples them together with the KV cache. A request that continues an earlier reply (the next turn
+of a multi-turn rollout) reuses that reply's keys/values and prefills only its new tokens
+(:class:`ait_env.local.kv_reuse.PrefixStore`; requests with ``top_p < 1`` take the plain path). Requests carrying ``ait_record: true`` (training
 rollouts) have their exact prompt ids, sampled ids and logprobs kept in :attr:`records` by response
 id, so the trainer learns from exactly what was sampled. :attr:`lock` serialises sampling with
 weight updates: hold it while changing the model's parameters.
@@ -37,7 +39,8 @@ import torch
 from aiohttp import web
 
 from ait_env.local.chat import parse_output
-from ait_env.local.model import TinyLM, generate
+from ait_env.local.kv_reuse import PrefixStore, generate_with_store
+from ait_env.local.model import Generation, TinyLM, generate
 from ait_env.local.tokenizer import ChatTokenizer
 
 MAX_BODY = 8 * 1024 * 1024
@@ -122,7 +125,7 @@ class StepChannel:
 class LocalEndpoint:
     def __init__(self, model: TinyLM, tokenizer: ChatTokenizer, model_name: str, *, host: str | None = "127.0.0.1",
                  port: int = 0, uds: str | Path | None = None, max_batch: int = 128, batch_window_s: float = 0.004,
-                 seed: int = 0, max_model_len: int | None = None) -> None:
+                 seed: int = 0, max_model_len: int | None = None, reuse_kv: bool = True) -> None:
         self.model = model
         self.tok = tokenizer
         self.model_name = model_name
@@ -135,6 +138,9 @@ class LocalEndpoint:
         self.records: dict[str, Record] = {}
         self.channel = StepChannel()
         self.stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "gen_seconds": 0.0}
+        #: keys/values of finished turns, reused when the conversation continues (top_p 1 requests)
+        self.reuse_kv = reuse_kv
+        self.prefix_store = PrefixStore(tokenizer.im_end_id)
         self._q: queue.Queue[_Req | None] = queue.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -300,9 +306,14 @@ class LocalEndpoint:
         t0 = time.perf_counter()
         try:
             with self.lock:
-                outs = generate(self.model, [r.prompt_ids for r in reqs], max_new_tokens=max(r.max_tokens for r in reqs),
-                                temperature=temperature, top_p=top_p, stop_ids={self.tok.im_end_id},
-                                generator=self.generator)
+                if top_p >= 1.0 and self.reuse_kv:
+                    outs = [Generation(tokens=t, logprobs=lp, finish_reason=f) for t, lp, f in generate_with_store(
+                        self.model, self.prefix_store, [r.prompt_ids for r in reqs], [r.max_tokens for r in reqs],
+                        temperature, self.tok.im_end_id, self.generator)]
+                else:
+                    outs = generate(self.model, [r.prompt_ids for r in reqs],
+                                    max_new_tokens=max(r.max_tokens for r in reqs), temperature=temperature,
+                                    top_p=top_p, stop_ids={self.tok.im_end_id}, generator=self.generator)
         except Exception as exc:  # noqa: BLE001 - answer every waiter, never kill the worker
             for r in reqs:
                 r.loop.call_soon_threadsafe(_set_exc, r.future, exc)
@@ -322,6 +333,10 @@ class LocalEndpoint:
 
     def clear_records(self) -> None:
         self.records.clear()
+
+    def weights_updated(self) -> None:
+        """Call (holding :attr:`lock`) after changing the model's parameters: drops cached keys/values."""
+        self.prefix_store.clear()
 
 
 def _set_result(fut: asyncio.Future[Any], value: Any) -> None:

@@ -50,6 +50,7 @@ import torch
 
 from ait_env.evaluation import _Call, _run_call, confidence_interval, final_text, parse_text_tool_calls
 from ait_env.local.chat import parse_output
+from ait_env.local.kv_reuse import TurnCache, generate_cached
 from ait_env.local.model import TinyLM, generate
 from ait_env.local.tokenizer import ChatTokenizer
 from task_families import FAMILY_NAMES, get_family
@@ -115,111 +116,6 @@ def _structured(calls: list[dict[str, Any]], turn: int) -> list[_Call]:
     return out
 
 
-class _TurnCache:
-    """Keys/values of each open conversation kept across turns (``reuse_kv``).
-
-    A turn re-renders and re-tokenizes the conversation exactly as the endpoint does; when the new
-    prompt extends the tokens the cache holds, only the new tokens are prefilled (positions continue),
-    else the row is prefilled from scratch. The logits are those of a full prefill up to float
-    round-off (same tokens, same positions; only the summation order of the batched kernels differs)."""
-
-    def __init__(self) -> None:
-        # conversation -> (token ids held, per-layer keys [H, n, hd], per-layer values)
-        self.rows: dict[int, tuple[list[int], list[torch.Tensor], list[torch.Tensor]]] = {}
-
-
-def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None,
-            ) -> tuple[torch.Tensor, torch.Tensor]:
-    if temperature <= 0:
-        logp = torch.log_softmax(logits.float(), -1)
-        tok = logp.argmax(-1)
-    else:
-        logp = torch.log_softmax(logits.float() / temperature, -1)
-        tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
-
-
-def _generate_cached(model: TinyLM, tc: _TurnCache, convs: list[int], prompts: list[list[int]],
-                     limits: list[int], temperature: float, stop_id: int,
-                     generator: torch.Generator | None) -> list[tuple[list[int], list[float], str]]:
-    """One turn for ``convs`` (their prompts), reusing ``tc``; returns (tokens, logprobs, finish) per row.
-
-    Finished rows leave the decode batch (their keys/values are stored first), so a few long replies do
-    not keep the whole batch busy."""
-    from ait_env.local.model import KVCache
-
-    cfg = model.cfg
-    n = len(convs)
-    keep, delta = [], []
-    for c, p in zip(convs, prompts):
-        held = tc.rows.get(c)
-        k = len(held[0]) if held is not None and 0 < len(held[0]) < len(p) and p[:len(held[0])] == held[0] else 0
-        keep.append(k)
-        delta.append(p[k:])
-    K, D, G = max(keep), max(len(d) for d in delta), max(limits)
-    cache = KVCache(cfg, n, K + D + G)
-    for i, c in enumerate(convs):
-        if keep[i]:
-            _, ks, vs = tc.rows[c]
-            for layer in range(cfg.num_hidden_layers):
-                cache.k[layer][i, :, :keep[i]] = ks[layer][:, :keep[i]]
-                cache.v[layer][i, :, :keep[i]] = vs[layer][:, :keep[i]]
-    cache.length = K
-    key_mask = torch.zeros(n, K + D + G, dtype=torch.bool)
-    ids = torch.zeros(n, D, dtype=torch.long)
-    pos = torch.zeros(n, D, dtype=torch.long)
-    for i in range(n):
-        key_mask[i, :keep[i]] = True
-        key_mask[i, K:K + len(delta[i])] = True
-        ids[i, :len(delta[i])] = torch.tensor(delta[i], dtype=torch.long)
-        pos[i] = keep[i] + torch.arange(D).clamp(max=len(delta[i]) - 1)
-    out = model(ids, pos, key_mask[:, :K + D], cache)
-    logits = out[torch.arange(n), torch.tensor([len(d) - 1 for d in delta])]
-    next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long)
-    toks: list[list[int]] = [[] for _ in range(n)]
-    lps: list[list[float]] = [[] for _ in range(n)]
-    lim = torch.tensor(limits)
-    active = torch.arange(n)          # original row of each batch row
-    new_tc: dict[int, tuple[list[int], list[torch.Tensor], list[torch.Tensor]]] = {}
-
-    def store(batch_rows: list[int], fed: int) -> None:
-        """Save the keys/values of (original) rows that leave the batch; ``fed`` generated tokens are cached."""
-        for br in batch_rows:
-            i = int(active[br])
-            cols = list(range(keep[i])) + list(range(K, K + len(delta[i]))) + \
-                list(range(K + D, K + D + min(fed, len(toks[i]))))
-            idx = torch.tensor(cols, dtype=torch.long)
-            new_tc[convs[i]] = (prompts[i] + toks[i][:min(fed, len(toks[i]))],
-                                [cache.k[layer][br][:, idx] for layer in range(cfg.num_hidden_layers)],
-                                [cache.v[layer][br][:, idx] for layer in range(cfg.num_hidden_layers)])
-
-    for step in range(G):
-        tok, lp = _sample(logits, temperature, generator)
-        tl, ll = tok.tolist(), lp.tolist()
-        finished = []
-        for br in range(len(active)):
-            i = int(active[br])
-            toks[i].append(tl[br])
-            lps[i].append(ll[br])
-            if tl[br] == stop_id or len(toks[i]) >= int(lim[i]):
-                finished.append(br)
-        if len(finished) == len(active):
-            store(list(range(len(active))), step)
-            break
-        if finished:  # shrink the batch: store the finished rows, keep the others
-            store(finished, step)
-            stay = torch.tensor([br for br in range(len(active)) if br not in set(finished)], dtype=torch.long)
-            for layer in range(cfg.num_hidden_layers):
-                cache.k[layer] = cache.k[layer][stay]
-                cache.v[layer] = cache.v[layer][stay]
-            key_mask, next_pos, tok, active = key_mask[stay], next_pos[stay], tok[stay], active[stay]
-        key_mask[:, K + D + step] = True
-        logits = model(tok[:, None], next_pos[:, None], key_mask[:, :K + D + step + 1], cache)[:, -1]
-        next_pos = next_pos + 1
-    tc.rows = new_tc
-    return [(toks[i], lps[i], "stop" if toks[i] and toks[i][-1] == stop_id else "length") for i in range(n)]
-
-
 @torch.inference_mode()
 def run_conversations(model: TinyLM, tok: ChatTokenizer, family: str | TaskFamily, instances: list[Instance], *,
                       temperature: float = 0.0, max_tokens: int = LOCAL_MAX_TOKENS, max_turns: int | None = None,
@@ -227,7 +123,7 @@ def run_conversations(model: TinyLM, tok: ChatTokenizer, family: str | TaskFamil
                       batch_rows: int = 96, keep_turns: bool = False, reuse_kv: bool = True) -> list[Conversation]:
     """Run every instance through the multi-turn tool loop (see the module docstring).
 
-    ``reuse_kv`` keeps each conversation's keys/values across turns (:class:`_TurnCache`: only new tokens
+    ``reuse_kv`` keeps each conversation's keys/values across turns (:class:`TurnCache`: only new tokens
     are prefilled, 2-3x faster); ``reuse_kv=False`` prefills every turn from scratch with
     :func:`ait_env.local.model.generate`, exactly like the endpoint."""
     fam = get_family(family) if isinstance(family, str) else family
@@ -237,12 +133,12 @@ def run_conversations(model: TinyLM, tok: ChatTokenizer, family: str | TaskFamil
     stop = {tok.im_end_id}
     convs = [Conversation(inst, [dict(m) for m in fam.eval_messages(inst)]) for inst in instances]
     model.eval()
-    caches: list[_TurnCache] = []
+    caches: list[TurnCache] = []
     chunk_of: dict[int, int] = {}
     if reuse_kv:  # fixed chunks of conversations, each with its cache (rows of similar question length)
         order0 = sorted(range(len(convs)), key=lambda i: len(convs[i].instance.question))
         for b in range(0, len(order0), batch_rows):
-            caches.append(_TurnCache())
+            caches.append(TurnCache())
             for i in order0[b:b + batch_rows]:
                 chunk_of[i] = len(caches) - 1
     for turn in range(1, max_turns + 1):
@@ -268,7 +164,7 @@ def run_conversations(model: TinyLM, tok: ChatTokenizer, family: str | TaskFamil
                 if not rows:
                     continue
                 limits = [min(max_tokens, max_len - len(prompts[i])) for i in rows]
-                outs = _generate_cached(model, tc, rows, [prompts[i] for i in rows], limits, temperature,
+                outs = generate_cached(model, tc, rows, [prompts[i] for i in rows], limits, temperature,
                                         tok.im_end_id, generator)
                 for i, (toks, lps, finish) in zip(rows, outs):
                     _apply_reply(fam, convs[i], turn, max_turns, tok.decode(toks))

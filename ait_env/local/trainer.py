@@ -123,6 +123,7 @@ class LocalGRPOTrainer:
                 with self.ep.lock:
                     metrics.update(grpo.train_step(self.ep.model, self.opt, batch, self.p, lr, self.micro_batch))
                     self.ep.model.eval()
+                    self.ep.weights_updated()
             self.ep.clear_records()
             t2 = time.perf_counter()
             mean = sum(rewards) / max(1, len(rewards))

@@ -63,7 +63,17 @@ def register_token_counter(model: str, counter: TokenCounter) -> None:
 
 
 def count_prompt_tokens(model: str, messages: list[Any], tools: list[Any]) -> int:
-    return _TOKEN_COUNTERS.get(model, estimate_tokens)(messages, tools)
+    """Prompt tokens of ``messages`` + ``tools`` (both come from the agent's code: anything that is not a
+    dict is dropped, and a counter that cannot render them falls back to the byte estimate)."""
+    messages = [m for m in messages if isinstance(m, dict)]
+    tools = [t for t in tools if isinstance(t, dict)]
+    counter = _TOKEN_COUNTERS.get(model)
+    if counter is not None:
+        try:
+            return int(counter(messages, tools))
+        except Exception:  # noqa: BLE001 - malformed agent data must not crash the probe
+            pass
+    return estimate_tokens(messages, tools)
 
 
 def _fail(code: str, where: str, message: str, fix: str = "") -> ProbeFailure:

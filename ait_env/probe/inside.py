@@ -34,6 +34,14 @@ MAX_RESULT_BYTES = 16 * 1024 * 1024
 UNPRIVILEGED = 65534
 
 
+
+def _openai_tool(t: Any) -> dict[str, Any]:
+    """A verifiers tool definition (pydantic ``Tool`` or dict) as an OpenAI-style tool schema."""
+    d = t.model_dump(exclude_none=True) if hasattr(t, "model_dump") else t
+    if not isinstance(d, dict):
+        return {"type": "function", "function": {"name": str(d), "parameters": {}}}
+    return d if "function" in d else {"type": "function", "function": d}
+
 def _load_adapter(path: str) -> Any:
     spec = importlib.util.spec_from_file_location("ait_adapter", path)
     assert spec and spec.loader
@@ -153,7 +161,7 @@ def _job_inspect(req: dict[str, Any], adapter: Any, rep: _Reporter) -> dict[str,
     out["tools"] = {name: {"module": getattr(fn, "__module__", ""),
                            "file": getattr(getattr(fn, "__code__", None), "co_filename", "")}
                     for name, fn in tools.items()}
-    out["tool_defs"] = json.dumps(getattr(env, "tool_defs", []) or [], default=str)
+    out["tool_defs"] = json.dumps([_openai_tool(t) for t in getattr(env, "tool_defs", []) or []], default=str)
     rep.send({"stage": "rubric"})
     scores = []
     for ex in req.get("dev", []):

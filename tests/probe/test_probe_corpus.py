@@ -230,6 +230,33 @@ def test_reference_passes_and_sandbox_survives(probe, task, tmp_path):
     assert report.stages_run == ["static", "dynamic"] and report.sandbox
 
 
+def test_prompt_tokens_are_counted_with_the_models_tokenizer_on_openai_tool_schemas(probe, task, tmp_path):
+    # the local backend registers its models' tokenizers; the probe must hand them the environment's
+    # tools as OpenAI-style schemas (dicts), whatever verifiers' own tool type is
+    from ait_env.probe import dynamic
+
+    seen: list[tuple[list, list]] = []
+
+    def counter(messages, tools):
+        seen.append((messages, tools))
+        return 10_000  # more than any seq_len bound: the probe must say so
+
+    dynamic.register_token_counter(MODEL, counter)
+    try:
+        ws = tmp_path / "count"
+        ws.mkdir()
+        for fname, text in ref().items():
+            (ws / fname).write_text(text)
+        report, job = probe.run(ws, task, FAMILY)
+    finally:
+        dynamic._TOKEN_COUNTERS.pop(MODEL, None)
+    assert seen, "the registered counter was not used"
+    messages, tools = seen[-1]
+    assert messages and all(isinstance(m, dict) for m in messages)
+    assert sorted(t["function"]["name"] for t in tools) == sorted(FAMILY.tool_names)
+    assert not report.ok and "counted with the model's tokenizer" in report.render()
+
+
 FALLBACK_CASES = ["read_api_key", "open_hidden_file", "connect_localhost", "write_outside_copy", "fork_bomb",
                   "import_exception", "constant_reward"]
 

@@ -1,0 +1,176 @@
+"""Generation that reuses the keys/values of earlier turns of the same conversation.
+
+A multi-turn rollout re-sends the whole conversation every turn; its prompt is the previous turn's
+prompt + completion + the tool results. :func:`generate_cached` prefills only the tokens a held cache
+does not cover (positions continue), samples with the KV cache, and drops finished rows from the decode
+batch. The logits equal those of a full prefill up to float round-off (same tokens and positions; only
+the summation order of the batched kernels differs), so sampling and logprobs follow the same
+distribution as :func:`ait_env.local.model.generate`.
+
+- :class:`TurnCache`: per-conversation caches, for callers that know which request continues which
+  conversation (the in-process evaluator :mod:`ait_env.local.quick_eval`).
+- :class:`PrefixStore`: caches keyed by their token ids, for callers that do not (the OpenAI-compatible
+  endpoint): a new prompt reuses the longest stored sequence that ends right before one of its
+  ``<|im_end|>`` tokens. Entries are taken once, bounded in number, and must be cleared when the
+  weights change (:meth:`PrefixStore.clear`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+from ait_env.local.model import KVCache, TinyLM
+
+Held = tuple[list[int], list[torch.Tensor], list[torch.Tensor]]
+
+
+class TurnCache:
+    """Keys/values of each open conversation kept across turns (``reuse_kv``).
+
+    A turn re-renders and re-tokenizes the conversation exactly as the endpoint does; when the new
+    prompt extends the tokens the cache holds, only the new tokens are prefilled (positions continue),
+    else the row is prefilled from scratch. The logits are those of a full prefill up to float
+    round-off (same tokens, same positions; only the summation order of the batched kernels differs)."""
+
+    def __init__(self) -> None:
+        # conversation -> (token ids held, per-layer keys [H, n, hd], per-layer values)
+        self.rows: dict[int, tuple[list[int], list[torch.Tensor], list[torch.Tensor]]] = {}
+
+
+def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None,
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    if temperature <= 0:
+        logp = torch.log_softmax(logits.float(), -1)
+        tok = logp.argmax(-1)
+    else:
+        logp = torch.log_softmax(logits.float() / temperature, -1)
+        tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+
+def generate_cached(model: TinyLM, tc: TurnCache, convs: list[int], prompts: list[list[int]],
+                    limits: list[int], temperature: float, stop_id: int,
+                    generator: torch.Generator | None) -> list[tuple[list[int], list[float], str]]:
+    """One turn for ``convs`` (their prompts), reusing ``tc``; returns (tokens, logprobs, finish) per row.
+
+    Finished rows leave the decode batch (their keys/values are stored first), so a few long replies do
+    not keep the whole batch busy."""
+    cfg = model.cfg
+    n = len(convs)
+    keep, delta = [], []
+    for c, p in zip(convs, prompts):
+        held = tc.rows.get(c)
+        k = len(held[0]) if held is not None and 0 < len(held[0]) < len(p) and p[:len(held[0])] == held[0] else 0
+        keep.append(k)
+        delta.append(p[k:])
+    K, D, G = max(keep), max(len(d) for d in delta), max(limits)
+    cache = KVCache(cfg, n, K + D + G)
+    for i, c in enumerate(convs):
+        if keep[i]:
+            _, ks, vs = tc.rows[c]
+            for layer in range(cfg.num_hidden_layers):
+                cache.k[layer][i, :, :keep[i]] = ks[layer][:, :keep[i]]
+                cache.v[layer][i, :, :keep[i]] = vs[layer][:, :keep[i]]
+    cache.length = K
+    key_mask = torch.zeros(n, K + D + G, dtype=torch.bool)
+    ids = torch.zeros(n, D, dtype=torch.long)
+    pos = torch.zeros(n, D, dtype=torch.long)
+    for i in range(n):
+        key_mask[i, :keep[i]] = True
+        key_mask[i, K:K + len(delta[i])] = True
+        ids[i, :len(delta[i])] = torch.tensor(delta[i], dtype=torch.long)
+        pos[i] = keep[i] + torch.arange(D).clamp(max=len(delta[i]) - 1)
+    out = model(ids, pos, key_mask[:, :K + D], cache)
+    logits = out[torch.arange(n), torch.tensor([len(d) - 1 for d in delta])]
+    next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long)
+    toks: list[list[int]] = [[] for _ in range(n)]
+    lps: list[list[float]] = [[] for _ in range(n)]
+    lim = torch.tensor(limits)
+    active = torch.arange(n)          # original row of each batch row
+    new_tc: dict[int, tuple[list[int], list[torch.Tensor], list[torch.Tensor]]] = {}
+
+    def store(batch_rows: list[int], fed: int) -> None:
+        """Save the keys/values of (original) rows that leave the batch; ``fed`` generated tokens are cached."""
+        for br in batch_rows:
+            i = int(active[br])
+            cols = list(range(keep[i])) + list(range(K, K + len(delta[i]))) + \
+                list(range(K + D, K + D + min(fed, len(toks[i]))))
+            idx = torch.tensor(cols, dtype=torch.long)
+            new_tc[convs[i]] = (prompts[i] + toks[i][:min(fed, len(toks[i]))],
+                                [cache.k[layer][br][:, idx] for layer in range(cfg.num_hidden_layers)],
+                                [cache.v[layer][br][:, idx] for layer in range(cfg.num_hidden_layers)])
+
+    for step in range(G):
+        tok, lp = _sample(logits, temperature, generator)
+        tl, ll = tok.tolist(), lp.tolist()
+        finished = []
+        for br in range(len(active)):
+            i = int(active[br])
+            toks[i].append(tl[br])
+            lps[i].append(ll[br])
+            if tl[br] == stop_id or len(toks[i]) >= int(lim[i]):
+                finished.append(br)
+        if len(finished) == len(active):
+            store(list(range(len(active))), step)
+            break
+        if finished:  # shrink the batch: store the finished rows, keep the others
+            store(finished, step)
+            stay = torch.tensor([br for br in range(len(active)) if br not in set(finished)], dtype=torch.long)
+            for layer in range(cfg.num_hidden_layers):
+                cache.k[layer] = cache.k[layer][stay]
+                cache.v[layer] = cache.v[layer][stay]
+            key_mask, next_pos, tok, active = key_mask[stay], next_pos[stay], tok[stay], active[stay]
+        key_mask[:, K + D + step] = True
+        logits = model(tok[:, None], next_pos[:, None], key_mask[:, :K + D + step + 1], cache)[:, -1]
+        next_pos = next_pos + 1
+    tc.rows = new_tc
+    return [(toks[i], lps[i], "stop" if toks[i] and toks[i][-1] == stop_id else "length") for i in range(n)]
+
+
+class PrefixStore:
+    """Finished generations' keys/values keyed by their token ids (see the module docstring)."""
+
+    def __init__(self, boundary_id: int, max_entries: int = 1024) -> None:
+        self.boundary_id = boundary_id
+        self.max_entries = max_entries
+        self.rows: OrderedDict[tuple[int, ...], Held] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def take(self, prompt: list[int]) -> Held | None:
+        """Remove and return the longest stored sequence that ``prompt`` continues, if any."""
+        if self.rows:
+            for p in range(len(prompt) - 1, 0, -1):
+                if prompt[p] == self.boundary_id:
+                    held = self.rows.pop(tuple(prompt[:p]), None)
+                    if held is not None:
+                        self.hits += 1
+                        return held
+        self.misses += 1
+        return None
+
+    def put(self, held: Held) -> None:
+        self.rows[tuple(held[0])] = held
+        while len(self.rows) > self.max_entries:
+            self.rows.popitem(last=False)
+
+    def clear(self) -> None:
+        self.rows.clear()
+
+
+def generate_with_store(model: TinyLM, store: PrefixStore, prompts: list[list[int]], limits: list[int],
+                        temperature: float, stop_id: int, generator: torch.Generator | None,
+                        ) -> list[tuple[list[int], list[float], str]]:
+    """:func:`generate_cached` for unrelated requests: held caches come from (and go back to) ``store``."""
+    tc = TurnCache()
+    for i, p in enumerate(prompts):
+        held = store.take(p)
+        if held is not None:
+            tc.rows[i] = held
+    outs = generate_cached(model, tc, list(range(len(prompts))), prompts, limits, temperature, stop_id, generator)
+    for i, (toks, _, finish) in enumerate(outs):
+        if finish == "stop" and i in tc.rows:
+            store.put(tc.rows[i])
+    return outs
