@@ -163,14 +163,25 @@ class PrefixStore:
 def generate_with_store(model: TinyLM, store: PrefixStore, prompts: list[list[int]], limits: list[int],
                         temperature: float, stop_id: int, generator: torch.Generator | None,
                         ) -> list[tuple[list[int], list[float], str]]:
-    """:func:`generate_cached` for unrelated requests: held caches come from (and go back to) ``store``."""
-    tc = TurnCache()
+    """:func:`generate_cached` for unrelated requests: held caches come from (and go back to) ``store``.
+
+    Rows are prefilled in two groups, continuing turns (a few new tokens each) and fresh prompts, so
+    that one long fresh prompt does not pad every continuing row's prefill to its length."""
+    held: dict[int, Held] = {}
     for i, p in enumerate(prompts):
-        held = store.take(p)
-        if held is not None:
-            tc.rows[i] = held
-    outs = generate_cached(model, tc, list(range(len(prompts))), prompts, limits, temperature, stop_id, generator)
-    for i, (toks, _, finish) in enumerate(outs):
-        if finish == "stop" and i in tc.rows:
-            store.put(tc.rows[i])
+        h = store.take(p)
+        if h is not None:
+            held[i] = h
+    outs: list[tuple[list[int], list[float], str]] = [([], [], "length")] * len(prompts)
+    for rows in ([i for i in range(len(prompts)) if i in held], [i for i in range(len(prompts)) if i not in held]):
+        if not rows:
+            continue
+        tc = TurnCache()
+        tc.rows = {j: held[i] for j, i in enumerate(rows) if i in held}
+        got = generate_cached(model, tc, list(range(len(rows))), [prompts[i] for i in rows], [limits[i] for i in rows],
+                              temperature, stop_id, generator)
+        for j, i in enumerate(rows):
+            outs[i] = got[j]
+            if got[j][2] == "stop" and j in tc.rows:
+                store.put(tc.rows[j])
     return outs
