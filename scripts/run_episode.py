@@ -23,6 +23,14 @@ def main(cfg: DictConfig) -> None:
     console = Console()
     if cfg.agent not in AGENTS:
         raise SystemExit(f"unknown agent {cfg.agent!r}; choose one of: {', '.join(AGENTS)}")
+    if cfg.backend.name == "local":
+        # Build (once per machine, cached) the models the local backend trains, before the episode
+        # starts, so the probe counts prompt tokens with their real tokenizer.
+        from ait_env.local.build import build
+
+        console.print("[bold]local backend[/bold]: checking the base models (the first run builds them: "
+                      "about 5 minutes on 2 cores, cached in ~/.cache/ai-trains-ai/models)")
+        build([m["name"] for m in cfg.backend.models])
     env = JobWritingEnv(settings=settings_from_cfg(cfg))
     agent = AGENTS[cfg.agent]()
     obs, info = env.reset(seed=int(cfg.seed))

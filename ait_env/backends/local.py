@@ -35,13 +35,20 @@ class LocalBackend(Backend):
         from ait_env.local.tokenizer import ChatTokenizer
         from ait_env.probe.dynamic import register_token_counter
 
+        missing = []
         for m in self.catalog():
             path = model_dir(m.name)
             if not (path / "tokenizer.json").exists():
+                missing.append(m.name)
                 continue
             tok = ChatTokenizer.load(path)
             register_token_counter(m.name, lambda msgs, tools, tok=tok: len(
                 tok.encode_chat(msgs, tools or None, add_generation_prompt=True)))
+        if missing and not getattr(self, "_warned_missing", False):
+            self._warned_missing = True
+            print(f"note: local models {', '.join(missing)} are not built yet; a job's first submission builds "
+                  "its model (minutes). Until then the probe estimates prompt lengths conservatively. Build "
+                  "them now with: python -m ait_env.local.build", file=sys.stderr)
 
     def model_renderers(self) -> dict[str, str]:
         # The tiny models carry their own chat template (served by our endpoint, or vLLM with
