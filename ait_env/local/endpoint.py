@@ -26,6 +26,7 @@ weight updates: hold it while changing the model's parameters.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import queue
 import threading
@@ -52,6 +53,7 @@ class _Req:
     temperature: float
     top_p: float
     max_tokens: int
+    seed: int
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
 
@@ -133,7 +135,10 @@ class LocalEndpoint:
         self.max_batch = max_batch
         self.batch_window_s = batch_window_s
         self.max_model_len = max_model_len or model.cfg.max_position_embeddings
+        self.seed = seed
         self.generator = torch.Generator().manual_seed(seed)
+        self._weights_version = 0
+        self._seen: dict[bytes, int] = {}
         self.lock = threading.RLock()
         self.records: dict[str, Record] = {}
         self.channel = StepChannel()
@@ -236,7 +241,8 @@ class LocalEndpoint:
         top_p = float(body.get("top_p", 1.0) if body.get("top_p") is not None else 1.0)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._q.put(_Req(prompt_ids, temperature, top_p, max(1, min(int(want), room)), loop, fut))
+        self._q.put(_Req(prompt_ids, temperature, top_p, max(1, min(int(want), room)), self._request_seed(prompt_ids),
+                         loop, fut))
         gen = await fut
         text = self.tok.decode(gen.tokens)
         content, calls = parse_output(text)
@@ -307,9 +313,10 @@ class LocalEndpoint:
         try:
             with self.lock:
                 if top_p >= 1.0 and self.reuse_kv:
+                    gens = [torch.Generator().manual_seed(r.seed) for r in reqs]
                     outs = [Generation(tokens=t, logprobs=lp, finish_reason=f) for t, lp, f in generate_with_store(
                         self.model, self.prefix_store, [r.prompt_ids for r in reqs], [r.max_tokens for r in reqs],
-                        temperature, self.tok.im_end_id, self.generator)]
+                        temperature, self.tok.im_end_id, gens)]
                 else:
                     outs = generate(self.model, [r.prompt_ids for r in reqs],
                                     max_new_tokens=max(r.max_tokens for r in reqs), temperature=temperature,
@@ -337,6 +344,22 @@ class LocalEndpoint:
     def weights_updated(self) -> None:
         """Call (holding :attr:`lock`) after changing the model's parameters: drops cached keys/values."""
         self.prefix_store.clear()
+        self._weights_version += 1
+        self._seen.clear()
+
+    def _request_seed(self, prompt_ids: list[int]) -> int:
+        """The sampling seed of one request: a hash of the endpoint's seed, the weights version, the prompt
+        and how many identical prompts came before it under these weights. A request's sample then does
+        not depend on arrival order or on which requests share its batch, so a job rerun with the same
+        seeds samples the same rollouts (up to float round-off of batched kernels)."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(f"{self.seed}:{self._weights_version}:".encode())
+        h.update(b",".join(str(t).encode() for t in prompt_ids))
+        key = h.digest()
+        n = self._seen.get(key, 0)
+        self._seen[key] = n + 1
+        h.update(f":{n}".encode())
+        return int.from_bytes(h.digest()[:8], "little") & ((1 << 63) - 1)
 
 
 def _set_result(fut: asyncio.Future[Any], value: Any) -> None:

@@ -39,20 +39,30 @@ class TurnCache:
         self.rows: dict[int, tuple[list[int], list[torch.Tensor], list[torch.Tensor]]] = {}
 
 
-def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None,
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | list[torch.Generator] | None,
+            rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row. ``generator`` may be one generator per original row (``rows`` maps
+    batch rows to original rows): then each row's sample depends only on its own generator, not on which
+    other rows share the batch (reproducible sampling under dynamic batching)."""
     if temperature <= 0:
         logp = torch.log_softmax(logits.float(), -1)
         tok = logp.argmax(-1)
     else:
         logp = torch.log_softmax(logits.float() / temperature, -1)
-        tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+        probs = logp.exp()
+        if isinstance(generator, list):
+            idx = rows.tolist() if rows is not None else list(range(probs.shape[0]))
+            tok = torch.stack([torch.multinomial(probs[b], 1, generator=generator[int(i)])[0]
+                               for b, i in enumerate(idx)])
+        else:
+            tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
 
 def generate_cached(model: TinyLM, tc: TurnCache, convs: list[int], prompts: list[list[int]],
                     limits: list[int], temperature: float, stop_id: int,
-                    generator: torch.Generator | None) -> list[tuple[list[int], list[float], str]]:
+                    generator: torch.Generator | list[torch.Generator] | None,
+                    ) -> list[tuple[list[int], list[float], str]]:
     """One turn for ``convs`` (their prompts), reusing ``tc``; returns (tokens, logprobs, finish) per row.
 
     Finished rows leave the decode batch (their keys/values are stored first), so a few long replies do
@@ -103,7 +113,7 @@ def generate_cached(model: TinyLM, tc: TurnCache, convs: list[int], prompts: lis
                                 [cache.v[layer][br][:, idx] for layer in range(cfg.num_hidden_layers)])
 
     for step in range(G):
-        tok, lp = _sample(logits, temperature, generator)
+        tok, lp = _sample(logits, temperature, generator, active)
         tl, ll = tok.tolist(), lp.tolist()
         finished = []
         for br in range(len(active)):
@@ -161,7 +171,8 @@ class PrefixStore:
 
 
 def generate_with_store(model: TinyLM, store: PrefixStore, prompts: list[list[int]], limits: list[int],
-                        temperature: float, stop_id: int, generator: torch.Generator | None,
+                        temperature: float, stop_id: int,
+                        generator: torch.Generator | list[torch.Generator] | None,
                         ) -> list[tuple[list[int], list[float], str]]:
     """:func:`generate_cached` for unrelated requests: held caches come from (and go back to) ``store``.
 
@@ -178,8 +189,9 @@ def generate_with_store(model: TinyLM, store: PrefixStore, prompts: list[list[in
             continue
         tc = TurnCache()
         tc.rows = {j: held[i] for j, i in enumerate(rows) if i in held}
+        gens = [generator[i] for i in rows] if isinstance(generator, list) else generator
         got = generate_cached(model, tc, list(range(len(rows))), [prompts[i] for i in rows], [limits[i] for i in rows],
-                              temperature, stop_id, generator)
+                              temperature, stop_id, gens)
         for j, i in enumerate(rows):
             outs[i] = got[j]
             if got[j][2] == "stop" and j in tc.rows:

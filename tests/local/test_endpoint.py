@@ -71,3 +71,37 @@ def test_verifiers_rollouts_over_a_unix_socket(micro_model, micro_tokenizer, tmp
     assert ids and all(rid in ep.records for rid in ids)
     assert all(isinstance(r["reward"], float) for g in out for r in g)
     json.dumps(out)
+
+
+def test_sampling_does_not_depend_on_arrival_order_or_batching(micro_model, micro_tokenizer):
+    """Same seed, same prompts (with repeats, like a GRPO group): the same multiset of samples per prompt,
+    whether the requests arrive one by one or all at once in another order."""
+    fam = get_family("arithmetic")
+    insts = hidden_set("arithmetic")[:3]
+    bodies = [{"model": "micro", "messages": fam.eval_messages(i), "tools": fam.tool_schemas(), "temperature": 1.0,
+               "max_tokens": 24, "return_token_ids": True} for i in insts for _ in range(3)]
+
+    async def fire(url: str, items: list[dict], concurrent: bool) -> list[list[int]]:
+        async with httpx.AsyncClient(timeout=60) as c:
+            async def one(b: dict) -> list[int]:
+                return (await c.post(url, json=b)).json()["choices"][0]["token_ids"]
+            if concurrent:
+                return list(await asyncio.gather(*(one(b) for b in items)))
+            return [await one(b) for b in items]
+
+    def by_prompt(items: list[dict], outs: list[list[int]]) -> dict[str, list[tuple[int, ...]]]:
+        d: dict[str, list[tuple[int, ...]]] = {}
+        for b, o in zip(items, outs):
+            d.setdefault(json.dumps(b["messages"]), []).append(tuple(o))
+        return {k: sorted(v) for k, v in d.items()}
+
+    with LocalEndpoint(micro_model, micro_tokenizer, "micro", seed=7) as ep:
+        serial = by_prompt(bodies, asyncio.run(fire(ep.base_url + "/chat/completions", bodies, False)))
+    shuffled = bodies[::-1]
+    with LocalEndpoint(micro_model, micro_tokenizer, "micro", seed=7, batch_window_s=0.05) as ep:
+        together = by_prompt(shuffled, asyncio.run(fire(ep.base_url + "/chat/completions", shuffled, True)))
+        assert ep.stats["batches"] < ep.stats["requests"]
+    assert serial == together
+    with LocalEndpoint(micro_model, micro_tokenizer, "micro", seed=8) as ep:
+        other = by_prompt(bodies, asyncio.run(fire(ep.base_url + "/chat/completions", bodies, False)))
+    assert other != serial
