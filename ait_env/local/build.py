@@ -82,8 +82,14 @@ def _pretrain_task(name: str, workdir: str, progress: bool) -> dict[str, Any]:
     with open(Path(workdir) / "examples.pkl", "rb") as f:
         examples = pickle.load(f)
     cfg = spec.tiny_config(tok.vocab_size, tok.im_end_id, tok.pad_id, catalog.BUILD.max_position_embeddings)
+    progress_file = Path(workdir) / f"{name}.progress"
+
+    def on_step(step: int, loss: float) -> None:  # read by the parent's progress bars
+        if step % 10 == 0:
+            progress_file.write_text(f"{step + 1} {loss:.4f}")
+
     model, stats = pretrain(cfg, examples, spec.pretrain, tok.pad_id, start_id=tok.tok.token_to_id(IM_START),
-                            end_id=tok.im_end_id, progress=progress, label=name)
+                            end_id=tok.im_end_id, progress=progress, label=name, on_step=on_step)
     out = Path(workdir) / name
     save_model_dir(out, model, tok, {"name": name})
     return {"name": name, "dir": str(out), "params": param_count(model), "config": cfg.to_hf(),
@@ -188,10 +194,12 @@ def _build_parallel(todo: list[str], wd: str, info: dict[str, Any], jobs: int,
     with ctx.Pool(jobs) as pool:
         # the larger model first: it is on the critical path
         order = sorted(todo, key=lambda n: -catalog.CATALOG[n].hidden_size * catalog.CATALOG[n].num_hidden_layers)
-        pending = {n: pool.apply_async(_pretrain_task, (n, wd, progress and len(todo) == 1)) for n in order}
+        pending = {n: pool.apply_async(_pretrain_task, (n, wd, False)) for n in order}
         trained: dict[str, dict[str, Any]] = {}
         evals: dict[str, list[Any]] = {}
+        bars = _ParallelBars(order, wd, progress)
         while pending or evals:
+            bars.refresh(done=set(trained))
             for n, r in list(pending.items()):
                 if r.ready():
                     trained[n] = r.get()
@@ -211,7 +219,44 @@ def _build_parallel(todo: list[str], wd: str, info: dict[str, Any], jobs: int,
                     if progress:
                         _print_meta(out[n])
             time.sleep(0.5)
+        bars.close()
     return out
+
+
+class _ParallelBars:
+    """One rich progress bar per model pretraining in a worker (workers write ``<name>.progress``)."""
+
+    def __init__(self, names: list[str], workdir: str, enabled: bool) -> None:
+        self.files = {n: Path(workdir) / f"{n}.progress" for n in names}
+        self.prog = None
+        if not enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn())
+        self.tasks = {}
+        for n in names:
+            spec = catalog.CATALOG[n].pretrain
+            self.tasks[n] = self.prog.add_task(f"pretrain {n}", total=spec.steps + spec.drill_steps, loss="-")
+        self.prog.start()
+
+    def refresh(self, done: set[str]) -> None:
+        if self.prog is None:
+            return
+        for n, f in self.files.items():
+            if n in done:
+                self.prog.update(self.tasks[n], completed=self.prog.tasks[self.tasks[n]].total)
+                continue
+            try:
+                step, loss = f.read_text().split()
+            except (OSError, ValueError):
+                continue
+            self.prog.update(self.tasks[n], completed=int(step), loss=loss)
+
+    def close(self) -> None:
+        if self.prog is not None:
+            self.prog.stop()
 
 
 def _print_meta(meta: dict[str, Any]) -> None:

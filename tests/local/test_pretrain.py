@@ -220,3 +220,20 @@ def test_build_micro_catalog_end_to_end_and_deterministic(monkeypatch, tmp_path)
     again = B.build(["micro-s"], force=True, jobs=0, progress=False)
     assert again["micro-s"]["weights_hash"] == metas["micro-s"]["weights_hash"]
     assert B.build(["micro-s"], jobs=0, progress=False)["micro-s"]["built_at"] == again["micro-s"]["built_at"]
+
+
+def test_parallel_build_progress_bars_follow_the_workers_progress_files(tmp_path) -> None:
+    from ait_env.local import build as B
+
+    names = list(catalog.CATALOG)
+    bars = B._ParallelBars(names, str(tmp_path), enabled=True)
+    (tmp_path / f"{names[0]}.progress").write_text("121 0.4321")
+    (tmp_path / f"{names[1]}.progress").write_text("garbage")  # a partial write is skipped, not fatal
+    bars.refresh(done=set())
+    tasks = {t.description: t for t in bars.prog.tasks}
+    assert tasks[f"pretrain {names[0]}"].completed == 121 and tasks[f"pretrain {names[0]}"].fields["loss"] == "0.4321"
+    assert tasks[f"pretrain {names[1]}"].completed == 0
+    bars.refresh(done={names[1]})
+    assert tasks[f"pretrain {names[1]}"].completed == tasks[f"pretrain {names[1]}"].total
+    bars.close()
+    assert B._ParallelBars(names, str(tmp_path), enabled=False).prog is None
