@@ -27,9 +27,10 @@ def main(cfg: DictConfig) -> None:
         # Build (once per machine, cached) the models the local backend trains, before the episode
         # starts, so the probe counts prompt tokens with their real tokenizer.
         from ait_env.local.build import build
+        from ait_env.local.catalog import cache_root
 
         console.print("[bold]local backend[/bold]: checking the base models (the first run builds them: "
-                      "about 5 minutes on 2 cores, cached in ~/.cache/ai-trains-ai/models)")
+                      f"about 6–8 minutes on 2 cores, cached in {cache_root()})")
         build([m["name"] for m in cfg.backend.models])
     env = JobWritingEnv(settings=settings_from_cfg(cfg))
     agent = AGENTS[cfg.agent]()
