@@ -149,6 +149,8 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
                     worker_out["resp"] = sandbox.run(req, outside_root)
                 except SandboxError as exc:
                     worker_out["infra"] = str(exc)
+                except Exception as exc:  # noqa: BLE001 - never die silently in a thread
+                    worker_out["infra"] = f"{type(exc).__name__}: {exc}"
                 finally:
                     ep.channel.abort(f"the sandboxed rollout worker ended: {worker_out}")
 

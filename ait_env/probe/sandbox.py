@@ -319,9 +319,12 @@ class Sandbox:
                     break  # (answers to earlier, abandoned requests are skipped)
                 line = None
             if line is None:
+                proc = self._proc
+                if proc is None:  # closed by another thread (e.g. the job ended while this request ran)
+                    raise SandboxError("the sandbox was shut down while the request was running")
                 tail = self.log_tail(800)
-                alive = self._proc.poll() is None
-                code = self._proc.returncode
+                alive = proc.poll() is None
+                code = proc.returncode
                 self.close()
                 raise SandboxError(f"the sandbox stopped answering within {wall + 30:.0f} s (process "
                                    f"{'alive' if alive else f'exited with code {code}'}); it will be restarted. "
