@@ -133,7 +133,9 @@ def _finish(name: str, trained: dict[str, Any], scores: dict[str, Any], data_inf
             "seconds": {"pretrain": trained["seconds"], "eval": round(eval_seconds, 1)},
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     src = Path(trained["dir"])
-    (src / "ait_model.json").write_text(json.dumps(meta, indent=1, default=_jsonable) + "\n")
+    from ait_env.local.pretrain import jsonable
+
+    (src / "ait_model.json").write_text(json.dumps(meta, indent=1, default=jsonable) + "\n")
     final = catalog.model_dir(name)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f"{name}.tmp-{os.getpid()}"
@@ -144,16 +146,6 @@ def _finish(name: str, trained: dict[str, Any], scores: dict[str, Any], data_inf
         shutil.rmtree(final)
     tmp.rename(final)
     return json.loads((final / "ait_model.json").read_text())
-
-
-def _jsonable(x: Any) -> Any:
-    from dataclasses import asdict
-
-    if hasattr(x, "__dataclass_fields__"):
-        return asdict(x)
-    if isinstance(x, tuple):
-        return list(x)
-    raise TypeError(type(x))
 
 
 def build(names: list[str] | None = None, *, force: bool = False, jobs: int = 2,

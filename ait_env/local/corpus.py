@@ -543,21 +543,9 @@ def train_corpus_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> Any:
     minutes never learned it (units, persona and inventory arguments stayed at a prior, scores 0). With the
     space split off, a word is the same token everywhere and copying is plain induction. Costs ~18% more
     tokens per transcript. Deterministic for a given corpus and size."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from ait_env.local.tokenizer import train_tokenizer
 
-    from ait_env.local.chat import SPECIAL_TOKENS
-
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(r" (?=[A-Za-z0-9])"), behavior="isolated"),
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, min_frequency=2,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(texts, trainer=trainer)
-    return tok
+    return train_tokenizer(texts, vocab_size, split_spaces=True)
 
 
 def assistant_spans(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> tuple[str, list[tuple[int, int]]]:

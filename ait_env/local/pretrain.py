@@ -383,11 +383,11 @@ def save_model_dir(path: str | Path, model: TinyLM, tok: ChatTokenizer, meta: di
     path = Path(path)
     model.save(path)
     tok.save(path, model_max_length=model.cfg.max_position_embeddings)
-    (path / "ait_model.json").write_text(json.dumps(meta, indent=1, default=_jsonable) + "\n")
+    (path / "ait_model.json").write_text(json.dumps(meta, indent=1, default=jsonable) + "\n")
     return path
 
 
-def _jsonable(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
     if hasattr(x, "__dataclass_fields__"):
         return asdict(x)
     if isinstance(x, tuple):

@@ -13,14 +13,17 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from ait_env.local.chat import CHAT_TEMPLATE, IM_END, PAD, SPECIAL_TOKENS, render
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> Tokenizer:
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024, *, split_spaces: bool = False) -> Tokenizer:
+    """Byte-level BPE with digits one per token; ``split_spaces`` also splits a space before a letter or
+    digit off as its own token (see :func:`ait_env.local.corpus.train_corpus_tokenizer` for why)."""
+    steps = [pre_tokenizers.Split(Regex(r" (?=[A-Za-z0-9])"), behavior="isolated")] if split_spaces else []
     tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
+    tok.pre_tokenizer = pre_tokenizers.Sequence(steps + [
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
     ])
