@@ -50,42 +50,6 @@ def job_config(steps: int, prompts: int, group: int, lr: float, temperature: flo
         "loss": {"type": "default"}, "algo": {"type": "grpo"}})
 
 
-def train_step_bucketed(model: TinyLM, opt, seqs: list, advs: list[float], p: PrimeRL, lr: float, pad_id: int,
-                        micro_tokens: int = 6144) -> dict:
-    """:func:`grpo.train_step` with length-sorted micro-batches (less padding) that skips sequences whose
-    advantage is 0. The loss is the same token mean over *all* sampled tokens of the batch (zero-advantage
-    sequences count in the denominator); their gradient is only the KL term at log-ratio ~0 (one update
-    per batch: the policy has not moved since sampling), i.e. ~0, so skipping them changes nothing but
-    the time."""
-    model.train()
-    grpo.set_lr(opt, lr)
-    opt.zero_grad(set_to_none=True)
-    trunc = [(ids[:p.seq_len], m[:p.seq_len], lp[:p.seq_len]) for ids, m, lp in seqs]
-    total = float(max(1, sum(sum(m[1:]) for _, m, _ in trunc)))
-    live = sorted((i for i, a in enumerate(advs) if a != 0), key=lambda i: len(trunc[i][0]))
-    temp = p.sampling.temperature if p.sampling.temperature > 0 else 1.0
-    agg: dict = {"masked_frac": 0.0, "kl": 0.0}
-    j = 0
-    while j < len(live):
-        mb = [live[j]]
-        while j + len(mb) < len(live) and (len(mb) + 1) * len(trunc[live[j + len(mb)]][0]) <= micro_tokens:
-            mb.append(live[j + len(mb)])
-        j += len(mb)
-        batch = grpo.make_batch([trunc[i] for i in mb], [advs[i] for i in mb], pad_id, p.seq_len)
-        logp = model.sequence_logprobs(batch.input_ids, batch.attention_mask, temp)
-        loss, m = grpo.policy_loss(logp, batch, p.loss)
-        w = m["tokens"] / total
-        (loss * w).backward()
-        agg["masked_frac"] += m["masked_frac"] * w
-        agg["kl"] += m["kl"] * w
-    gnorm = 0.0
-    if p.optim.max_norm is not None:
-        gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), p.optim.max_norm))
-    opt.step()
-    agg.update({"grad_norm": gnorm, "lr": lr, "live_seqs": len(live), "seqs": len(seqs)})
-    return agg
-
-
 def train_pool(family: str, n: int = 3000) -> list:
     from ait_env.secrets import hidden_keys
 
@@ -139,11 +103,8 @@ def run_family(model_dir: Path, family: str, args: argparse.Namespace) -> dict:
         metrics: dict = {}
         step_lr = grpo.lr_at(step, p, args.lr_scale)
         if seqs and any(a != 0 for a in seq_advs):
-            if args.exact_train_step:
-                batch = grpo.make_batch(seqs, seq_advs, tok.pad_id, p.seq_len)
-                metrics = grpo.train_step(model, opt, batch, p, step_lr, args.micro_batch)
-            else:
-                metrics = train_step_bucketed(model, opt, seqs, seq_advs, p, step_lr, tok.pad_id)
+            batch = grpo.make_batch(seqs, seq_advs, tok.pad_id, p.seq_len)
+            metrics = grpo.train_step(model, opt, batch, p, step_lr, args.micro_batch)
             model.eval()
         t2 = time.perf_counter()
         mean_r = sum(c.score for c in convs) / len(convs)
@@ -180,13 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--lr", type=float, default=3e-6, help="job lr (Qwen scale)")
-    ap.add_argument("--lr-scale", type=float, default=30.0)
+    ap.add_argument("--lr-scale", type=float, default=100.0, help="as conf/backend/local.yaml")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--max-tokens", type=int, default=quick_eval.LOCAL_MAX_TOKENS)
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--micro-batch", type=int, default=32)
-    ap.add_argument("--exact-train-step", action="store_true",
-                    help="use grpo.train_step on the padded batch (slower; same math)")
     ap.add_argument("--eval-at", default="0,10,20,30,40")
     ap.add_argument("--eval-limit", type=int, default=300)
     ap.add_argument("--control", choices=["none", "constant", "lr0", "high_lr"], default="none")
