@@ -8,7 +8,10 @@
   ``U = 0.5 + 0.5·d/(1 - best_pre)`` for gains, ``U = 0.5 + 0.5·d/best_pre`` for losses
   (0.5 = no change, 1.0 = perfect score, 0.0 = dropped to zero). A job that died because of the
   job itself has ``Q = 0``.
-- ``S`` train speed: ``max(0, 1 - train_seconds / wall_clock_limit)`` for scored jobs, else 0.
+- ``S`` train speed: ``max(0, 1 - train_seconds / wall_clock_limit)`` for scored jobs that improved the
+  model (``post > best_pre``), else 0. Speed only breaks ties between *successful* jobs: a job that
+  changes nothing (constant reward, lr 0) finishes fastest, and must not outrank a slower real job
+  that also failed to lift the model.
 
 Statuses (``info["reward"]["status"]``):
 
@@ -109,7 +112,7 @@ def compose(status: Status, s: RewardSettings, *, attempts: int, validated_attem
     U = uplift_score(post, best_pre)
     Q = s.quality.post * post + s.quality.uplift * U
     S = 0.0
-    if train_seconds is not None and wall_clock_limit_s:
+    if train_seconds is not None and wall_clock_limit_s and post > best_pre:
         S = max(0.0, min(1.0, 1.0 - train_seconds / wall_clock_limit_s))
     total = w.validation * V + w.quality * Q + w.speed * S
     return RewardBreakdown(status=status, total=total, V=V, Q=Q, S=S, post=post, best_pre=best_pre,

@@ -25,6 +25,17 @@ def test_scored_formula():
     assert b.uplift == pytest.approx(0.35)
 
 
+def test_speed_counts_only_for_jobs_that_lift_the_model():
+    fast_noop = compose("scored", S, attempts=1, validated_attempt=1, post=0.3, best_pre=0.3,
+                        train_seconds=10, wall_clock_limit_s=3600)
+    slow_real = compose("scored", S, attempts=1, validated_attempt=1, post=0.3, best_pre=0.3,
+                        train_seconds=3000, wall_clock_limit_s=3600)
+    assert fast_noop.S == slow_real.S == 0.0 and fast_noop.total == slow_real.total
+    lifted = compose("scored", S, attempts=1, validated_attempt=1, post=0.31, best_pre=0.3,
+                     train_seconds=3000, wall_clock_limit_s=3600)
+    assert lifted.S == pytest.approx(1 - 3000 / 3600) and lifted.total > fast_noop.total
+
+
 def test_validation_decays_with_attempts():
     vals = [compose("scored", S, attempts=a, validated_attempt=a, post=0.5, best_pre=0.3).V for a in (1, 2, 3)]
     assert vals == [1.0, 0.5, 0.25]
