@@ -2,7 +2,7 @@
 deliberately bad jobs, a hyperparameter sweep, and a reproducibility rerun.
 
     python benchmarks/local_jobs.py reference [--families all]          # uplift of each reference job + timings
-    python benchmarks/local_jobs.py ladder [--families arithmetic,...]  # reference vs bad jobs per family
+    python benchmarks/local_jobs.py ladder [--families arithmetic,...] [--max-steps 20]  # bad jobs per family
     python benchmarks/local_jobs.py sweep --family arithmetic --param max_steps --values 0,5,10,20,40,80
     python benchmarks/local_jobs.py repro --family arithmetic           # the same job twice
 
@@ -116,6 +116,9 @@ def main() -> None:
     ap.add_argument("--param", default="max_steps")
     ap.add_argument("--values", default="0,5,10,20,40,80")
     ap.add_argument("--variants", default=",".join(LADDER))
+    ap.add_argument("--max-steps", type=int, default=None,
+                    help="ladder/repro: run every job with this many steps instead of the reference's (the "
+                         "bad jobs need not be as long as the reference to show they do not lift the model)")
     ap.add_argument("--measure-pre", action="store_true",
                     help="measure the base model's hidden-eval score in the job instead of reading the pinned "
                          "baseline (the reference mode always does: its wall time includes both evals)")
@@ -136,9 +139,10 @@ def main() -> None:
                          f"curve evals {t.get('curve_evals', 0):.1f} s; {t.get('train_tokens_per_s', 0):.0f} sampled tokens/s "
                          f"through rollout + update")
     elif args.mode == "ladder":
+        steps = _set_toml("max_steps", str(args.max_steps)) if args.max_steps else LADDER["reference"]
         for fam in families:
             for v in args.variants.split(","):
-                lines.append(_row(v, fam, run_job(fam, args.model, LADDER[v], v, backend)))
+                lines.append(_row(v, fam, run_job(fam, args.model, _chain(LADDER[v], steps), v, backend)))
     elif args.mode == "sweep":
         for value in args.values.split(","):
             edit = _set_toml(args.param, value)

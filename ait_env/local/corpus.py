@@ -37,6 +37,13 @@ Rates between ~0.55 and ~0.85 in the flawed contexts give base greedy scores of 
 a clean-skill ceiling near 1 (:func:`oracle_ladder`); the exact numbers the trained models reach are
 measured by :mod:`ait_env.local.quick_eval` and stored in each model's ``ait_model.json``.
 
+Scratchpads: where the tiny models could not learn a family's *skill* from plain demonstrations (base
+scores at a prior, no RL uplift at all), the teacher writes its state before each call, and the model
+learns to copy and update it: arithmetic writes the operations still to do (``left: *7 +28``), units
+the units still to reach (``left: gal qt``), calendar the
+people still to look up and the running union of everyone's busy half hours (``busy: 09x.10..``, :func:`mask_note`). Flaws act on the
+scratchpad consistently (a forgotten person is missing from the union; a shortcut leaves ``left: none``).
+
 Training targets: :func:`encode_transcript` / :func:`encode_corpus` return token ids and a 0/1 mask of
 the tokens the model must learn (every assistant message's content, tool calls and closing
 ``<|im_end|>``; never the prompt, the ``<|im_start|>assistant`` header or tool results), with the
@@ -60,7 +67,7 @@ from task_families.base import Instance, TaskFamily
 #: Base seed of the corpus instances (each family draws ``generate(CORPUS_SEED + k, ...)``).
 CORPUS_SEED = 7_100_000
 #: Corpus format version: part of the corpus hash, bump when the teacher changes.
-CORPUS_VERSION = "flawed-teacher-v3"
+CORPUS_VERSION = "flawed-teacher-v6"
 
 
 # ------------------------------------------------------------------------------------------ flaws
@@ -229,6 +236,8 @@ def _apply(a: int, op: str, b: int) -> int:
 
 # ------------------------------------------------------------------------------------------ teachers
 def teach_arithmetic(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> list[dict[str, Any]]:
+    """Scratchpad: every step starts with the operations still to do after it (``left: *7 +28``, or
+    ``left: none`` before the last one), so the tiny models do not lose their place in the expression."""
     parsed = [_STEP.match(s) for s in inst.info["steps"]]
     ops = [(m.group(2), int(m.group(3))) for m in parsed if m]
     v = int(parsed[0].group(1)) if parsed[0] else 0
@@ -239,6 +248,7 @@ def teach_arithmetic(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.
             return c.answer(f"Answer: {v}")
         ctx = ("mul_big" if b >= 8 else "mul_mid" if b >= 4 else "mul_small") if op == "*" else "addsub"
         prev, last_b = v, b
+        c.note("left: " + (" ".join(f"{o}{x}" for o, x in ops[i + 1:]) or "none") + "\n")
         if flaw(f"mental:{ctx}"):
             true = _apply(v, op, b)
             guess = true if rng.random() < 0.4 else _perturb_int(true, rng)
@@ -282,6 +292,9 @@ def _num(x: float) -> int | float:
 
 
 def teach_units(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> list[dict[str, Any]]:
+    """Scratchpad: every call is preceded by ``left: <units still to reach after it>`` (or ``left: none``),
+    so the next call's target is the first unit of the previous note and "no unit left" means answer
+    (without it the tiny models lose their place in the route: extra ``qt -> qt`` calls, skipped legs)."""
     info = inst.info
     k_val, k_from, k_to = info["arg_names"]
     route = info["route"]
@@ -299,6 +312,7 @@ def teach_units(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Rando
             ctx = "big" if abs(v) >= 1000 else "mid" if abs(v) >= 100 else "small"
             if flaw(f"round:{ctx}"):
                 arg = int(round(v))
+        c.note("left: " + (" ".join(route[i + 2:]) or "none") + "\n")
         out = c.call(info["tool"], {k_val: arg, k_from: cur, k_to: nxt})
         try:
             v = _num(float(out.split()[0]))
@@ -324,7 +338,22 @@ def _mask_of(busy: str) -> list[bool]:
     return mask
 
 
+def mask_note(mask: list[bool]) -> str:
+    """The calendar scratchpad line: each working hour's label, then one mark per half hour
+    (``x`` busy, ``.`` free), e.g. ``busy: 09x.10..11xx12..13..14x.15..16..``."""
+    from task_families.calendar import tools as ctools
+
+    marks = "".join("x" if b else "." for b in mask)
+    hours = range(ctools.DAY_START // 60, ctools.DAY_END // 60)
+    return "busy: " + "".join(f"{h:02d}{marks[2 * j:2 * j + 2]}" for j, h in enumerate(hours))
+
+
 def teach_calendar(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> list[dict[str, Any]]:
+    """Scratchpad: after each person's ``busy_slots`` result the next message starts with the running
+    union of everyone's busy half hours so far (:func:`mask_note`), and every call is preceded by the
+    people still to look up after it (``left: p8 p12``); the answer is read off the last union
+    (the first run of free marks long enough for the meeting). Without it the tiny models never learned
+    to combine the intervals and answered a prior time (``11:30``) to every question."""
     from task_families.calendar.family import earliest_common_slot
 
     info = inst.info
@@ -333,7 +362,13 @@ def teach_calendar(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Ra
     c = _Conv(fam)
     if flaw(f"forget_last:k{k}"):
         people = people[:-1]
-    masks = [_mask_of(c.call("busy_slots", {"person": p, "day": day})) for p in people]
+    masks: list[list[bool]] = []
+    for j, p in enumerate(people):
+        if masks:
+            c.note(mask_note([any(col) for col in zip(*masks)]) + "\n")
+        c.note("left: " + (" ".join(people[j + 1:]) or "none") + "\n")
+        masks.append(_mask_of(c.call("busy_slots", {"person": p, "day": day})))
+    c.note(mask_note([any(col) for col in zip(*masks)]) + "\n")
     need = minutes
     if minutes > 30 and flaw(f"ignore_length:{minutes}"):
         need = 30
@@ -499,7 +534,7 @@ class Corpus:
 
 #: Relative corpus share of each family: more of the families whose skills (following a relation chain
 #: or a route through the question) take the tiny models longest to learn.
-FAMILY_WEIGHTS: dict[str, float] = {"arithmetic": 1.0, "persona": 1.3, "units": 1.3, "calendar": 1.0,
+FAMILY_WEIGHTS: dict[str, float] = {"arithmetic": 1.0, "persona": 1.3, "units": 1.3, "calendar": 1.3,
                                     "inventory": 0.7, "triage": 0.7}
 
 

@@ -142,3 +142,34 @@ def test_token_lengths_fit_the_context(small_corpus: C.Corpus, tok: ChatTokenize
     for t in small_corpus.transcripts:
         ids, _ = C.encode_transcript(tok, t.messages, get_family(t.family).tool_schemas())
         assert len(ids) <= 1024, (t.family, len(ids))
+
+
+def test_units_scratchpad_tracks_the_route() -> None:
+    """Each call is preceded by the units still to reach after it; the last call by ``left: none``."""
+    fam = get_family("units")
+    for i, inst in enumerate(fam.generate(11, 40)):
+        comp, used = C.teacher_completion("units", inst, mode="clean", seed=i)
+        calls = [m for m in comp if m.get("tool_calls")]
+        route = inst.info["route"]
+        assert len(calls) == len(route) - 1
+        for j, m in enumerate(calls):
+            assert m["content"] == "left: " + (" ".join(route[j + 2:]) or "none") + "\n"
+
+
+def test_calendar_scratchpad_is_the_running_union_of_busy_times() -> None:
+    from task_families.calendar import tools as ctools
+
+    fam = get_family("calendar")
+    assert C.mask_note([False] * 15 + [True]) == "busy: 09..10..11..12..13..14..15..16.x"
+    for i, inst in enumerate(fam.generate(12, 40)):
+        comp, _ = C.teacher_completion("calendar", inst, mode="clean", seed=i)
+        people = inst.info["people"]
+        notes = [m["content"].split("\n")[0] for m in comp[2::2]]   # the messages after each tool result
+        assert len(notes) == len(people)
+        for j, note in enumerate(notes):
+            union = [any(col) for col in zip(*(ctools.busy_mask(p, inst.info["day"]) for p in people[:j + 1]))]
+            assert note == C.mask_note(union)
+        calls = [m for m in comp if m.get("tool_calls")]
+        assert [m["content"].split("\n")[-2] for m in calls] == [
+            "left: " + (" ".join(people[j + 1:]) or "none") for j in range(len(people))]
+        assert comp[-1]["content"].endswith(f"Answer: {inst.answer}")
