@@ -117,7 +117,7 @@ def main() -> None:
     ap.add_argument("--values", default="0,5,10,20,40,80")
     ap.add_argument("--variants", default=",".join(LADDER))
     ap.add_argument("--max-steps", type=int, default=None,
-                    help="ladder/repro: run every job with this many steps instead of the reference's (the "
+                    help="ladder: run every job with this many steps instead of the reference's (the "
                          "bad jobs need not be as long as the reference to show they do not lift the model)")
     ap.add_argument("--measure-pre", action="store_true",
                     help="measure the base model's hidden-eval score in the job instead of reading the pinned "

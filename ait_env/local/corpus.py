@@ -40,9 +40,9 @@ measured by :mod:`ait_env.local.quick_eval` and stored in each model's ``ait_mod
 Scratchpads: where the tiny models could not learn a family's *skill* from plain demonstrations (base
 scores at a prior, no RL uplift at all), the teacher writes its state before each call, and the model
 learns to copy and update it: arithmetic writes the operations still to do (``left: *7 +28``), units
-the units still to reach (``left: gal qt``), calendar the
-people still to look up and the running union of everyone's busy half hours (``busy: 09x.10..``, :func:`mask_note`). Flaws act on the
-scratchpad consistently (a forgotten person is missing from the union; a shortcut leaves ``left: none``).
+the units still to reach (``left: gal qt``), calendar the people still to look up and the running union
+of everyone's busy half hours (``busy: 09x.10..``, :func:`mask_note`). Flaws act on the scratchpad
+consistently (a forgotten person is missing from the union; a shortcut leaves ``left: none``).
 
 Training targets: :func:`encode_transcript` / :func:`encode_corpus` return token ids and a 0/1 mask of
 the tokens the model must learn (every assistant message's content, tool calls and closing
@@ -205,6 +205,10 @@ class _Conv:
     def note(self, text: str) -> None:
         self.pending += text
 
+    def left(self, items: Iterable[str]) -> None:
+        """The scratchpad line of what is still to do after the next call: ``left: a b`` or ``left: none``."""
+        self.note("left: " + (" ".join(items) or "none") + "\n")
+
     def answer(self, text: str) -> list[dict[str, Any]]:
         self.msgs.append({"role": "assistant", "content": self.pending + text})
         self.pending = ""
@@ -248,7 +252,7 @@ def teach_arithmetic(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.
             return c.answer(f"Answer: {v}")
         ctx = ("mul_big" if b >= 8 else "mul_mid" if b >= 4 else "mul_small") if op == "*" else "addsub"
         prev, last_b = v, b
-        c.note("left: " + (" ".join(f"{o}{x}" for o, x in ops[i + 1:]) or "none") + "\n")
+        c.left(f"{o}{x}" for o, x in ops[i + 1:])
         if flaw(f"mental:{ctx}"):
             true = _apply(v, op, b)
             guess = true if rng.random() < 0.4 else _perturb_int(true, rng)
@@ -312,7 +316,7 @@ def teach_units(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Rando
             ctx = "big" if abs(v) >= 1000 else "mid" if abs(v) >= 100 else "small"
             if flaw(f"round:{ctx}"):
                 arg = int(round(v))
-        c.note("left: " + (" ".join(route[i + 2:]) or "none") + "\n")
+        c.left(route[i + 2:])
         out = c.call(info["tool"], {k_val: arg, k_from: cur, k_to: nxt})
         try:
             v = _num(float(out.split()[0]))
@@ -363,12 +367,14 @@ def teach_calendar(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Ra
     if flaw(f"forget_last:k{k}"):
         people = people[:-1]
     masks: list[list[bool]] = []
+    union: list[bool] = []
     for j, p in enumerate(people):
         if masks:
-            c.note(mask_note([any(col) for col in zip(*masks)]) + "\n")
-        c.note("left: " + (" ".join(people[j + 1:]) or "none") + "\n")
+            c.note(mask_note(union) + "\n")
+        c.left(people[j + 1:])
         masks.append(_mask_of(c.call("busy_slots", {"person": p, "day": day})))
-    c.note(mask_note([any(col) for col in zip(*masks)]) + "\n")
+        union = [a or b for a, b in zip(union, masks[-1])] if union else masks[-1]
+    c.note(mask_note(union) + "\n")
     need = minutes
     if minutes > 30 and flaw(f"ignore_length:{minutes}"):
         need = 30
