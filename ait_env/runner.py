@@ -4,7 +4,8 @@
 
 Phases: verify the bundle -> pre-eval (pinned baselines of the backend, or measured with
 ``--measure-pre``) -> training -> post-eval of the trained model with the hidden-eval harness
-(:mod:`ait_env.evaluation`, over the OpenAI-compatible endpoint that serves the trained weights) ->
+(:mod:`ait_env.evaluation`, in a child process, over the OpenAI-compatible endpoint that serves the
+trained weights) ->
 ``result.json`` (scores, per-step curves, wall time, cost, status, log tail).
 
 Status rules: a failure caused by the job's own code or settings (its environment crashes, its
@@ -41,7 +42,7 @@ class RunnerSettings(BaseModel):
     lr_scale: float = 100.0         # job lr (Qwen scale) -> tiny-model lr; logged in the result
     eval_every: int = 10            # curve points: hidden-eval subset every N steps (0 = off)
     eval_subset: int = 100          # instances of the hidden set used for curve points
-    eval_concurrency: int = 64
+    eval_concurrency: int = 300     # the harness runs in its own process; the endpoint batches continuously
     torch_threads: int = 1          # intra-op threads of this process (1: measured 11 s vs 18 s per hidden eval
                                     # with 2 on 2 cores, where the sandboxed rollout worker needs the other core)
     seed: int = 0
@@ -89,7 +90,7 @@ def _load_model(name: str) -> Any:
 def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], None],
               progress: bool = True) -> JobResult:
     """The local backend: tiny models, the local endpoint, sandboxed verifiers rollouts, GRPO."""
-    from ait_env.evaluation import evaluate
+    from ait_env.evaluation import evaluate_subprocess
     from ait_env.local.endpoint import LocalEndpoint, WorkerGone
     from ait_env.local.trainer import LocalGRPOTrainer, RolloutWorkerError, StepLog
     from ait_env.probe.sandbox import Sandbox, SandboxLimits, SandboxSettings, SandboxError
@@ -129,9 +130,10 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
         ep = LocalEndpoint(model, tok, model_name, uds=uds, seed=opts.seed, max_model_len=max_len).start()
         try:
             def hidden_eval(instances: list[Any]) -> Any:
-                res = evaluate(fam, base_url=ep.base_url, model=model_name, instances=instances,
-                               concurrency=opts.eval_concurrency,
-                               max_tokens=min(fam.eval_max_tokens, opts.eval_max_tokens))
+                # the first len(instances) of the hidden set, scored by the harness in its own process
+                res = evaluate_subprocess(fam.name, base_url=ep.base_url, model=model_name, limit=len(instances),
+                                          concurrency=opts.eval_concurrency,
+                                          max_tokens=min(fam.eval_max_tokens, opts.eval_max_tokens))
                 if res.failed:
                     raise RuntimeError(f"hidden eval failed: {res.failure_reason}")
                 return res

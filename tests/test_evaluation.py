@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from ait_env.evaluation import (
-    EvalInfraError, EvalRecord, confidence_interval, evaluate, evaluate_async, final_text, main,
+    EvalInfraError, EvalRecord, confidence_interval, evaluate, evaluate_async, evaluate_subprocess, final_text,
+    main,
     parse_text_tool_calls, wilson_interval,
 )
 from ait_env.secrets import hidden_set, hidden_set_hash
@@ -305,3 +306,20 @@ def test_harness_imports_no_agent_code():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "[]"
+
+
+def test_the_harness_in_a_child_process(tmp_path: Path):
+    """The runner's way: the same result as in this process, records kept where asked; a dead server
+    gives a failed result, not a score."""
+    keep = tmp_path / "post.jsonl"
+    with openai_server(correct_policy("arithmetic")) as url:
+        res = evaluate_subprocess("arithmetic", base_url=url, model="m", limit=6, concurrency=3, max_tokens=77,
+                                  keep=keep)
+    assert not res.failed and res.n == 6 and res.score == 1.0 and res.settings["max_tokens"] == 77
+    assert res.hidden_set_hash == hidden_set_hash("arithmetic") and len(keep.read_text().splitlines()) == 6
+    with ScriptedOpenAIServer(no_tool_policy) as server:
+        url = server.base_url
+    dead = evaluate_subprocess("arithmetic", base_url=url, model="m", limit=2)
+    assert dead.failed and dead.n_errors == 2
+    with pytest.raises(EvalInfraError, match="without a result"):
+        evaluate_subprocess("no-such-family", base_url=url, model="m", limit=2)

@@ -96,7 +96,7 @@ class LocalBackend(Backend):
         return JobResult.model_validate_json(path.read_text())
 
     def measure_baseline(self, family: str, model: str) -> BaselineEntry:
-        from ait_env.evaluation import evaluate
+        from ait_env.evaluation import evaluate_subprocess
         from ait_env.local.catalog import load_model
         from ait_env.local.endpoint import LocalEndpoint
         from ait_env.runner import RunnerSettings
@@ -107,8 +107,9 @@ class LocalBackend(Backend):
         lm, tok = load_model(model)
         opts = RunnerSettings.model_validate(self.settings.options)
         with LocalEndpoint(lm, tok, model, seed=0) as ep:
-            res = evaluate(fam, base_url=ep.base_url, model=model, instances=hidden_set(family), concurrency=64,
-                           max_tokens=min(fam.eval_max_tokens, opts.eval_max_tokens))
+            res = evaluate_subprocess(family, base_url=ep.base_url, model=model, limit=len(hidden_set(family)),
+                                      concurrency=opts.eval_concurrency,
+                                      max_tokens=min(fam.eval_max_tokens, opts.eval_max_tokens))
         res.raise_if_failed()
         return BaselineEntry(backend=self.name, family=family, model=model, score=res.score, ci95=res.ci95, n=res.n,
                              hidden_set_hash=hidden_set_hash(family),

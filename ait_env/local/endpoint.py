@@ -14,10 +14,14 @@ Routes (the subset of vLLM's API that verifiers and the hidden-eval harness use)
   :class:`StepChannel`): the sandboxed rollout worker long-polls for the next step's work and posts
   its rollout results back; its only network is this endpoint.
 
-Concurrent requests are batched: a worker thread collects pending requests for a few milliseconds
-and samples them together with the KV cache. A request that continues an earlier reply (the next turn
-of a multi-turn rollout) reuses that reply's keys/values and prefills only its new tokens
-(:class:`ait_env.local.kv_reuse.PrefixStore`; requests with ``top_p < 1`` take the plain path). Requests carrying ``ait_record: true`` (training
+Concurrent requests are batched continuously (:class:`ait_env.local.engine.Engine`): a worker thread
+admits requests as they arrive into one running decode batch, and each leaves it as soon as it is done,
+so the next turns of multi-turn conversations join while other rows are still decoding. Admission
+waits for a few arrivals (``admit_wait_s``, or a quarter of the running rows) because each admission
+is a prefill call. A request that continues an earlier reply (the next turn of a multi-turn rollout)
+reuses that reply's keys/values and prefills only its new tokens
+(:class:`ait_env.local.kv_reuse.PrefixStore`); requests with ``top_p < 1`` are sampled apart with
+:func:`ait_env.local.model.generate`. Requests carrying ``ait_record: true`` (training
 rollouts) have their exact prompt ids, sampled ids and logprobs kept in :attr:`records` by response
 id, so the trainer learns from exactly what was sampled. :attr:`lock` serialises sampling with
 weight updates: hold it while changing the model's parameters.
@@ -40,7 +44,8 @@ import torch
 from aiohttp import web
 
 from ait_env.local.chat import parse_output
-from ait_env.local.kv_reuse import PrefixStore, generate_with_store
+from ait_env.local.engine import Engine, EngineRequest
+from ait_env.local.kv_reuse import PrefixStore
 from ait_env.local.model import Generation, TinyLM, generate
 from ait_env.local.tokenizer import ChatTokenizer
 
@@ -126,7 +131,7 @@ class StepChannel:
 
 class LocalEndpoint:
     def __init__(self, model: TinyLM, tokenizer: ChatTokenizer, model_name: str, *, host: str | None = "127.0.0.1",
-                 port: int = 0, uds: str | Path | None = None, max_batch: int = 128, batch_window_s: float = 0.004,
+                 port: int = 0, uds: str | Path | None = None, max_batch: int = 512, batch_window_s: float = 0.004, admit_wait_s: float = 0.02,
                  seed: int = 0, max_model_len: int | None = None, reuse_kv: bool = True) -> None:
         self.model = model
         self.tok = tokenizer
@@ -134,6 +139,7 @@ class LocalEndpoint:
         self.host, self.port, self.uds = host, port, (str(uds) if uds else None)
         self.max_batch = max_batch
         self.batch_window_s = batch_window_s
+        self.admit_wait_s = admit_wait_s
         self.max_model_len = max_model_len or model.cfg.max_position_embeddings
         self.seed = seed
         self.generator = torch.Generator().manual_seed(seed)
@@ -146,6 +152,7 @@ class LocalEndpoint:
         #: keys/values of finished turns, reused when the conversation continues (top_p 1 requests)
         self.reuse_kv = reuse_kv
         self.prefix_store = PrefixStore(tokenizer.im_end_id)
+        self.engine = Engine(model, tokenizer.im_end_id, self.prefix_store if reuse_kv else None)
         self._q: queue.Queue[_Req | None] = queue.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -284,55 +291,104 @@ class LocalEndpoint:
         return web.json_response({"ok": True})
 
     # ------------------------------------------------------------------ batching worker
-    def _worker(self) -> None:
-        torch.set_grad_enabled(False)
-        while True:
-            first = self._q.get()
-            if first is None:
-                return
-            batch = [first]
+    def _collect(self, block: bool) -> list[_Req | None]:
+        """What has arrived; when ``block``, wait for a first request and then ``batch_window_s`` for more."""
+        items: list[_Req | None] = []
+        if block:
+            items.append(self._q.get())
             deadline = time.monotonic() + self.batch_window_s
-            while len(batch) < self.max_batch:
-                left = deadline - time.monotonic()
+            while items[-1] is not None and (left := deadline - time.monotonic()) > 0:
                 try:
-                    item = self._q.get(timeout=max(left, 0)) if left > 0 else self._q.get_nowait()
+                    items.append(self._q.get(timeout=left))
                 except queue.Empty:
                     break
-                if item is None:
-                    self._q.put(None)
-                    break
-                batch.append(item)
-            groups: dict[tuple[float, float], list[_Req]] = {}
-            for r in batch:
-                groups.setdefault((r.temperature, r.top_p), []).append(r)
-            for (temp, top_p), reqs in groups.items():
-                self._run(reqs, temp, top_p)
+        while not items or items[-1] is not None:
+            try:
+                items.append(self._q.get_nowait())
+            except queue.Empty:
+                break
+        return items
 
-    def _run(self, reqs: list[_Req], temperature: float, top_p: float) -> None:
-        t0 = time.perf_counter()
-        try:
-            with self.lock:
-                if top_p >= 1.0 and self.reuse_kv:
-                    gens = [torch.Generator().manual_seed(r.seed) for r in reqs]
-                    outs = [Generation(tokens=t, logprobs=lp, finish_reason=f) for t, lp, f in generate_with_store(
-                        self.model, self.prefix_store, [r.prompt_ids for r in reqs], [r.max_tokens for r in reqs],
-                        temperature, self.tok.im_end_id, gens)]
-                else:
-                    outs = generate(self.model, [r.prompt_ids for r in reqs],
-                                    max_new_tokens=max(r.max_tokens for r in reqs), temperature=temperature,
-                                    top_p=top_p, stop_ids={self.tok.im_end_id}, generator=self.generator)
-        except Exception as exc:  # noqa: BLE001 - answer every waiter, never kill the worker
-            for r in reqs:
-                r.loop.call_soon_threadsafe(_set_exc, r.future, exc)
-            return
-        self.stats["batches"] += 1
-        self.stats["requests"] += len(reqs)
-        self.stats["gen_seconds"] += time.perf_counter() - t0
-        for r, g in zip(reqs, outs):
-            if len(g.tokens) > r.max_tokens:  # a longer request shared the batch
-                g.tokens, g.logprobs, g.finish_reason = g.tokens[:r.max_tokens], g.logprobs[:r.max_tokens], "length"
+    def _worker(self) -> None:
+        """Drive the continuous-batching :class:`Engine`: admit arrivals, decode one token, repeat."""
+        torch.set_grad_enabled(False)
+        engine = self.engine
+        pending: list[tuple[float, _Req]] = []
+        while True:
+            items = self._collect(block=engine.idle and not pending)
+            stop = None in items
+            now = time.monotonic()
+            plain = [r for r in items if r is not None and not (r.top_p >= 1.0)]
+            pending += [(now, r) for r in items if r is not None and r.top_p >= 1.0]
+            if plain:
+                self._run_plain(plain)
+            if stop:
+                exc = RuntimeError("the local endpoint is shutting down")
+                engine.fail_all(exc)
+                for _, r in pending:
+                    r.loop.call_soon_threadsafe(_set_exc, r.future, exc)
+                return
+            # Admit when idle, when enough have gathered (each admission copies the batch's cache),
+            # or when the oldest has waited long enough.
+            room = self.max_batch - engine.alive
+            if pending and room > 0 and (engine.idle or len(pending) >= max(1, engine.alive // 4)
+                                         or now - pending[0][0] >= self.admit_wait_s):
+                batch, pending = [r for _, r in pending[:room]], pending[room:]
+                t0 = time.perf_counter()
+                try:
+                    with self.lock:
+                        engine.admit([self._engine_request(r) for r in batch])
+                except Exception as exc:  # noqa: BLE001 - answer every waiter, never kill the worker
+                    for r in batch:
+                        r.loop.call_soon_threadsafe(_set_exc, r.future, exc)
+                    engine.fail_all(exc)
+                self.stats["batches"] += 1
+                self.stats["requests"] += len(batch)
+                self.stats["gen_seconds"] += time.perf_counter() - t0
+            if not engine.idle:
+                t0 = time.perf_counter()
+                try:
+                    with self.lock:
+                        engine.step()
+                except Exception as exc:  # noqa: BLE001
+                    engine.fail_all(exc)
+                self.stats["gen_seconds"] += time.perf_counter() - t0
+
+    def _engine_request(self, r: _Req) -> EngineRequest:
+        def done(g: Generation) -> None:
             self.stats["generated_tokens"] += len(g.tokens)
             r.loop.call_soon_threadsafe(_set_result, r.future, g)
+
+        def error(exc: BaseException) -> None:
+            r.loop.call_soon_threadsafe(_set_exc, r.future, exc)
+
+        return EngineRequest(r.prompt_ids, r.max_tokens, r.temperature, torch.Generator().manual_seed(r.seed),
+                             done, error)
+
+    def _run_plain(self, reqs: list[_Req]) -> None:
+        """Requests with ``top_p < 1``: sampled apart, a batch per (temperature, top_p), to the end."""
+        groups: dict[tuple[float, float], list[_Req]] = {}
+        for r in reqs:
+            groups.setdefault((r.temperature, r.top_p), []).append(r)
+        for (temperature, top_p), group in groups.items():
+            t0 = time.perf_counter()
+            try:
+                with self.lock:
+                    outs = generate(self.model, [r.prompt_ids for r in group],
+                                    max_new_tokens=max(r.max_tokens for r in group), temperature=temperature,
+                                    top_p=top_p, stop_ids={self.tok.im_end_id}, generator=self.generator)
+            except Exception as exc:  # noqa: BLE001
+                for r in group:
+                    r.loop.call_soon_threadsafe(_set_exc, r.future, exc)
+                continue
+            self.stats["batches"] += 1
+            self.stats["requests"] += len(group)
+            self.stats["gen_seconds"] += time.perf_counter() - t0
+            for r, g in zip(group, outs):
+                if len(g.tokens) > r.max_tokens:  # a longer request shared the batch
+                    g.tokens, g.logprobs, g.finish_reason = g.tokens[:r.max_tokens], g.logprobs[:r.max_tokens], "length"
+                self.stats["generated_tokens"] += len(g.tokens)
+                r.loop.call_soon_threadsafe(_set_result, r.future, g)
 
     # ------------------------------------------------------------------ records
     def pop_records(self, ids: list[str]) -> list[Record | None]:

@@ -10,9 +10,10 @@ distribution as :func:`ait_env.local.model.generate`.
 - :class:`TurnCache`: per-conversation caches, for callers that know which request continues which
   conversation (the in-process evaluator :mod:`ait_env.local.quick_eval`).
 - :class:`PrefixStore`: caches keyed by their token ids, for callers that do not (the OpenAI-compatible
-  endpoint): a new prompt reuses the longest stored sequence that ends right before one of its
-  ``<|im_end|>`` tokens. Entries are taken once, bounded in number, and must be cleared when the
-  weights change (:meth:`PrefixStore.clear`).
+  endpoint's :class:`ait_env.local.engine.Engine`): a new prompt reuses the longest stored sequence that
+  ends right before one of its ``<|im_end|>`` tokens. Entries are taken once, bounded in number, and
+  must be cleared when the weights change (:meth:`PrefixStore.clear`).
+- :func:`prefill` (shared by both): fills a cache for rows that reuse some held tokens and prefill the rest.
 """
 
 from __future__ import annotations
@@ -59,6 +60,42 @@ def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
 
+def reusable(held: Held | None, prompt: list[int]) -> int:
+    """How many leading tokens of ``prompt`` the held keys/values cover (0: prefill from scratch)."""
+    if held is None:
+        return 0
+    k = len(held[0])
+    return k if 0 < k < len(prompt) and prompt[:k] == held[0] else 0
+
+
+def prefill(model: TinyLM, cache: KVCache, key_mask: torch.Tensor, held: list[Held | None], keep: list[int],
+            delta: list[list[int]]) -> torch.Tensor:
+    """Fill ``cache`` (and ``key_mask``) for a batch whose row ``i`` reuses ``keep[i]`` held tokens and
+    prefills ``delta[i]``; returns each row's next-token logits ``[n, V]``.
+
+    Layout: columns ``[0, K)`` hold the reused keys/values (row ``i`` uses the first ``keep[i]``),
+    columns ``[K, K + D)`` the prefilled ones (``K = max(keep)``, ``D = max(len(delta))``); positions
+    continue each row's sequence, so the padding columns in between are only masked out."""
+    n = len(delta)
+    K, D = max(keep), max(len(d) for d in delta)
+    for i in range(n):
+        if keep[i]:
+            _, ks, vs = held[i]  # type: ignore[misc]
+            for layer in range(model.cfg.num_hidden_layers):
+                cache.k[layer][i, :, :keep[i]] = ks[layer][:, :keep[i]]
+                cache.v[layer][i, :, :keep[i]] = vs[layer][:, :keep[i]]
+    cache.length = K
+    ids = torch.zeros(n, D, dtype=torch.long)
+    pos = torch.zeros(n, D, dtype=torch.long)
+    for i in range(n):
+        key_mask[i, :keep[i]] = True
+        key_mask[i, K:K + len(delta[i])] = True
+        ids[i, :len(delta[i])] = torch.tensor(delta[i], dtype=torch.long)
+        pos[i] = keep[i] + torch.arange(D).clamp(max=len(delta[i]) - 1)
+    out = model(ids, pos, key_mask[:, :K + D], cache)
+    return out[torch.arange(n), torch.tensor([len(d) - 1 for d in delta])]
+
+
 def generate_cached(model: TinyLM, tc: TurnCache, convs: list[int], prompts: list[list[int]],
                     limits: list[int], temperature: float, stop_id: int,
                     generator: torch.Generator | list[torch.Generator] | None,
@@ -69,31 +106,13 @@ def generate_cached(model: TinyLM, tc: TurnCache, convs: list[int], prompts: lis
     not keep the whole batch busy."""
     cfg = model.cfg
     n = len(convs)
-    keep, delta = [], []
-    for c, p in zip(convs, prompts):
-        held = tc.rows.get(c)
-        k = len(held[0]) if held is not None and 0 < len(held[0]) < len(p) and p[:len(held[0])] == held[0] else 0
-        keep.append(k)
-        delta.append(p[k:])
+    held = [tc.rows.get(c) for c in convs]
+    keep = [reusable(h, p) for h, p in zip(held, prompts)]
+    delta = [p[k:] for p, k in zip(prompts, keep)]
     K, D, G = max(keep), max(len(d) for d in delta), max(limits)
     cache = KVCache(cfg, n, K + D + G)
-    for i, c in enumerate(convs):
-        if keep[i]:
-            _, ks, vs = tc.rows[c]
-            for layer in range(cfg.num_hidden_layers):
-                cache.k[layer][i, :, :keep[i]] = ks[layer][:, :keep[i]]
-                cache.v[layer][i, :, :keep[i]] = vs[layer][:, :keep[i]]
-    cache.length = K
     key_mask = torch.zeros(n, K + D + G, dtype=torch.bool)
-    ids = torch.zeros(n, D, dtype=torch.long)
-    pos = torch.zeros(n, D, dtype=torch.long)
-    for i in range(n):
-        key_mask[i, :keep[i]] = True
-        key_mask[i, K:K + len(delta[i])] = True
-        ids[i, :len(delta[i])] = torch.tensor(delta[i], dtype=torch.long)
-        pos[i] = keep[i] + torch.arange(D).clamp(max=len(delta[i]) - 1)
-    out = model(ids, pos, key_mask[:, :K + D], cache)
-    logits = out[torch.arange(n), torch.tensor([len(d) - 1 for d in delta])]
+    logits = prefill(model, cache, key_mask, held, keep, delta)
     next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long)
     toks: list[list[int]] = [[] for _ in range(n)]
     lps: list[list[float]] = [[] for _ in range(n)]
@@ -168,32 +187,3 @@ class PrefixStore:
 
     def clear(self) -> None:
         self.rows.clear()
-
-
-def generate_with_store(model: TinyLM, store: PrefixStore, prompts: list[list[int]], limits: list[int],
-                        temperature: float, stop_id: int,
-                        generator: torch.Generator | list[torch.Generator] | None,
-                        ) -> list[tuple[list[int], list[float], str]]:
-    """:func:`generate_cached` for unrelated requests: held caches come from (and go back to) ``store``.
-
-    Rows are prefilled in two groups, continuing turns (a few new tokens each) and fresh prompts, so
-    that one long fresh prompt does not pad every continuing row's prefill to its length."""
-    held: dict[int, Held] = {}
-    for i, p in enumerate(prompts):
-        h = store.take(p)
-        if h is not None:
-            held[i] = h
-    outs: list[tuple[list[int], list[float], str]] = [([], [], "length")] * len(prompts)
-    for rows in ([i for i in range(len(prompts)) if i in held], [i for i in range(len(prompts)) if i not in held]):
-        if not rows:
-            continue
-        tc = TurnCache()
-        tc.rows = {j: held[i] for j, i in enumerate(rows) if i in held}
-        gens = [generator[i] for i in rows] if isinstance(generator, list) else generator
-        got = generate_cached(model, tc, list(range(len(rows))), [prompts[i] for i in rows], [limits[i] for i in rows],
-                              temperature, stop_id, gens)
-        for j, i in enumerate(rows):
-            outs[i] = got[j]
-            if got[j][2] == "stop" and j in tc.rows:
-                store.put(tc.rows[j])
-    return outs

@@ -100,6 +100,17 @@ class KVCache:
         self.v = [torch.zeros(shape) for _ in range(cfg.num_hidden_layers)]
         self.length = 0
         self.capacity = capacity
+        #: per-row write columns ``[B]`` (decoding one token per row, rows of different lengths): then
+        #: ``length`` is the number of columns attended to and stays as it is
+        self.cols: torch.Tensor | None = None
+
+    @classmethod
+    def slots(cls, k: list[torch.Tensor], v: list[torch.Tensor], cols: torch.Tensor, width: int) -> "KVCache":
+        """A view of per-layer tensors ``[N, H, C, hd]`` for decoding rows ``0..len(cols)-1``: row ``b`` writes
+        its new key at column ``cols[b]`` and attends to columns ``[0, width)`` (its key mask says which)."""
+        cache = cls.__new__(cls)
+        cache.k, cache.v, cache.length, cache.capacity, cache.cols = k, v, width, k[0].shape[2], cols
+        return cache
 
 
 class Attention(nn.Module):
@@ -121,7 +132,13 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, T, c.num_key_value_heads, c.head_dim).transpose(1, 2)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
-        if cache is not None:
+        if cache is not None and cache.cols is not None:  # one token per row, at each row's own column
+            rows = torch.arange(B)
+            cache.k[layer][rows, :, cache.cols] = k[:, :, 0]
+            cache.v[layer][rows, :, cache.cols] = v[:, :, 0]
+            k = cache.k[layer][:B, :, :cache.length]
+            v = cache.v[layer][:B, :, :cache.length]
+        elif cache is not None:
             start = cache.length
             cache.k[layer][:, :, start:start + T] = k
             cache.v[layer][:, :, start:start + T] = v
@@ -216,7 +233,7 @@ class TinyLM(nn.Module):
         for i, layer in enumerate(self.model.layers):
             x = x + layer.self_attn(layer.input_layernorm(x), cos, sin, mask, cache, i)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
-        if cache is not None:
+        if cache is not None and cache.cols is None:
             cache.length += T
         x = self.model.norm(x)
         return x if hidden_only else self.lm_head(x)
