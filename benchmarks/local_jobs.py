@@ -4,12 +4,14 @@ deliberately bad jobs, a hyperparameter sweep, and a reproducibility rerun.
     python benchmarks/local_jobs.py reference [--families all]          # uplift of each reference job + timings
     python benchmarks/local_jobs.py ladder [--families arithmetic,...] [--max-steps 20]  # bad jobs per family
     python benchmarks/local_jobs.py sweep --family arithmetic --param max_steps --values 0,5,10,20,40,80
+    python benchmarks/local_jobs.py sweep --family units --param lr --values 3e-7,1e-6,3e-6,1e-5 --max-steps 10
     python benchmarks/local_jobs.py repro --family arithmetic           # the same job twice
 
 Every job goes through the one job runner (sandboxed verifiers rollouts, GRPO, hidden eval), exactly
 as an episode's job would; the ladder's bad jobs skip the validation probe on purpose (the probe
 rejects some of them, e.g. a constant reward) so their uplift can be measured. Results are appended
-to ``runs/benchmarks/local_jobs.jsonl``.
+to ``runs/benchmarks/local_jobs.jsonl``. A sweep ends with its distinct levels: post scores sorted, a
+new level whenever a score exceeds the last level by more than both their 95% CI half-widths.
 """
 
 from __future__ import annotations
@@ -100,6 +102,16 @@ def run_job(family: str, model: str, edit: Edit, label: str, backend: BackendSet
     return result
 
 
+def distinct_levels(posts: list[tuple[float, float]]) -> list[float]:
+    """Post scores (with their 95% CI half-widths) that are pairwise apart by more than both intervals,
+    taken greedily from the lowest."""
+    levels: list[tuple[float, float]] = []
+    for p, ci in sorted(posts):
+        if not levels or p - levels[-1][0] > max(ci, levels[-1][1]):
+            levels.append((p, ci))
+    return [p for p, _ in levels]
+
+
 def _row(label: str, family: str, r: JobResult) -> str:
     pre = max(r.baselines.values()) if r.baselines else float("nan")
     post = r.post_score if r.post_score is not None else float("nan")
@@ -117,8 +129,9 @@ def main() -> None:
     ap.add_argument("--values", default="0,5,10,20,40,80")
     ap.add_argument("--variants", default=",".join(LADDER))
     ap.add_argument("--max-steps", type=int, default=None,
-                    help="ladder: run every job with this many steps instead of the reference's (the "
-                         "bad jobs need not be as long as the reference to show they do not lift the model)")
+                    help="ladder and sweep (of another parameter): run every job with this many steps instead "
+                         "of the reference's (the bad jobs need not be as long as the reference to show they do "
+                         "not lift the model; a learning-rate sweep is cheaper at fewer steps)")
     ap.add_argument("--measure-pre", action="store_true",
                     help="measure the base model's hidden-eval score in the job instead of reading the pinned "
                          "baseline (the reference mode always does: its wall time includes both evals)")
@@ -144,15 +157,23 @@ def main() -> None:
             for v in args.variants.split(","):
                 lines.append(_row(v, fam, run_job(fam, args.model, _chain(LADDER[v], steps), v, backend)))
     elif args.mode == "sweep":
+        posts: list[tuple[float, float]] = []
         for value in args.values.split(","):
             edit = _set_toml(args.param, value)
             if args.param == "max_steps":
                 edit = _chain(edit, _set_toml("warmup_steps", "0"))
+            elif args.max_steps:
+                edit = _chain(edit, _set_toml("max_steps", str(args.max_steps)))
             if args.param == "max_steps" and int(value) == 0:
                 lines.append(f"{args.family:11s} max_steps=0 is the untrained base (see baselines)")
                 continue
-            lines.append(_row(f"{args.param}={value}", args.family,
-                              run_job(args.family, args.model, edit, f"{args.param}={value}", backend)))
+            r = run_job(args.family, args.model, edit, f"{args.param}={value}", backend)
+            lines.append(_row(f"{args.param}={value}", args.family, r))
+            if r.post_score is not None:
+                posts.append((r.post_score, r.post_ci95 or 0.0))
+        levels = distinct_levels(posts)
+        lines.append(f"distinct levels (each beyond both 95% CI half-widths): {len(levels)}: "
+                     + ", ".join(f"{p:.3f}" for p in levels))
     else:
         for i in range(2):
             lines.append(_row(f"repro#{i + 1}", args.family,
