@@ -29,6 +29,7 @@ from ait_env.backends.base import BackendSettings, JobResult
 from ait_env.config import load_group
 from ait_env.jobs.bundle import build_bundle
 from ait_env.jobs.schema import parse_job
+from ait_env.reward import RewardSettings, compose
 from ait_env.runner import run
 from ait_env.secrets import hidden_set
 from task_families import FAMILY_NAMES, get_family
@@ -112,11 +113,23 @@ def distinct_levels(posts: list[tuple[float, float]]) -> list[float]:
     return [p for p, _ in levels]
 
 
-def _row(label: str, family: str, r: JobResult) -> str:
+def env_reward(r: JobResult, backend: BackendSettings) -> float | None:
+    """The reward the env would give this job submitted on the first attempt (its own ``compose``)."""
+    if r.status != "succeeded" or r.post_score is None or not r.baselines:
+        return None
+    b = compose("scored", RewardSettings.model_validate(load_group("reward", "default")), attempts=1,
+                validated_attempt=1, post=r.post_score, best_pre=max(r.baselines.values()),
+                train_seconds=r.train_seconds, wall_clock_limit_s=backend.bounds.wall_clock_minutes * 60)
+    return b.total
+
+
+def _row(label: str, family: str, r: JobResult, backend: BackendSettings) -> str:
     pre = max(r.baselines.values()) if r.baselines else float("nan")
     post = r.post_score if r.post_score is not None else float("nan")
+    reward = env_reward(r, backend)
     return (f"{family:11s} {label:22s} {r.status:10s} pre {pre:.3f} post {post:.3f} ± {r.post_ci95 or 0:.3f} "
-            f"uplift {post - pre:+.3f} wall {r.wall_seconds:6.1f} s train {r.train_seconds:6.1f} s")
+            f"uplift {post - pre:+.3f} wall {r.wall_seconds:6.1f} s train {r.train_seconds:6.1f} s "
+            f"env reward {'-' if reward is None else f'{reward:.3f}'}")
 
 
 def main() -> None:
@@ -144,7 +157,7 @@ def main() -> None:
     if args.mode == "reference":
         for fam in families:
             r = run_job(fam, args.model, LADDER["reference"], "reference", backend)
-            lines.append(_row("reference", fam, r))
+            lines.append(_row("reference", fam, r, backend))
             t = r.timings
             lines.append(f"{'':11s} timings: pre-eval {t.get('pre_eval', float('nan')):.1f} s, post-eval "
                          f"{t.get('post_eval', float('nan')):.1f} s (one hidden eval: {len(hidden_set(fam))} "
@@ -155,7 +168,7 @@ def main() -> None:
         steps = _set_toml("max_steps", str(args.max_steps)) if args.max_steps else LADDER["reference"]
         for fam in families:
             for v in args.variants.split(","):
-                lines.append(_row(v, fam, run_job(fam, args.model, _chain(LADDER[v], steps), v, backend)))
+                lines.append(_row(v, fam, run_job(fam, args.model, _chain(LADDER[v], steps), v, backend), backend))
     elif args.mode == "sweep":
         posts: list[tuple[float, float]] = []
         for value in args.values.split(","):
@@ -168,7 +181,7 @@ def main() -> None:
                 lines.append(f"{args.family:11s} max_steps=0 is the untrained base (see baselines)")
                 continue
             r = run_job(args.family, args.model, edit, f"{args.param}={value}", backend)
-            lines.append(_row(f"{args.param}={value}", args.family, r))
+            lines.append(_row(f"{args.param}={value}", args.family, r, backend))
             if r.post_score is not None:
                 posts.append((r.post_score, r.post_ci95 or 0.0))
         levels = distinct_levels(posts)
@@ -176,8 +189,8 @@ def main() -> None:
                      + ", ".join(f"{p:.3f}" for p in levels))
     else:
         for i in range(2):
-            lines.append(_row(f"repro#{i + 1}", args.family,
-                              run_job(args.family, args.model, LADDER["reference"], f"repro#{i + 1}", backend)))
+            r = run_job(args.family, args.model, LADDER["reference"], f"repro#{i + 1}", backend)
+            lines.append(_row(f"repro#{i + 1}", args.family, r, backend))
     print("\n".join(lines))
 
 
