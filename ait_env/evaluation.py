@@ -607,7 +607,7 @@ def evaluate_subprocess(family: str, *, base_url: str, model: str, limit: int | 
         if max_tokens is not None:
             cmd += ["--max-tokens", str(max_tokens)]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s, cwd=root)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s, cwd=root, check=False)
         except subprocess.TimeoutExpired:
             raise EvalInfraError(f"the hidden eval of {model!r} on {family!r} took over {timeout_s:.0f} s") from None
         summary = out.with_suffix(".summary.json")

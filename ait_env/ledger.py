@@ -13,7 +13,6 @@ that says which budget and how to raise it.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import time
 from pathlib import Path

@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from ait_env.backends.base import BackendSettings, JobResult
 from ait_env.baselines import BaselinesNotSeeded, BaselineStore
