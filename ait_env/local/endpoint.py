@@ -328,7 +328,7 @@ class LocalEndpoint:
                 for _, r in pending:
                     r.loop.call_soon_threadsafe(_set_exc, r.future, exc)
                 return
-            # Admit when idle, when enough have gathered (each admission copies the batch's cache),
+            # Admit when idle, when enough have gathered (each admission is one prefill call),
             # or when the oldest has waited long enough.
             room = self.max_batch - engine.alive
             if pending and room > 0 and (engine.idle or len(pending) >= max(1, engine.alive // 4)
