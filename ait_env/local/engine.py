@@ -61,7 +61,6 @@ class Engine:
         self.model = model
         self.stop_id = stop_id
         self.store = store
-        self.stats = {"admits": 0, "steps": 0}
         cfg = model.cfg
         shape = (slots, cfg.num_key_value_heads, columns, cfg.head_dim)
         self.k = [torch.zeros(shape) for _ in range(cfg.num_hidden_layers)]
@@ -110,7 +109,6 @@ class Engine:
                     [i for i in range(len(reqs)) if held[i] is None]):
             if idx:
                 self._prefill([reqs[i] for i in idx], [held[i] for i in idx])
-        self.stats["admits"] += 1
 
     def _prefill(self, reqs: list[EngineRequest], held: list[Held | None]) -> None:
         cfg = self.model.cfg
@@ -146,7 +144,6 @@ class Engine:
             row.logprobs.append(ll[b])
             if tl[b] == self.stop_id or len(row.tokens) >= row.req.max_tokens:
                 done.append(b)
-        self.stats["steps"] += 1
         for b in reversed(done):  # highest first: moving the last row down never moves a finished one
             row = self.rows[b]
             stop = row.tokens[-1] == self.stop_id
@@ -158,15 +155,13 @@ class Engine:
             row.req.on_done(Generation(row.tokens, row.logprobs, "stop" if stop else "length"))
         if self.idle:
             return len(done)
-        n = len(self.rows)
         width = int(self.lens.max()) + 1
-        self._ensure(n, width)
+        self._ensure(len(self.rows), width)
         mask = torch.arange(width)[None, :] <= self.lens[:, None]
         feed = torch.tensor([r.tokens[-1] for r in self.rows], dtype=torch.long)
         cache = KVCache.slots(self.k, self.v, self.lens, width)
         self.logits = self.model(feed[:, None], self.lens[:, None], mask, cache)[:, -1].float()
         self.lens = self.lens + 1
-        assert n == len(self.rows)
         return len(done)
 
     def _free(self, b: int) -> None:
