@@ -161,19 +161,26 @@ class Policy:
 
     ``mode="sample"`` (the corpus): a flaw happens with its rate. ``mode="greedy"`` (the oracle): a
     flaw happens iff its rate is above 0.5 and it is not in ``fixed`` (what greedy decoding of a
-    perfectly calibrated model does). ``used`` records the flaws taken."""
+    perfectly calibrated model does). ``mode="clean"``: never, except at decision number ``force``
+    (0-based, in the order the teacher asks), which takes the flaw (:mod:`ait_env.local.flaw_probe`).
+    ``used`` records the flaws taken, ``decisions`` every flaw the teacher asked about."""
 
     def __init__(self, family: str, rng: random.Random, mode: str = "sample",
-                 fixed: Iterable[str] = ()) -> None:
+                 fixed: Iterable[str] = (), force: int | None = None) -> None:
         self.rates = flaw_rates(family)
         self.rng = rng
         self.mode = mode
         self.fixed = set(fixed)
+        self.force = force
         self.used: list[str] = []
+        self.decisions: list[str] = []
 
     def __call__(self, key: str) -> bool:
         rate = self.rates[key]
-        if self.mode == "clean" or key in self.fixed:
+        self.decisions.append(key)
+        if self.mode == "clean":
+            hit = len(self.decisions) - 1 == self.force
+        elif key in self.fixed:
             hit = False
         elif self.mode == "greedy":
             hit = rate > 0.5
@@ -457,11 +464,15 @@ TEACHERS: dict[str, Callable[[TaskFamily, Instance, Policy, random.Random], list
 
 
 def teacher_completion(family: str, inst: Instance, *, mode: str = "sample", seed: int | str = 0,
-                       fixed: Iterable[str] = ()) -> tuple[list[dict[str, Any]], list[str]]:
-    """(completion messages, flaws taken) of the flawed teacher on ``inst``."""
+                       fixed: Iterable[str] = (), force: int | None = None,
+                       decisions: list[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """(completion messages, flaws taken) of the flawed teacher on ``inst`` (``force``: see
+    :class:`Policy`; ``decisions``, if given, receives every flaw key the teacher asked about)."""
     rng = random.Random(f"teacher:{family}:{seed}")
-    policy = Policy(family, rng, mode=mode, fixed=fixed)
+    policy = Policy(family, rng, mode=mode, fixed=fixed, force=force)
     msgs = TEACHERS[family](get_family(family), inst, policy, rng)
+    if decisions is not None:
+        decisions.extend(policy.decisions)
     return msgs, policy.used
 
 
