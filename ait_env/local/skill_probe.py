@@ -1,0 +1,127 @@
+"""Where a built model's *skill* fails: teacher-forced accuracy of each kind of line it writes.
+
+The flaw probe (:mod:`ait_env.local.flaw_probe`) measures habits; this measures skills. Contract of
+:func:`line_accuracy`: for ``n`` generated instances of a family it renders the teacher's clean
+transcript (no flaw), splits every assistant message into lines (a tool call is one line, kind
+``<tool_call>``) and names each line by its first word (``left:``, ``busy:``, ``Answer:``) and by whether
+it is the first line of that kind in the transcript or a later one. One teacher-forced forward pass
+per transcript gives the model's most likely token at every position; a line is *right* when every
+one of its tokens is the most likely one given the clean prefix. A kind's accuracy is the share of
+its lines that are right: what greedy decoding reproduces of that step when everything before it was
+correct. Low accuracy on one kind points at the sub-skill the corpus should make easier.
+
+CLI: ``python -m ait_env.local.skill_probe --model ait-tiny-m --families calendar [--n 150]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from ait_env.local.chat import IM_END
+from ait_env.local.corpus import assistant_spans, teacher_completion
+from ait_env.local.model import TinyLM
+from ait_env.local.tokenizer import ChatTokenizer
+from task_families import FAMILY_NAMES, get_family
+
+#: Seed of the probe's instances (apart from the corpus's and the hidden sets').
+SKILL_SEED = 5_400_000
+
+
+def _kind(line: str) -> str:
+    line = line.strip()
+    if line.startswith("<tool_call>"):
+        return "<tool_call>"
+    head = line.split()[0] if line.split() else ""
+    return head if head.endswith(":") else "(text)"
+
+
+def line_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[str, int, int]]:
+    """(kind, start, end) character spans of the lines inside the assistant spans of ``text``; a tool
+    call block (``<tool_call>`` ... ``</tool_call>``) is one line."""
+    out: list[tuple[str, int, int]] = []
+    for a, b in spans:
+        i = a
+        while i < b:
+            if text.startswith("<tool_call>", i):
+                j = text.find("</tool_call>", i)
+                j = b if j < 0 else min(b, j + len("</tool_call>"))
+            else:
+                j = text.find("\n", i, b)
+                j = b if j < 0 else j + 1
+            if text[i:j].strip() and text[i:j].strip() != IM_END:  # the end of a call message is not a line
+                out.append((_kind(text[i:j]), i, j))
+            i = j
+    return out
+
+
+@torch.no_grad()
+def line_accuracy(model: TinyLM, tok: ChatTokenizer, family: str, n: int = 150,
+                  seed: int = SKILL_SEED) -> dict[str, tuple[int, int]]:
+    """{"<kind> first" | "<kind> later": (right, total)} over ``n`` clean transcripts (module docstring)."""
+    fam = get_family(family)
+    tools = fam.tool_schemas()
+    counts: dict[str, list[int]] = {}
+    for j, inst in enumerate(fam.generate(seed, n)):
+        comp, _ = teacher_completion(family, inst, mode="clean", seed=f"skill:{j}")
+        text, spans = assistant_spans(fam.eval_messages(inst) + comp, tools)
+        enc = tok.tok.encode(text, add_special_tokens=False)
+        ids = enc.ids
+        pred = model(torch.tensor([ids]), torch.arange(len(ids))[None], None)[0].argmax(-1)
+        right = [False] + [int(pred[i - 1]) == ids[i] for i in range(1, len(ids))]
+        starts = [a for a, _ in enc.offsets]
+        seen: set[str] = set()
+        t = 0
+        for kind, a, b in line_spans(text, spans):
+            while t < len(starts) and starts[t] < a:
+                t += 1
+            toks = []
+            while t < len(starts) and starts[t] < b:
+                toks.append(t)
+                t += 1
+            if not toks:
+                continue
+            key = f"{kind} {'later' if kind in seen else 'first'}"
+            seen.add(kind)
+            c = counts.setdefault(key, [0, 0])
+            c[0] += all(right[i] for i in toks)
+            c[1] += 1
+    return {k: (v[0], v[1]) for k, v in sorted(counts.items())}
+
+
+def format_table(family: str, acc: dict[str, tuple[int, int]]) -> str:
+    lines = [f"{family + ':':<11s}{'line':<22} right / lines  accuracy"]
+    lines += [f"{'':11s}{k:<22} {r:5d} / {t:<5d}  {r / t:8.0%}" for k, (r, t) in acc.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ait_env.local.skill_probe", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="catalog name (ait-tiny-m) or a model directory")
+    ap.add_argument("--families", default=",".join(FAMILY_NAMES))
+    ap.add_argument("--n", type=int, default=150, help="generated instances per family")
+    ap.add_argument("--json", type=Path, default=None, help="also write the numbers to this file")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    path = Path(args.model)
+    if not path.is_dir():
+        from ait_env.local.catalog import ensure_built
+
+        path = ensure_built(args.model)
+    model, tok = TinyLM.load(path), ChatTokenizer.load(path)
+    model.eval()
+    out = {}
+    for fam in args.families.split(","):
+        acc = line_accuracy(model, tok, fam, n=args.n)
+        print(format_table(fam, acc), flush=True)
+        out[fam] = acc
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

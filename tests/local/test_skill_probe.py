@@ -1,0 +1,74 @@
+"""The teacher-forced line-accuracy probe of the local models (fast: scripted logits, no training)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from ait_env.local import corpus as C
+from ait_env.local.skill_probe import SKILL_SEED, format_table, line_accuracy, line_spans
+from ait_env.local.tokenizer import ChatTokenizer
+from task_families import get_family
+
+
+@pytest.fixture(scope="module")
+def tok() -> ChatTokenizer:
+    return ChatTokenizer(C.train_corpus_tokenizer(C.build_corpus(40).texts(), 1024))
+
+
+class Peeking:
+    """Scripted logits: the next token of the input is the most likely one, except that digits are
+    never predicted (``blind_to_digits``)."""
+
+    def __init__(self, tok: ChatTokenizer, blind_to_digits: bool = False) -> None:
+        self.vocab = tok.vocab_size
+        self.digits = {tok.tok.token_to_id(str(d)) for d in range(10)} if blind_to_digits else set()
+
+    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, key_mask: None) -> torch.Tensor:
+        out = torch.zeros(ids.shape[0], ids.shape[1], self.vocab)
+        nxt = ids[:, 1:].clone()
+        for d in self.digits:
+            nxt[nxt == d] = 0  # predict token 0 where a digit comes
+        out[:, :-1].scatter_(-1, nxt[..., None], 20.0)
+        return out
+
+
+def _lines(family: str, n: int) -> list[str]:
+    fam = get_family(family)
+    out = []
+    for j, inst in enumerate(fam.generate(SKILL_SEED, n)):
+        comp, _ = C.teacher_completion(family, inst, mode="clean", seed=f"skill:{j}")
+        text, spans = C.assistant_spans(fam.eval_messages(inst) + comp, fam.tool_schemas())
+        out += [text[a:b] for _, a, b in line_spans(text, spans)]
+    return out
+
+
+def test_lines_are_named_by_their_first_word_and_a_call_is_one_line() -> None:
+    fam = get_family("arithmetic")
+    inst = fam.generate(3, 1)[0]
+    comp, _ = C.teacher_completion("arithmetic", inst, mode="clean")
+    text, spans = C.assistant_spans(fam.eval_messages(inst) + comp, fam.tool_schemas())
+    lines = line_spans(text, spans)
+    kinds = [k for k, _, _ in lines]
+    assert kinds[0] == "left:" and kinds[1] == "<tool_call>" and kinds[-1] == "Answer:"
+    for k, a, b in lines:
+        if k == "<tool_call>":
+            assert text[a:b].startswith("<tool_call>") and text[a:b].endswith("</tool_call>")
+        assert all(a >= s and b <= e for s, e in spans if s <= a < e)
+
+
+def test_a_perfect_model_gets_every_line_right(tok: ChatTokenizer) -> None:
+    acc = line_accuracy(Peeking(tok), tok, "calendar", n=20)
+    assert {"busy: first", "busy: later", "Answer: first", "<tool_call> first"} <= set(acc)
+    assert all(r == t > 0 for r, t in acc.values()), acc
+
+
+def test_a_line_is_wrong_exactly_when_one_of_its_tokens_is(tok: ChatTokenizer) -> None:
+    acc = line_accuracy(Peeking(tok, blind_to_digits=True), tok, "arithmetic", n=30)
+    lines = _lines("arithmetic", 30)
+    assert sum(t for _, t in acc.values()) == len(lines)
+    assert sum(r for r, _ in acc.values()) == sum(not re.search(r"\d", s) for s in lines)
+    assert 0 < acc["left: later"][0] < acc["left: later"][1]  # "left: none" has no digit, "left: *7" has
+    assert "left: later" in format_table("arithmetic", acc)
