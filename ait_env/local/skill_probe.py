@@ -15,17 +15,16 @@ CLI: ``python -m ait_env.local.skill_probe --model ait-tiny-m --families calenda
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
+from typing import Any
 
 import torch
 
 from ait_env.local.chat import IM_END
 from ait_env.local.corpus import assistant_spans, teacher_completion
 from ait_env.local.model import TinyLM
+from ait_env.local.probe_cli import run_probe
 from ait_env.local.tokenizer import ChatTokenizer
-from task_families import FAMILY_NAMES, get_family
+from task_families import get_family
 
 #: Seed of the probe's instances (apart from the corpus's and the hidden sets').
 SKILL_SEED = 5_400_000
@@ -98,29 +97,13 @@ def format_table(family: str, acc: dict[str, tuple[int, int]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ait_env.local.skill_probe", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="catalog name (ait-tiny-m) or a model directory")
-    ap.add_argument("--families", default=",".join(FAMILY_NAMES))
-    ap.add_argument("--n", type=int, default=150, help="generated instances per family")
-    ap.add_argument("--json", type=Path, default=None, help="also write the numbers to this file")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    path = Path(args.model)
-    if not path.is_dir():
-        from ait_env.local.catalog import ensure_built
+def _measure(model: TinyLM, tok: ChatTokenizer, family: str, n: int) -> tuple[str, Any]:
+    stats = line_accuracy(model, tok, family, n=n)
+    return format_table(family, stats), stats
 
-        path = ensure_built(args.model)
-    model, tok = TinyLM.load(path), ChatTokenizer.load(path)
-    model.eval()
-    out = {}
-    for fam in args.families.split(","):
-        acc = line_accuracy(model, tok, fam, n=args.n)
-        print(format_table(fam, acc), flush=True)
-        out[fam] = acc
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1))
-    return 0
+
+def main(argv: list[str] | None = None) -> int:
+    return run_probe("python -m ait_env.local.skill_probe", __doc__.split("\n\n")[0], 150, _measure, argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,46 @@
+"""The command line the model probes share (:mod:`ait_env.local.flaw_probe`, :mod:`ait_env.local.skill_probe`).
+
+Contract of :func:`run_probe`: ``--model`` is a catalog name (built first when missing or stale) or a
+model directory; for each of ``--families`` it calls ``measure(model, tokenizer, family, n)``, which
+returns (a printable table, JSON-serialisable numbers), prints the table at once and, with ``--json``,
+writes ``{family: numbers}`` to that file at the end. One thread, so a probe is cheap next to a build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ait_env.local.model import TinyLM
+from ait_env.local.tokenizer import ChatTokenizer
+from task_families import FAMILY_NAMES
+
+Measure = Callable[[TinyLM, ChatTokenizer, str, int], tuple[str, Any]]
+
+
+def run_probe(prog: str, description: str, default_n: int, measure: Measure, argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("--model", required=True, help="catalog name (ait-tiny-m) or a model directory")
+    ap.add_argument("--families", default=",".join(FAMILY_NAMES))
+    ap.add_argument("--n", type=int, default=default_n, help="generated instances per family")
+    ap.add_argument("--json", type=Path, default=None, help="also write the numbers to this file")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    path = Path(args.model)
+    if not path.is_dir():
+        from ait_env.local.catalog import ensure_built
+
+        path = ensure_built(args.model)
+    model, tok = TinyLM.load(path), ChatTokenizer.load(path)
+    model.eval()
+    out: dict[str, Any] = {}
+    for fam in args.families.split(","):
+        table, out[fam] = measure(model, tok, fam, args.n)
+        print(table, flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0
