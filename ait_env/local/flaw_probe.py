@@ -80,7 +80,8 @@ def decision_points(family: str, inst: Instance, tok: ChatTokenizer,
     for k, key in enumerate(keys):
         flawed, used = teacher_completion(family, inst, mode="clean", seed=seed, force=k)
         if used != [key]:
-            raise AssertionError(f"{family}: forcing decision {k} ({key}) took {used}")
+            raise RuntimeError(f"{family}: forcing decision {k} ({key}) took {used}: the teacher must ask "
+                               "about its flaws in the same order whatever it decides")
         fids, fmask = encode_transcript(tok, prompt + flawed, tools)
         i = next((j for j, (a, b) in enumerate(zip(ids, fids)) if a != b), None)
         if i is None or not (mask[i] and fmask[i]):
