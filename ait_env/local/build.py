@@ -22,10 +22,13 @@ import multiprocessing as mp
 import os
 import pickle
 import shutil
+import signal
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ait_env.local import catalog
 
@@ -179,11 +182,30 @@ def build(names: list[str] | None = None, *, force: bool = False, jobs: int = 2,
     return out
 
 
+@contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """Within the block, SIGTERM raises ``SystemExit(143)`` instead of killing the process outright, so
+    a ``with Pool(...)`` block terminates its workers (a killed build would otherwise leave them
+    pretraining for minutes, orphaned). Only in the main thread; the previous handler is restored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _build_parallel(todo: list[str], wd: str, info: dict[str, Any], jobs: int,
                     progress: bool) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     ctx = mp.get_context("spawn")
-    with ctx.Pool(jobs) as pool:
+    with sigterm_as_exit(), ctx.Pool(jobs) as pool:
         # the larger model first: it is on the critical path
         order = sorted(todo, key=lambda n: -catalog.CATALOG[n].hidden_size * catalog.CATALOG[n].num_hidden_layers)
         pending = {n: pool.apply_async(_pretrain_task, (n, wd, False)) for n in order}

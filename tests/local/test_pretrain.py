@@ -238,3 +238,41 @@ def test_parallel_build_progress_bars_follow_the_workers_progress_files(tmp_path
     assert tasks[f"pretrain {names[1]}"].completed == tasks[f"pretrain {names[1]}"].total
     bars.close()
     assert B._ParallelBars(names, str(tmp_path), enabled=False).prog is None
+
+
+def test_a_terminated_build_takes_its_pool_workers_with_it(tmp_path) -> None:
+    """SIGTERM to a build (its pool under ``sigterm_as_exit``) terminates the pretraining workers too."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "pool.py"
+    script.write_text(
+        "import multiprocessing as mp, sys, time\n"
+        "from ait_env.local.build import sigterm_as_exit\n"
+        "if __name__ == '__main__':\n"
+        "    with sigterm_as_exit(), mp.get_context('spawn').Pool(2) as pool:\n"
+        "        r = [pool.apply_async(time.sleep, (120,)) for _ in range(2)]\n"
+        "        print(' '.join(str(p.pid) for p in pool._pool), flush=True)\n"
+        "        r[0].get()\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    workers = [int(x) for x in proc.stdout.readline().split()]
+    assert len(workers) == 2
+    time.sleep(1.0)  # the tasks are running
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as f:  # a zombie is gone for our purposes
+            return f.read().split()[2] != "Z"
+
+    deadline = time.time() + 10
+    while any(alive(p) for p in workers) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in workers), "pool workers outlived the terminated build"
