@@ -70,7 +70,7 @@ def line_accuracy(model: TinyLM, tok: ChatTokenizer, family: str, n: int = 150,
         enc = tok.tok.encode(text, add_special_tokens=False)
         ids = enc.ids
         pred = model(torch.tensor([ids]), torch.arange(len(ids))[None], None)[0].argmax(-1)
-        right = [False] + [int(pred[i - 1]) == ids[i] for i in range(1, len(ids))]
+        right = [False] + (pred[:-1] == torch.tensor(ids[1:])).tolist()
         starts = [a for a, _ in enc.offsets]
         seen: set[str] = set()
         t = 0

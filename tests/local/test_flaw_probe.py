@@ -9,36 +9,12 @@ from ait_env.local import corpus as C
 from ait_env.local.flaw_probe import decision_points, flaw_calibration, format_table
 from ait_env.local.tokenizer import ChatTokenizer
 from task_families import FAMILY_NAMES, get_family
+from tests.fakes.scripted_lm import FixedLM, PeekingLM
 
 
 @pytest.fixture(scope="module")
 def tok() -> ChatTokenizer:
     return ChatTokenizer(C.train_corpus_tokenizer(C.build_corpus(40).texts(), 1024))
-
-
-class PeekingModel:
-    """Scripted logits: at each position the next token of its own input is the most likely one
-    (what a model that always stays on the clean path looks like when fed the clean transcript)."""
-
-    def __init__(self, vocab: int) -> None:
-        self.vocab = vocab
-
-    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, key_mask: None) -> torch.Tensor:
-        out = torch.zeros(ids.shape[0], ids.shape[1], self.vocab)
-        out[:, :-1].scatter_(-1, ids[:, 1:, None], 20.0)
-        return out
-
-
-class FixedModel:
-    """Scripted logits, the same at every position: ``scores`` {token id: logit}, 0 elsewhere."""
-
-    def __init__(self, vocab: int, scores: dict[int, float]) -> None:
-        self.row = torch.zeros(vocab)
-        for i, v in scores.items():
-            self.row[i] = v
-
-    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, key_mask: None) -> torch.Tensor:
-        return self.row.expand(ids.shape[0], ids.shape[1], -1).clone()
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
@@ -55,7 +31,7 @@ def test_every_visible_flaw_has_decision_points_the_model_writes(family: str, to
 
 
 def test_a_model_on_the_clean_path_never_shows_a_flaw(tok: ChatTokenizer) -> None:
-    stats = flaw_calibration(PeekingModel(tok.vocab_size), tok, "triage", n=40)
+    stats = flaw_calibration(PeekingLM(tok.vocab_size), tok, "triage", n=40)
     counted = [s for s in stats.values() if s.contexts]
     assert len(counted) >= 3
     for s in counted:
@@ -65,7 +41,7 @@ def test_a_model_on_the_clean_path_never_shows_a_flaw(tok: ChatTokenizer) -> Non
 def test_the_probe_reads_the_choice_at_the_decision_token(tok: ChatTokenizer) -> None:
     answer, left = tok.tok.token_to_id("Answer"), tok.tok.token_to_id("left")
     assert answer is not None and left is not None
-    stats = flaw_calibration(FixedModel(tok.vocab_size, {answer: 5.0, left: 3.0}), tok, "arithmetic", n=60)
+    stats = flaw_calibration(FixedLM(tok.vocab_size, {answer: 5.0, left: 3.0}), tok, "arithmetic", n=60)
     early = stats["early:big"]  # clean "left: ..." vs flawed "Answer: <current value>"
     assert early.contexts > 5
     assert early.shows == 1.0 and early.clean == 0.0

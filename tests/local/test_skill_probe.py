@@ -5,34 +5,17 @@ from __future__ import annotations
 import re
 
 import pytest
-import torch
 
 from ait_env.local import corpus as C
 from ait_env.local.skill_probe import SKILL_SEED, format_table, line_accuracy, line_spans
 from ait_env.local.tokenizer import ChatTokenizer
 from task_families import get_family
+from tests.fakes.scripted_lm import PeekingLM
 
 
 @pytest.fixture(scope="module")
 def tok() -> ChatTokenizer:
     return ChatTokenizer(C.train_corpus_tokenizer(C.build_corpus(40).texts(), 1024))
-
-
-class Peeking:
-    """Scripted logits: the next token of the input is the most likely one, except that digits are
-    never predicted (``blind_to_digits``)."""
-
-    def __init__(self, tok: ChatTokenizer, blind_to_digits: bool = False) -> None:
-        self.vocab = tok.vocab_size
-        self.digits = {tok.tok.token_to_id(str(d)) for d in range(10)} if blind_to_digits else set()
-
-    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, key_mask: None) -> torch.Tensor:
-        out = torch.zeros(ids.shape[0], ids.shape[1], self.vocab)
-        nxt = ids[:, 1:].clone()
-        for d in self.digits:
-            nxt[nxt == d] = 0  # predict token 0 where a digit comes
-        out[:, :-1].scatter_(-1, nxt[..., None], 20.0)
-        return out
 
 
 def _lines(family: str, n: int) -> list[str]:
@@ -60,13 +43,14 @@ def test_lines_are_named_by_their_first_word_and_a_call_is_one_line() -> None:
 
 
 def test_a_perfect_model_gets_every_line_right(tok: ChatTokenizer) -> None:
-    acc = line_accuracy(Peeking(tok), tok, "calendar", n=20)
+    acc = line_accuracy(PeekingLM(tok.vocab_size), tok, "calendar", n=20)
     assert {"busy: first", "busy: later", "Answer: first", "<tool_call> first"} <= set(acc)
     assert all(r == t > 0 for r, t in acc.values()), acc
 
 
 def test_a_line_is_wrong_exactly_when_one_of_its_tokens_is(tok: ChatTokenizer) -> None:
-    acc = line_accuracy(Peeking(tok, blind_to_digits=True), tok, "arithmetic", n=30)
+    digits = {tok.tok.token_to_id(str(d)) for d in range(10)}
+    acc = line_accuracy(PeekingLM(tok.vocab_size, blind=digits), tok, "arithmetic", n=30)
     lines = _lines("arithmetic", 30)
     assert sum(t for _, t in acc.values()) == len(lines)
     assert sum(r for r, _ in acc.values()) == sum(not re.search(r"\d", s) for s in lines)
