@@ -82,14 +82,15 @@ LADDER: dict[str, Edit] = {
 
 def run_job(family: str, model: str, edit: Edit, label: str, backend: BackendSettings) -> JobResult:
     fam = get_family(family)
-    ws = Path(tempfile.mkdtemp(prefix="ait-bench-ws-"))
     files = edit(reference_files(family, model, backend="local"))
-    for name, text in files.items():
-        (ws / name).write_text(text)
     job, issues = parse_job(files["job.toml"])
     if job is None:
         raise SystemExit(f"{label}: job.toml invalid: {issues}")
-    bundle = build_bundle(ws, job, fam, Path("runs/benchmarks/jobs"))
+    with tempfile.TemporaryDirectory(prefix="ait-bench-ws-") as tmp:  # the bundle keeps its own copy
+        ws = Path(tmp)
+        for name, text in files.items():
+            (ws / name).write_text(text)
+        bundle = build_bundle(ws, job, fam, Path("runs/benchmarks/jobs"))
     t0 = time.time()
     result = run(bundle.root, backend, progress=True)
     rec = {"label": label, "family": family, "model": model, "job_id": result.job_id, "status": result.status,
