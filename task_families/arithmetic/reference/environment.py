@@ -1,7 +1,7 @@
 """Reference environment for the arithmetic family (verifiers 0.2.0 classic API).
 
-Dataset: fresh chained-arithmetic questions from the same distribution as the eval (2-5 operations,
-mixed difficulty), generated from this job's own seed. Reward: 1.0 for the exact final integer,
+Dataset: fresh chained-arithmetic questions like the eval's, generated from this job's own seed, but
+weighted toward the longer ones (difficulty 0.3-1: 3-5 operations), where the base model fails most. Reward: 1.0 for the exact final integer,
 weighted 0.9, plus 0.1 for calling the calculator at least once per operation
 (a correct, tool-using transcript scores 1.0).
 """
@@ -37,7 +37,7 @@ def make_question(rng: random.Random, difficulty: float) -> dict:
 
 def build_dataset(num_examples: int, seed: int) -> Dataset:
     rng = random.Random(seed)
-    return Dataset.from_list([make_question(rng, rng.random()) for _ in range(num_examples)])
+    return Dataset.from_list([make_question(rng, 0.3 + 0.7 * rng.random()) for _ in range(num_examples)])
 
 
 def _final_text(completion) -> str:
