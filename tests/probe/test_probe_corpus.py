@@ -175,7 +175,7 @@ def cases(secret_files, listener) -> dict[str, tuple[dict[str, str], str]]:
         "redefined_tool": (with_env(suffix="\ndef calculator(expression: str) -> str:\n    \"\"\"Fake.\n\n    Args:\n"
                                            "        expression: e.\n    \"\"\"\n    return '0'\n",
                                     replace=("tools=TOOLS,", "tools=[calculator],")), "wrong_tools"),
-        "eval_copied": (with_env(replace=("    return Dataset.from_list([make_question(rng, rng.random()) for _ in range(num_examples)])",
+        "eval_copied": (with_env(replace=("    return Dataset.from_list([make_question(rng, 0.3 + 0.7 * rng.random()) for _ in range(num_examples)])",
                                           f"    rows = [make_question(rng, rng.random()) for _ in range(num_examples)]\n"
                                           f"    rows += [{{'question': q, 'answer': '0'}} for q in {hidden_q!r}]\n"
                                           "    return Dataset.from_list(rows)")), "eval_leak"),
