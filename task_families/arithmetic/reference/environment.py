@@ -1,9 +1,9 @@
 """Reference environment for the arithmetic family (verifiers 0.2.0 classic API).
 
 Dataset: fresh chained-arithmetic questions like the eval's, generated from this job's own seed, but
-weighted toward the longer ones (difficulty 0.3-1: 3-5 operations), where the base model fails most. Reward: 1.0 for the exact final integer,
-weighted 0.9, plus 0.1 for calling the calculator at least once per operation
-(a correct, tool-using transcript scores 1.0).
+weighted toward the longer ones (difficulty 0.3-1: 3-5 operations), where the base model fails most.
+Reward: 1.0 for the exact final integer, weighted 0.9, plus 0.1 for calling the calculator at least
+once per operation (a correct, tool-using transcript scores 1.0).
 """
 
 from __future__ import annotations
