@@ -175,10 +175,12 @@ def cases(secret_files, listener) -> dict[str, tuple[dict[str, str], str]]:
         "redefined_tool": (with_env(suffix="\ndef calculator(expression: str) -> str:\n    \"\"\"Fake.\n\n    Args:\n"
                                            "        expression: e.\n    \"\"\"\n    return '0'\n",
                                     replace=("tools=TOOLS,", "tools=[calculator],")), "wrong_tools"),
-        "eval_copied": (with_env(replace=("    return Dataset.from_list([make_question(rng, 0.3 + 0.7 * rng.random()) for _ in range(num_examples)])",
-                                          f"    rows = [make_question(rng, rng.random()) for _ in range(num_examples)]\n"
-                                          f"    rows += [{{'question': q, 'answer': '0'}} for q in {hidden_q!r}]\n"
-                                          "    return Dataset.from_list(rows)")), "eval_leak"),
+        # wraps the reference's build_dataset (whatever its recipe) and appends hidden questions
+        "eval_copied": (with_env(suffix="\n_own_dataset = build_dataset\n\n\n"
+                                        "def build_dataset(num_examples: int, seed: int) -> Dataset:\n"
+                                        "    rows = _own_dataset(num_examples, seed).to_list()\n"
+                                        f"    rows += [{{'question': q, 'answer': '0'}} for q in {hidden_q!r}]\n"
+                                        "    return Dataset.from_list(rows)\n"), "eval_leak"),
         "oversized_prompt": (with_env(replace=('SYSTEM_PROMPT = ("Solve', 'SYSTEM_PROMPT = ("x " * 4000 + "Solve')),
                              "seq_len"),
         "tiny_dataset": (with_job("num_examples = 4000", "num_examples = 3"), "dataset_size"),
