@@ -146,7 +146,7 @@ class Sandbox:
         self._ids = itertools.count()
         self.description = ""
         self.mode = ""
-        atexit.register(self.close)
+        atexit.register(self.destroy)  # the process and its temporary folder go when the interpreter exits
 
     # ------------------------------------------------------------------ lifecycle
     def _prepare_runtime(self) -> None:
