@@ -7,6 +7,8 @@ Contract:
 - Quotas: bytes per file, number of files, total bytes. A write that would break a quota is
   refused and leaves the workspace unchanged.
 - Some files may be read-only (e.g. the family's tool module shipped for reference).
+- A workspace made by :meth:`from_template` owns its folder: :meth:`destroy`, garbage collection
+  or interpreter exit removes it.
 - Every refusal raises :class:`WorkspaceError` with a message that says how to fix the call;
   nothing else is raised for bad agent input.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import weakref
 from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, Field
@@ -55,6 +58,9 @@ class Workspace:
             shutil.copytree(template, root, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         ws = cls(root, quota, set())
+        # the copy is owned by this object: removed by destroy(), or when it is collected or the
+        # interpreter exits (an env that is never closed must not leave folders behind)
+        ws._finalizer = weakref.finalize(ws, shutil.rmtree, str(root), True)
         for name, text in (read_only or {}).items():
             target = ws.resolve(name)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -64,6 +70,9 @@ class Workspace:
 
     def destroy(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer.detach()
 
     # ------------------------------------------------------------------ paths
     @staticmethod

@@ -113,3 +113,30 @@ def test_directory_errors(ws):
         ws.read("d")
     with pytest.raises(WorkspaceError, match="is a file"):
         ws.write("a.txt/inner.txt", "x")
+
+
+def test_template_copy_removed_when_collected_or_at_exit(tmp_path):
+    import gc
+    from pathlib import Path
+    import subprocess
+    import sys
+
+    tpl = tmp_path / "tpl"
+    tpl.mkdir()
+    (tpl / "job.toml").write_text("x = 1\n")
+    ws = Workspace.from_template(tpl, parent=tmp_path)
+    root = ws.root
+    del ws
+    gc.collect()
+    assert not root.exists()
+    # an env that is never closed: the copy goes at interpreter exit
+    code = ("import sys, pathlib\nfrom ait_env.workspace import Workspace\n"
+            "ws = Workspace.from_template(pathlib.Path(sys.argv[1]), parent=pathlib.Path(sys.argv[2]))\n"
+            "print(ws.root)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tpl), str(tmp_path)], capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert not Path(out.stdout.strip()).exists()
+    # destroy() still works and the finaliser does not run twice
+    ws2 = Workspace.from_template(tpl, parent=tmp_path)
+    ws2.destroy()
+    assert not ws2.root.exists()
