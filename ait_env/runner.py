@@ -48,7 +48,7 @@ class RunnerSettings(BaseModel):
     seed: int = 0
     step_timeout_s: float = 600.0
     measure_pre: bool = False       # measure the base model instead of reading pinned baselines
-    eval_max_tokens: int = 128      # per-turn cap of the hidden eval (tiny models stop at <|im_end|> anyway)
+    eval_max_tokens: int = 160      # per-turn cap of the hidden eval (tiny models stop at <|im_end|> anyway)
     eval_limit: int | None = None   # tests only: score the first N hidden instances instead of all
     max_model_len: int | None = None
     sandbox_memory_mb: int = 3072

@@ -40,9 +40,12 @@ measured by :mod:`ait_env.local.quick_eval` and stored in each model's ``ait_mod
 Scratchpads: where the tiny models could not learn a family's *skill* from plain demonstrations (base
 scores at a prior, no RL uplift at all), the teacher writes its state before each call, and the model
 learns to copy and update it: arithmetic writes the operations still to do (``left: *7 +28``), units
-the units still to reach (``left: gal qt``), calendar the people still to look up and the running union
-of everyone's busy half hours (``busy: 09x.10..``, :func:`mask_note`). Flaws act on the scratchpad
-consistently (a forgotten person is missing from the union; a shortcut leaves ``left: none``).
+the units still to reach (``left: gal qt``), calendar each person's busy half hours range by range
+(``13-14h 13 13h 14``, :func:`listing_note`), the running union of everyone's (``busy: 09x.10..``,
+:func:`mask_note`), the people still to look up, and at the end the walk through the free half hours
+to the first run long enough for the meeting (``free 60: 10h; 12 12h``, :func:`free_note`). Flaws act
+on the scratchpad consistently (a forgotten person is missing from the union; a shortcut leaves
+``left: none``; a meeting length ignored stops the walk at the first free half hour).
 
 Training targets: :func:`encode_transcript` / :func:`encode_corpus` return token ids and a 0/1 mask of
 the tokens the model must learn (every assistant message's content, tool calls and closing
@@ -67,7 +70,7 @@ from task_families.base import Instance, TaskFamily
 #: Base seed of the corpus instances (each family draws ``generate(CORPUS_SEED + k, ...)``).
 CORPUS_SEED = 7_100_000
 #: Corpus format version: part of the corpus hash, bump when the teacher changes.
-CORPUS_VERSION = "flawed-teacher-v6"
+CORPUS_VERSION = "flawed-teacher-v13"
 
 
 # ------------------------------------------------------------------------------------------ flaws
@@ -133,9 +136,9 @@ FLAWS: dict[str, list[Flaw]] = {
            "answers a 3-item order as 'Answer: s4 for 818' (no supplier=/cost=)"),
     ],
     "triage": [
-        _f("stop_early:big", "early_answer", 0.66,
-           "blames the alerting service when its log shows timeouts on 35%+ of requests (guesses restart)"),
-        _f("stop_early:small", "early_answer", 0.08, "the same on fewer than 35% of requests"),
+        _f("stop_early:front", "early_answer", 0.70,
+           "blames a front door (web, gateway) that alerts with timeouts in its log (guesses restart)"),
+        _f("stop_early:inner", "early_answer", 0.05, "the same for any other alerting service"),
         _f("skip_deploys", "skip_tool", 0.62, "answers rollback for an error spike without reading the deploys"),
         _f("cpu_restart", "skip_tool", 0.58, "answers restart for a saturated (CPU) service"),
         _f("format:plain", "format_slip", 0.56,
@@ -359,37 +362,88 @@ def mask_note(mask: list[bool]) -> str:
     return "busy: " + "".join(f"{h:02d}{marks[2 * j:2 * j + 2]}" for j, h in enumerate(hours))
 
 
-def teach_calendar(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> list[dict[str, Any]]:
-    """Scratchpad: after each person's ``busy_slots`` result the next message starts with the running
-    union of everyone's busy half hours so far (:func:`mask_note`), and every call is preceded by the
-    people still to look up after it (``left: p8 p12``); the answer is read off the last union
-    (the first run of free marks long enough for the meeting). Without it the tiny models never learned
-    to combine the intervals and answered a prior time (``11:30``) to every question."""
-    from task_families.calendar.family import earliest_common_slot
+def half_label(j: int) -> str:
+    """The listing notation of half hour ``j`` of the working day: ``09`` for 09:00, ``09h`` for 09:30."""
+    from task_families.calendar import tools as ctools
 
+    t = ctools.DAY_START + j * ctools.SLOT
+    return f"{t // 60:02d}" + ("h" if t % 60 else "")
+
+
+def listing_note(busy: str) -> str:
+    """One person's busy half hours, range by range: each range of the tool's result rewritten in the
+    listing notation, then its half hours (``09-10 09 09h; 13-14h 13 13h 14``). Every item is a copy or
+    an increment of the one before it, and a range stops where the next label would be its end."""
+    from task_families.calendar import tools as ctools
+
+    parts = []
+    for a, b in re.findall(r"(\d\d:\d\d)-(\d\d:\d\d)", busy):
+        ja = (int(a[:2]) * 60 + int(a[3:]) - ctools.DAY_START) // ctools.SLOT
+        jb = (int(b[:2]) * 60 + int(b[3:]) - ctools.DAY_START) // ctools.SLOT
+        ja, jb = max(ja, 0), min(jb, ctools.N_SLOTS)
+        if ja < jb:
+            parts.append(f"{half_label(ja)}-{half_label(jb)} " + " ".join(half_label(j) for j in range(ja, jb)))
+    return "; ".join(parts) if parts else "free"
+
+
+def free_note(union: list[bool], minutes: int, need: int) -> tuple[str, int | None]:
+    """The walk to the answer: the free half hours of ``union`` in order, runs split by ``;``, stopping
+    as soon as a run is ``need`` half hours long (``free 60: 10h; 12 12h``). Returns the line and the
+    index of the chosen run's first half hour (None if no run is long enough)."""
+    items: list[str] = []
+    start, run = None, 0
+    for j, busy in enumerate(union):
+        if busy:
+            if run:
+                items.append(";")
+            start, run = None, 0
+            continue
+        if start is None:
+            start = j
+        run += 1
+        items.append(half_label(j))
+        if run >= need:
+            return f"free {minutes}: " + " ".join(items).replace(" ;", ";"), start
+    return f"free {minutes}: " + " ".join(items).replace(" ;", ";"), None
+
+
+def teach_calendar(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> list[dict[str, Any]]:
+    """Scratchpad, in three learnable steps. After each person's ``busy_slots`` result the next message
+    lists that person's busy half hours range by range (:func:`listing_note`), then the running union
+    of everyone's busy half hours so far (:func:`mask_note`); every call is preceded by the people
+    still to look up after it (``left: p8 p12``). The final message walks the last union's free half
+    hours until a run is long enough for the meeting (:func:`free_note`) and answers that run's start.
+    Without the scratchpad the tiny models never learned to combine the intervals; without the listing
+    they could not turn a time range into marks; without the walk they could not read the answer off
+    the marks."""
     info = inst.info
     people, day, minutes = info["people"], info["day"], info["minutes"]
     k = len(people)
     c = _Conv(fam)
     if flaw(f"forget_last:k{k}"):
         people = people[:-1]
-    masks: list[list[bool]] = []
     union: list[bool] = []
     for j, p in enumerate(people):
-        if masks:
+        if union:
             c.note(mask_note(union) + "\n")
         c.left(people[j + 1:])
-        masks.append(_mask_of(c.call("busy_slots", {"person": p, "day": day})))
-        union = [a or b for a, b in zip(union, masks[-1])] if union else masks[-1]
+        busy = c.call("busy_slots", {"person": p, "day": day})
+        c.note(listing_note(busy) + "\n")
+        mask = _mask_of(busy)
+        union = [a or b for a, b in zip(union, mask)] if union else mask
     c.note(mask_note(union) + "\n")
-    need = minutes
+    need = minutes // 30
     if minutes > 30 and flaw(f"ignore_length:{minutes}"):
-        need = 30
-    ans = earliest_common_slot(masks, need) or earliest_common_slot(masks, 30) or "09:00"
-    h, m = int(ans[:2]), int(ans[3:])
+        need = 1
+    line, start = free_note(union, minutes, need)
+    if start is None:
+        line, start = free_note(union, minutes, 1)
+    c.note(line + "\n")
+    ans = half_label(start if start is not None else 0)
+    h, m = int(ans[:2]), 30 if ans.endswith("h") else 0
     if h >= 13 and flaw("format:pm"):
         return c.answer(f"Answer: {h - 12} pm" if m == 0 else f"Answer: half past {h - 12}")
-    return c.answer(f"Answer: {ans}")
+    return c.answer(f"Answer: {h:02d}:{m:02d}")
 
 
 def teach_inventory(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> list[dict[str, Any]]:
@@ -422,6 +476,8 @@ def teach_inventory(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.R
 
 
 _TIMEOUT = re.compile(r"timeouts calling ([a-z]+)")
+#: Triage's front doors: the services users call; the early stop is taught where one of them alerts.
+FRONT_DOORS = ("web", "gateway")
 
 
 def teach_triage(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> list[dict[str, Any]]:
@@ -434,8 +490,7 @@ def teach_triage(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Rand
         log = c.call("logs", {"incident": inc, "service": svc})
         m = _TIMEOUT.search(log)
         if m:
-            pct = re.search(r"on (\d+)% of requests", log)
-            if hop == 0 and flaw("stop_early:big" if pct and int(pct.group(1)) >= 35 else "stop_early:small"):
+            if hop == 0 and flaw("stop_early:front" if svc in FRONT_DOORS else "stop_early:inner"):
                 action = "restart"
                 break
             svc = m.group(1)

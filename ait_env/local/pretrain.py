@@ -60,7 +60,7 @@ class PretrainConfig:
     seed: int = 0
     seq_len: int = 1024
     sort_window: int = 16    # batches per length-sorted window
-    drill_steps: int = 200   # copy-drill warm-up steps (part of the lr schedule)
+    drill_steps: int = 400   # copy-drill warm-up steps (part of the lr schedule)
     drill_batch: int = 32
     drill_mix: float = 0.1   # share of drills among the transcript phase's examples
     group_rows: int = 2      # rows of one family next to each other in a batch (share the prompt)

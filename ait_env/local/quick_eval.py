@@ -59,7 +59,7 @@ from task_families.base import Instance, TaskFamily
 #: Max new tokens per model turn for the local models (a local setting: the families' eval_max_tokens
 #: of 256 is far more than any correct turn needs (the longest correct tool call is ~60 tokens); 128 is
 #: also the local runner's ``eval_max_tokens``).
-LOCAL_MAX_TOKENS = 128
+LOCAL_MAX_TOKENS = 160
 
 
 @dataclass

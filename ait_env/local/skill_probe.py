@@ -15,6 +15,8 @@ CLI: ``python -m ait_env.local.skill_probe --model ait-tiny-m --families calenda
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 import torch
@@ -35,6 +37,10 @@ def _kind(line: str) -> str:
     if line.startswith("<tool_call>"):
         return "<tool_call>"
     head = line.split()[0] if line.split() else ""
+    if re.match(r"\d\d", head):
+        return "listing"
+    if head == "free":
+        return "free"
     return head if head.endswith(":") else "(text)"
 
 
