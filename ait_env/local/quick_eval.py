@@ -57,8 +57,8 @@ from task_families import FAMILY_NAMES, get_family
 from task_families.base import Instance, TaskFamily
 
 #: Max new tokens per model turn for the local models (a local setting: the families' eval_max_tokens
-#: of 256 is far more than any correct turn needs (the longest correct tool call is ~60 tokens); 128 is
-#: also the local runner's ``eval_max_tokens``).
+#: of 256 is far more than any correct turn needs; the longest correct turn, a calendar scratchpad
+#: turn, is ~147 tokens; 160 is also the local runner's ``eval_max_tokens``).
 LOCAL_MAX_TOKENS = 160
 
 
