@@ -46,6 +46,7 @@ class Workspace:
         self.root = Path(root).resolve()
         self.quota = quota or WorkspaceQuota()
         self.read_only = set(read_only or ())
+        self._finalizer: weakref.finalize | None = None  # set when this object owns its folder
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -70,9 +71,8 @@ class Workspace:
 
     def destroy(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
-        finalizer = getattr(self, "_finalizer", None)
-        if finalizer is not None:
-            finalizer.detach()
+        if self._finalizer is not None:
+            self._finalizer.detach()
 
     # ------------------------------------------------------------------ paths
     @staticmethod

@@ -338,17 +338,26 @@ def teach_units(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Rando
     return c.answer(f"Answer: {v}")
 
 
+def _busy_ranges(busy: str) -> list[tuple[int, int]]:
+    """The half-hour index ranges ``[ja, jb)`` of a ``busy_slots`` result, clipped to working hours
+    (half hour ``j`` is busy iff its start lies in a listed range)."""
+    from task_families.calendar import tools as ctools
+
+    out = []
+    for a, b in re.findall(r"(\d\d:\d\d)-(\d\d:\d\d)", busy):
+        ja, jb = (-(-(int(x[:2]) * 60 + int(x[3:]) - ctools.DAY_START) // ctools.SLOT) for x in (a, b))
+        ja, jb = max(ja, 0), min(jb, ctools.N_SLOTS)
+        if ja < jb:
+            out.append((ja, jb))
+    return out
+
+
 def _mask_of(busy: str) -> list[bool]:
     from task_families.calendar import tools as ctools
 
     mask = [False] * ctools.N_SLOTS
-    for a, b in re.findall(r"(\d\d:\d\d)-(\d\d:\d\d)", busy):
-        ta = int(a[:2]) * 60 + int(a[3:])
-        tb = int(b[:2]) * 60 + int(b[3:])
-        for j in range(ctools.N_SLOTS):
-            t = ctools.DAY_START + j * ctools.SLOT
-            if ta <= t < tb:
-                mask[j] = True
+    for ja, jb in _busy_ranges(busy):
+        mask[ja:jb] = [True] * (jb - ja)
     return mask
 
 
@@ -374,16 +383,10 @@ def listing_note(busy: str) -> str:
     """One person's busy half hours, range by range: each range of the tool's result rewritten in the
     listing notation, then its half hours (``09-10 09 09h; 13-14h 13 13h 14``). Every item is a copy or
     an increment of the one before it, and a range stops where the next label would be its end."""
-    from task_families.calendar import tools as ctools
-
     parts = []
-    for a, b in re.findall(r"(\d\d:\d\d)-(\d\d:\d\d)", busy):
-        ja = (int(a[:2]) * 60 + int(a[3:]) - ctools.DAY_START) // ctools.SLOT
-        jb = (int(b[:2]) * 60 + int(b[3:]) - ctools.DAY_START) // ctools.SLOT
-        ja, jb = max(ja, 0), min(jb, ctools.N_SLOTS)
-        if ja < jb:
-            halves = " ".join(half_label(j) for j in range(ja, jb))
-            parts.append(f"{half_label(ja)}-{half_label(jb)} {halves}")
+    for ja, jb in _busy_ranges(busy):
+        halves = " ".join(half_label(j) for j in range(ja, jb))
+        parts.append(f"{half_label(ja)}-{half_label(jb)} {halves}")
     return "; ".join(parts) if parts else "free"
 
 

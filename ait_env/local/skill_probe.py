@@ -16,7 +16,6 @@ CLI: ``python -m ait_env.local.skill_probe --model ait-tiny-m --families calenda
 from __future__ import annotations
 
 import re
-
 from typing import Any
 
 import torch

@@ -168,7 +168,8 @@ def test_calendar_scratchpad_lists_unions_and_walks_to_the_answer() -> None:
 
     fam = get_family("calendar")
     assert C.mask_note([False] * 15 + [True]) == "busy: 09..10..11..12..13..14..15..16.x"
-    assert C.listing_note("09:00-10:00, 13:00-14:30, 16:30-17:00") == "09-10 09 09h; 13-14h 13 13h 14; 16h-17 16h"
+    assert (C.listing_note("09:00-10:00, 13:00-14:30, 16:30-17:00")
+            == "09-10 09 09h; 13-14h 13 13h 14; 16h-17 16h")
     union = [True, False, True, True, False, False, False] + [True] * 9
     assert C.free_note(union, 60, 2) == ("free 60: 09h; 11 11h", 4)
     assert C.free_note(union, 30, 1) == ("free 30: 09h", 1)
