@@ -1,4 +1,4 @@
-"""Build the local base models: ``python -m ait_env.local.build [--force] [--models ait-tiny-s,ait-tiny-m]``.
+"""Build the local base models: ``python -m ait_env.local.build [--force] [--eval] [--models ait-tiny-s,ait-tiny-m]``.
 
 1. the flawed-teacher corpus (:func:`ait_env.local.corpus.build_corpus`, fixed size, seed and family
    weights, hidden questions excluded and asserted absent) and one BPE tokenizer trained on its first
@@ -7,11 +7,13 @@
    two single-threaded processes are much faster than one process with two OpenMP threads (which
    stall whenever another job holds a core), and a fixed thread count keeps the weights reproducible.
    Every requested model pretrains in its own task (:func:`ait_env.local.pretrain.pretrain`);
-3. as soon as a model is trained, its greedy hidden-eval scores (:mod:`ait_env.local.quick_eval`, all
-   300 questions of every family) are measured in two tasks of three families each, on whichever
-   worker is free (the small model finishes first, so its worker helps with the larger one's eval);
+3. with ``--eval`` only: as soon as a model is trained, its greedy hidden-eval scores
+   (:mod:`ait_env.local.quick_eval`, all 300 questions of every family) are measured in two tasks of
+   three families each, on whichever worker is free (about a minute on the critical path; the pinned
+   baselines, ``scripts/seed_baselines.py``, are the scores the jobs use);
 4. each model directory is written into the cache atomically (``<name>.tmp-<pid>`` renamed over
-   ``<name>``) with ``ait_model.json``, and verified (:func:`ait_env.local.catalog.verify`).
+   ``<name>``) with ``ait_model.json``, and verified (:func:`ait_env.local.catalog.verify`); the build
+   says whether its weights are the ones the pinned baselines were measured on (their ``model_hash``).
 """
 
 from __future__ import annotations
@@ -132,7 +134,8 @@ def _finish(name: str, trained: dict[str, Any], scores: dict[str, Any], data_inf
             "corpus_stats": data_info["corpus_stats"], "token_lengths": data_info["token_lengths"],
             "pretrain_stats": trained["pretrain_stats"], "eval_max_tokens": quick_eval.LOCAL_MAX_TOKENS,
             "base_scores": ordered,
-            "mean_base_score": round(sum(v["score"] for v in ordered.values()) / max(1, len(ordered)), 4),
+            "mean_base_score": (round(sum(v["score"] for v in ordered.values()) / len(ordered), 4) if ordered
+                                else None),
             "seconds": {"pretrain": trained["seconds"], "eval": round(eval_seconds, 1)},
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     src = Path(trained["dir"])
@@ -152,10 +155,11 @@ def _finish(name: str, trained: dict[str, Any], scores: dict[str, Any], data_inf
 
 
 def build(names: list[str] | None = None, *, force: bool = False, jobs: int = 2,
-          progress: bool = True) -> dict[str, dict[str, Any]]:
+          progress: bool = True, evaluate: bool = False) -> dict[str, dict[str, Any]]:
     """Build the given models (default: all) unless current; returns their ``ait_model.json``.
 
-    ``jobs`` worker processes (``jobs=0``: everything in this process, one task after the other)."""
+    ``jobs`` worker processes (``jobs=0``: everything in this process, one task after the other);
+    ``evaluate``: also measure each model's greedy hidden-eval scores (``base_scores``)."""
     names = list(names or catalog.CATALOG)
     for n in names:
         catalog.model_dir(n)  # validates the name
@@ -168,13 +172,13 @@ def build(names: list[str] | None = None, *, force: bool = False, jobs: int = 2,
             if jobs <= 0:
                 for n in todo:
                     trained = _pretrain_task(n, wd, progress)
-                    parts = [_eval_task(n, trained["dir"], g) for g in EVAL_GROUPS]
+                    parts = [_eval_task(n, trained["dir"], g) for g in EVAL_GROUPS] if evaluate else []
                     scores = {k: v for p in parts for k, v in p["scores"].items()}
                     out[n] = _finish(n, trained, scores, info, sum(p["seconds"] for p in parts))
                     if progress:
                         _print_meta(out[n])
             else:
-                out.update(_build_parallel(todo, wd, info, jobs, progress))
+                out.update(_build_parallel(todo, wd, info, jobs, progress, evaluate))
     for n in names:
         out[n] = catalog.verify(n)
     if progress and todo:
@@ -202,7 +206,7 @@ def sigterm_as_exit() -> Iterator[None]:
 
 
 def _build_parallel(todo: list[str], wd: str, info: dict[str, Any], jobs: int,
-                    progress: bool) -> dict[str, dict[str, Any]]:
+                    progress: bool, evaluate: bool) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     ctx = mp.get_context("spawn")
     with sigterm_as_exit(), ctx.Pool(jobs) as pool:
@@ -222,13 +226,14 @@ def _build_parallel(todo: list[str], wd: str, info: dict[str, Any], jobs: int,
                         st = trained[n]["pretrain_stats"]
                         print(f"[build] {n}: pretrained in {trained[n]['seconds']}s ({st['steps']:.0f} steps, "
                               f"loss {st['loss_first']:.2f} -> {st['loss_last']:.3f}, {trained[n]['params']:,} "
-                              "params); evaluating", flush=True)
-                    evals[n] = [pool.apply_async(_eval_task, (n, trained[n]["dir"], g)) for g in EVAL_GROUPS]
+                              f"params){'; evaluating' if evaluate else ''}", flush=True)
+                    evals[n] = ([pool.apply_async(_eval_task, (n, trained[n]["dir"], g)) for g in EVAL_GROUPS]
+                                if evaluate else [])
             for n, rs in list(evals.items()):
                 if all(r.ready() for r in rs):
                     parts = [r.get() for r in rs]
                     scores = {k: v for p in parts for k, v in p["scores"].items()}
-                    out[n] = _finish(n, trained[n], scores, info, max(p["seconds"] for p in parts))
+                    out[n] = _finish(n, trained[n], scores, info, max((p["seconds"] for p in parts), default=0.0))
                     del evals[n]
                     if progress:
                         _print_meta(out[n])
@@ -273,11 +278,28 @@ class _ParallelBars:
             self.prog.stop()
 
 
+def pinned_match(meta: dict[str, Any]) -> str:
+    """Whether a built model's weights are the ones its pinned local baselines were measured on."""
+    from ait_env.baselines import BaselineStore
+
+    pins = {e.model_hash for (_, m), e in BaselineStore("local").entries().items() if m == meta["name"]}
+    pins.discard("")
+    if not pins:
+        return "no pinned baselines with a weights hash for this model"
+    if pins == {meta["weights_hash"]}:
+        return "weights match the pinned baselines"
+    return (f"weights differ from the pinned baselines' ({', '.join(sorted(pins))}): jobs measure this model's "
+            "base score themselves; python scripts/seed_baselines.py backend=local re-seeds them")
+
+
 def _print_meta(meta: dict[str, Any]) -> None:
-    scores = " ".join(f"{k}={v['score']:.2f}" for k, v in meta["base_scores"].items())
+    if meta["base_scores"]:
+        scores = " ".join(f"{k}={v['score']:.2f}" for k, v in meta["base_scores"].items())
+        scored = f", eval {meta['seconds']['eval']}s; base {scores} (mean {meta['mean_base_score']:.3f})"
+    else:
+        scored = " (not scored: --eval measures the base scores)"
     print(f"[build] {meta['name']} ({meta['role']}, {meta['params']:,} params): pretrain "
-          f"{meta['seconds']['pretrain']}s, eval {meta['seconds']['eval']}s; base {scores} "
-          f"(mean {meta['mean_base_score']:.3f})", flush=True)
+          f"{meta['seconds']['pretrain']}s{scored}; {pinned_match(meta)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,10 +307,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="rebuild even when the cached models are current")
     ap.add_argument("--models", default=",".join(catalog.CATALOG), help="comma-separated catalog names")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (one thread each)")
+    ap.add_argument("--eval", action="store_true",
+                    help="also score each model on every family's hidden set (greedy, ~1 min more)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     names = [m.strip() for m in args.models.replace(" ", ",").split(",") if m.strip()]
-    metas = build(names, force=args.force, jobs=args.jobs, progress=not args.quiet)
+    metas = build(names, force=args.force, jobs=args.jobs, progress=not args.quiet, evaluate=args.eval)
     for n, m in metas.items():
         print(json.dumps({"name": n, "dir": str(catalog.model_dir(n)), "params": m.get("params"),
                           "mean_base_score": m.get("mean_base_score"),

@@ -58,7 +58,7 @@ class PretrainConfig:
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0
     seed: int = 0
-    seq_len: int = 1024
+    seq_len: int = 1536
     sort_window: int = 16    # batches per length-sorted window
     drill_steps: int = 400   # copy-drill warm-up steps (part of the lr schedule)
     drill_batch: int = 32
@@ -147,6 +147,21 @@ def batch_loss(model: TinyLM, examples: list[Example], idx: list[int], pad_id: i
             runs[-1].append(i)
         else:
             runs.append([i])
+    # rows that share their opening with no other row (all copy drills) go in padded batches of similar
+    # lengths: one forward for many short rows instead of one per row, the same loss
+    singles = sorted((r[0] for r in runs if len(r) == 1), key=lambda i: len(examples[i][0]))
+    runs = [r for r in runs if len(r) > 1]
+    cur: list[int] = []
+    cur_tokens = 0
+    for i in singles:
+        n = min(seq_len, len(examples[i][0]))   # the longest row so far: the batch's padded width
+        if cur and n * (len(cur) + 1) > 1.25 * (cur_tokens + n):
+            runs.append(cur)
+            cur, cur_tokens = [], 0
+        cur.append(i)
+        cur_tokens += n
+    if cur:
+        runs.append(cur)
     counts = [sum(sum(examples[i][1][1:seq_len]) for i in r) for r in runs]
     total = max(1, sum(counts))
     loss = None

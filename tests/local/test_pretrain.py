@@ -78,6 +78,15 @@ def test_fast_loss_matches_the_model_forward(data) -> None:
         a = loss_fn(model, *collate(ex, idx, tok.pad_id, 1024))
         c = batch_loss(model, ex, idx, tok.pad_id, 1024)
         assert torch.allclose(a, c, atol=1e-5), (float(a), float(c))
+        # copy drills (each its own opening) are batched together: the same loss and gradients
+        start = tok.tok.token_to_id(IM_START)
+        mixed = ex + make_drills(ex, 6, 0, start, tok.im_end_id)
+        idx = list(range(len(ex), len(mixed))) + fam_rows[:2]
+        a = loss_fn(model, *collate(mixed, idx, tok.pad_id, 1024))
+        c = batch_loss(model, mixed, idx, tok.pad_id, 1024)
+        assert torch.allclose(a, c, atol=1e-5), (float(a), float(c))
+        for x, y in zip(torch.autograd.grad(a, ps), torch.autograd.grad(c, ps)):
+            assert torch.allclose(x, y, atol=1e-5)
 
 
 def test_plan_masks_and_drills(data) -> None:
@@ -208,7 +217,7 @@ def test_build_micro_catalog_end_to_end_and_deterministic(monkeypatch, tmp_path)
     monkeypatch.setattr(catalog, "BUILD", catalog.BuildSettings(corpus_per_family=12, tokenizer_sample=72,
                                                                 vocab_size=512, eval_limit=2))
     monkeypatch.setattr(B, "EVAL_GROUPS", (("arithmetic", "persona"), ("triage",)))
-    metas = B.build(force=False, jobs=0, progress=False)
+    metas = B.build(force=False, jobs=0, progress=False, evaluate=True)
     assert set(metas) == {"micro-s", "micro-m"}
     for name, meta in metas.items():
         d = catalog.model_dir(name)
@@ -218,8 +227,10 @@ def test_build_micro_catalog_end_to_end_and_deterministic(monkeypatch, tmp_path)
         assert meta["corpus_hash"] and meta["weights_hash"] and meta["fingerprint"] == catalog.fingerprint(name)
         assert TinyLM.load(d).cfg.hidden_size == micro[name].hidden_size
         assert ChatTokenizer.load(d).vocab_size <= 512
-    again = B.build(["micro-s"], force=True, jobs=0, progress=False)
+    again = B.build(["micro-s"], force=True, jobs=0, progress=False)   # without --eval: not scored
     assert again["micro-s"]["weights_hash"] == metas["micro-s"]["weights_hash"]
+    assert again["micro-s"]["base_scores"] == {} and again["micro-s"]["mean_base_score"] is None
+    assert "no pinned baselines" in B.pinned_match(again["micro-s"])
     assert B.build(["micro-s"], jobs=0, progress=False)["micro-s"]["built_at"] == again["micro-s"]["built_at"]
 
 
@@ -276,3 +287,16 @@ def test_a_terminated_build_takes_its_pool_workers_with_it(tmp_path) -> None:
     while any(alive(p) for p in workers) and time.time() < deadline:
         time.sleep(0.2)
     assert not any(alive(p) for p in workers), "pool workers outlived the terminated build"
+
+
+def test_build_says_whether_its_weights_are_the_pinned_ones(monkeypatch) -> None:
+    from ait_env.baselines import BaselineEntry, BaselineStore
+    from ait_env.local import build as B
+
+    pins = {("arithmetic", "ait-tiny-m"): BaselineEntry(backend="local", family="arithmetic", model="ait-tiny-m",
+                                                         score=0.5, model_hash="abc")}
+    monkeypatch.setattr(BaselineStore, "entries", lambda self: pins)
+    assert B.pinned_match({"name": "ait-tiny-m", "weights_hash": "abc"}) == "weights match the pinned baselines"
+    other = B.pinned_match({"name": "ait-tiny-m", "weights_hash": "def"})
+    assert other.startswith("weights differ from the pinned baselines' (abc)") and "seed_baselines.py" in other
+    assert "no pinned baselines" in B.pinned_match({"name": "ait-tiny-s", "weights_hash": "abc"})
