@@ -3,7 +3,9 @@
 The store is a versioned JSON file per backend. Pinned stores ship with the package
 (``ait_env/data/baselines/<backend>.json``); a user store (``<runs_dir>/baselines/<backend>.json``)
 written by ``scripts/seed_baselines.py`` takes precedence. A missing entry is a
-:class:`BaselinesNotSeeded` error that names the command to seed it.
+:class:`BaselinesNotSeeded` error that names the command to seed it. An entry records the hash of the
+weights it was measured on where the backend knows it (``model_hash``), so a runner can tell a pinned
+score of other weights from one of the weights it loaded.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class BaselineEntry(BaseModel):
     ci95: float = 0.0           # half-width of the 95% confidence interval
     n: int = 0                  # hidden-eval instances scored
     hidden_set_hash: str = ""   # which hidden set it was measured on
+    model_hash: str = ""        # which weights it was measured on (local models: ait_model.json's weights_hash)
     seeded_at: float = Field(default_factory=time.time)
     command: str = ""
 

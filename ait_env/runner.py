@@ -81,6 +81,30 @@ class _Tee:
         return "\n".join(self.lines)
 
 
+def pinned_baselines(store: BaselineStore, family: str, models: list[str], job_model: str,
+                     built_hashes: dict[str, str], log: Callable[[str], None]) -> dict[str, float]:
+    """The pinned baseline of each model for ``family``, leaving out the job's own model when its pin was
+    measured on other weights than the ones built here (``BaselineEntry.model_hash`` against
+    ``built_hashes``: another corpus, or float differences of this machine's build), so the runner
+    measures it instead. Another model's stale pin stays (the env's ``best_pre`` would read it anyway)
+    and is flagged in the log."""
+    out: dict[str, float] = {}
+    for name in models:
+        try:
+            entry = store.get(family, name)
+        except BaselinesNotSeeded:
+            continue
+        built = built_hashes.get(name, "")
+        if entry.model_hash and built and entry.model_hash != built:
+            log(f"the pinned {family} baseline of {name} was measured on other weights ({entry.model_hash}, "
+                f"built here: {built}); " + ("measuring it" if name == job_model else
+                                             "re-seed with: python scripts/seed_baselines.py backend=local"))
+            if name == job_model:
+                continue
+        out[name] = entry.score
+    return out
+
+
 def _load_model(name: str) -> Any:
     from ait_env.local.catalog import load_model
 
@@ -91,6 +115,7 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
               progress: bool = True) -> JobResult:
     """The local backend: tiny models, the local endpoint, sandboxed verifiers rollouts, GRPO."""
     from ait_env.evaluation import evaluate_subprocess
+    from ait_env.local.catalog import weights_hash
     from ait_env.local.endpoint import LocalEndpoint, WorkerGone
     from ait_env.local.trainer import LocalGRPOTrainer, RolloutWorkerError, StepLog
     from ait_env.probe.sandbox import Sandbox, SandboxLimits, SandboxSettings, SandboxError
@@ -106,13 +131,8 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
     torch.set_num_threads(max(1, opts.torch_threads))
     model, tok = _load_model(model_name)
     hidden = hidden_set(fam.name)[:opts.eval_limit] if opts.eval_limit else hidden_set(fam.name)
-    store = BaselineStore("local")
-    baselines: dict[str, float] = {}
-    for m in backend.models:
-        try:
-            baselines[m.name] = store.get(fam.name, m.name).score
-        except BaselinesNotSeeded:
-            pass
+    baselines = pinned_baselines(BaselineStore("local"), fam.name, [m.name for m in backend.models], model_name,
+                                 {m.name: weights_hash(m.name) for m in backend.models}, log)
     max_len = opts.max_model_len or min(job.prime_rl.seq_len, model.cfg.max_position_embeddings)
     wall_limit = backend.bounds.wall_clock_minutes * 60
     outside_root = None
@@ -239,7 +259,10 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
                       "eval_step": [float(k) for k in sorted(curve_eval)] + [float(job.prime_rl.max_steps)],
                       "eval_score": [curve_eval[k] for k in sorted(curve_eval)] + [post.score],
                       "lr": [s.lr for s in logs], "step_seconds": [s.seconds for s in logs],
-                      "trained_tokens": [float(s.loss_tokens) for s in logs]}
+                      "trained_tokens": [float(s.loss_tokens) for s in logs],
+                      # the update's health: tokens outside the trust region, ratio to the sampler, gradient
+                      **{k: [float(s.metrics.get(k, 0.0)) for s in logs]
+                         for k in ("masked_frac", "ratio_mean", "grad_norm", "rollout_errors")}}
             return JobResult(job_id=bundle.job_id, backend="local", status="succeeded", post_score=post.score,
                              post_ci95=post.ci95, baselines=baselines, wall_seconds=time.time() - t_start,
                              train_seconds=train_seconds, cost_usd=0.0, curves=curves, timings=timings)

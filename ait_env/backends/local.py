@@ -97,7 +97,7 @@ class LocalBackend(Backend):
 
     def measure_baseline(self, family: str, model: str) -> BaselineEntry:
         from ait_env.evaluation import evaluate_subprocess
-        from ait_env.local.catalog import load_model
+        from ait_env.local.catalog import load_model, weights_hash
         from ait_env.local.endpoint import LocalEndpoint
         from ait_env.runner import RunnerSettings
         from ait_env.secrets import hidden_set, hidden_set_hash
@@ -112,7 +112,7 @@ class LocalBackend(Backend):
                                       max_tokens=min(fam.eval_max_tokens, opts.eval_max_tokens))
         res.raise_if_failed()
         return BaselineEntry(backend=self.name, family=family, model=model, score=res.score, ci95=res.ci95, n=res.n,
-                             hidden_set_hash=hidden_set_hash(family),
+                             hidden_set_hash=hidden_set_hash(family), model_hash=weights_hash(model),
                              command=f"python scripts/seed_baselines.py backend={self.name}")
 
 

@@ -192,6 +192,7 @@ def train_step(model: Any, opt: Any, batch: Batch, p: PrimeRL, lr: float, micro_
     live = sorted((i for i in range(batch.input_ids.shape[0]) if float(batch.advantages[i]) != 0.0),
                   key=lambda i: lengths[i])
     temp = p.sampling.temperature if p.sampling.temperature > 0 else 1.0
+    live_tokens = 0.0   # the metrics are means over the tokens of the rows trained (advantage != 0)
     j = 0
     while j < len(live):
         k = j + 1
@@ -209,8 +210,11 @@ def train_step(model: Any, opt: Any, batch: Batch, p: PrimeRL, lr: float, micro_
         loss, m = policy_loss(logp, mb, p.loss)
         weight = m["tokens"] / total_tokens
         (loss * weight).backward()
+        live_tokens += m["tokens"]
         for key in ("masked_frac", "kl", "ratio_mean"):
-            agg[key] += m[key] * weight
+            agg[key] += m[key] * m["tokens"]
+    for key in ("masked_frac", "kl", "ratio_mean"):
+        agg[key] = agg[key] / live_tokens if live_tokens else (1.0 if key == "ratio_mean" else 0.0)
     gnorm = 0.0
     if p.optim.max_norm is not None:
         gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), p.optim.max_norm))

@@ -80,6 +80,8 @@ def test_train_step_matches_the_full_padded_loss_and_skips_zero_advantage_rows()
     before = [x.detach().clone() for x in model.parameters()]
     m = grpo.train_step(model, opt, batch, p, lr=1.0, micro_batch=2)
     assert m["live_seqs"] == 4 and m["tokens"] == float(batch.loss_mask[:, 1:].sum())
+    # the weights have not moved since sampling: the trained rows' ratio is 1 (skipped rows don't dilute it)
+    assert m["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and m["masked_frac"] == 0.0
     for b, a, g in zip(before, model.parameters(), ref):
         # plain SGD at lr 1: the update is exactly minus the gradient of the full loss
         torch.testing.assert_close(b - a.detach(), g, atol=1e-5, rtol=1e-4)

@@ -1,0 +1,41 @@
+"""The runner's choice of pinned baselines: a pin measured on other weights is not trusted for the job's model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ait_env.baselines import BaselineEntry, BaselineStore
+from ait_env.runner import pinned_baselines
+
+
+def _store(tmp_path: Path, hashes: dict[str, str]) -> BaselineStore:
+    store = BaselineStore("unit-test-backend", user_dir=tmp_path)
+    store.put([BaselineEntry(backend="unit-test-backend", family="arithmetic", model=m, score=s, model_hash=hashes[m])
+               for m, s in (("small", 0.1), ("large", 0.4))])
+    return store
+
+
+def test_pins_of_the_built_weights_are_used(tmp_path: Path) -> None:
+    lines: list[str] = []
+    store = _store(tmp_path, {"small": "aa", "large": "bb"})
+    got = pinned_baselines(store, "arithmetic", ["small", "large"], "large", {"small": "aa", "large": "bb"},
+                           lines.append)
+    assert got == {"small": 0.1, "large": 0.4} and lines == []
+
+
+def test_a_stale_pin_of_the_jobs_model_is_left_out_and_logged(tmp_path: Path) -> None:
+    lines: list[str] = []
+    store = _store(tmp_path, {"small": "aa", "large": "bb"})
+    got = pinned_baselines(store, "arithmetic", ["small", "large"], "large", {"small": "zz", "large": "cc"},
+                           lines.append)
+    # the job's model is measured instead; the other model's stale pin stays, flagged with the fix
+    assert got == {"small": 0.1}
+    assert any("large was measured on other weights (bb, built here: cc); measuring it" in x for x in lines)
+    assert any("small" in x and "seed_baselines.py backend=local" in x for x in lines)
+
+
+def test_pins_without_a_hash_and_unbuilt_models_are_trusted(tmp_path: Path) -> None:
+    lines: list[str] = []
+    store = _store(tmp_path, {"small": "", "large": "bb"})
+    got = pinned_baselines(store, "arithmetic", ["small", "large", "absent"], "large", {"small": "aa"}, lines.append)
+    assert got == {"small": 0.1, "large": 0.4} and lines == []
