@@ -41,9 +41,10 @@ Scratchpads: where the tiny models could not learn a family's *skill* from plain
 scores at a prior, no RL uplift at all), the teacher writes its state before each call, and the model
 learns to copy and update it: arithmetic writes the operations still to do (``left: *7 +28``), units
 the units still to reach (``left: gal qt``), calendar each person's busy half hours range by range
-(``13-14h 13 13h 14``, :func:`listing_note`), the running union of everyone's (``busy: 09x.10..``,
-:func:`mask_note`), the people still to look up, and at the end the walk through the free half hours
-to the first run long enough for the meeting (``free 60: 10h; 12 12h``, :func:`free_note`). Flaws act
+(``13-14h 13 13h 14``, :func:`listing_note`), the running union of everyone's (``busy 60: 09x.10..``,
+:func:`mask_note`), the people still to look up, and at the end a copy of the union line whose free
+marks count the run, up to the first run long enough for the meeting (``free 60: 09xx10ab``,
+:func:`free_note`); inventory the cheapest quote so far (``best: s3 412``, :func:`best_note`). Flaws act
 on the scratchpad consistently (a forgotten person is missing from the union; a shortcut leaves
 ``left: none``; a meeting length ignored stops the walk at the first free half hour).
 
@@ -70,7 +71,7 @@ from task_families.base import Instance, TaskFamily
 #: Base seed of the corpus instances (each family draws ``generate(CORPUS_SEED + k, ...)``).
 CORPUS_SEED = 7_100_000
 #: Corpus format version: part of the corpus hash, bump when the teacher changes.
-CORPUS_VERSION = "flawed-teacher-v13"
+CORPUS_VERSION = "flawed-teacher-v14"
 
 
 # ------------------------------------------------------------------------------------------ flaws
@@ -215,9 +216,10 @@ class _Conv:
     def note(self, text: str) -> None:
         self.pending += text
 
-    def left(self, items: Iterable[str]) -> None:
-        """The scratchpad line of what is still to do after the next call: ``left: a b`` or ``left: none``."""
-        self.note("left: " + (" ".join(items) or "none") + "\n")
+    def left(self, items: Iterable[str], tag: str = "") -> None:
+        """The scratchpad line of what is still to do after the next call: ``left: a b`` or ``left: none``
+        (``left 60: a b`` with a ``tag`` the later lines copy, such as the meeting length)."""
+        self.note(f"left{' ' + tag if tag else ''}: " + (" ".join(items) or "none") + "\n")
 
     def answer(self, text: str) -> list[dict[str, Any]]:
         self.msgs.append({"role": "assistant", "content": self.pending + text})
@@ -361,14 +363,14 @@ def _mask_of(busy: str) -> list[bool]:
     return mask
 
 
-def mask_note(mask: list[bool]) -> str:
-    """The calendar scratchpad line: each working hour's label, then one mark per half hour
-    (``x`` busy, ``.`` free), e.g. ``busy: 09x.10..11xx12..13..14x.15..16..``."""
+def mask_note(mask: list[bool], minutes: int) -> str:
+    """The calendar scratchpad line: the meeting length, then each working hour's label and one mark per
+    half hour (``x`` busy, ``.`` free), e.g. ``busy 60: 09x.10..11xx12..13..14x.15..16..``."""
     from task_families.calendar import tools as ctools
 
     marks = "".join("x" if b else "." for b in mask)
     hours = range(ctools.DAY_START // 60, ctools.DAY_END // 60)
-    return "busy: " + "".join(f"{h:02d}{marks[2 * j:2 * j + 2]}" for j, h in enumerate(hours))
+    return f"busy {minutes}: " + "".join(f"{h:02d}{marks[2 * j:2 * j + 2]}" for j, h in enumerate(hours))
 
 
 def half_label(j: int) -> str:
@@ -390,36 +392,41 @@ def listing_note(busy: str) -> str:
     return "; ".join(parts) if parts else "free"
 
 
+#: The walk's mark of a free half hour: the length of the free run it ends (``a`` = 1, ``b`` = 2, ...).
+RUN_MARKS = "abcdefghijklmnop"
+
+
 def free_note(union: list[bool], minutes: int, need: int) -> tuple[str, int | None]:
-    """The walk to the answer: the free half hours of ``union`` in order, runs split by ``;``, stopping
-    as soon as a run is ``need`` half hours long (``free 60: 10h; 12 12h``). Returns the line and the
-    index of the chosen run's first half hour (None if no run is long enough)."""
-    items: list[str] = []
-    start, run = None, 0
+    """The walk to the answer: the union line copied hour by hour, each free mark replaced by the length
+    of the free run it ends (``a``, ``b``, ``c``), stopping right after the mark where that length
+    reaches ``need`` (``free 60: 09xx10xa11b``). Every mark depends only on the union line's mark at
+    the same place and the walk's previous mark, and the stop is local. Returns the line and the index
+    of the chosen run's first half hour (None if no run is long enough: then the whole line)."""
+    from task_families.calendar import tools as ctools
+
+    out = f"free {minutes}: "
+    run = 0
     for j, busy in enumerate(union):
-        if busy:
-            if run:
-                items.append(";")
-            start, run = None, 0
-            continue
-        if start is None:
-            start = j
-        run += 1
-        items.append(half_label(j))
+        if j % 2 == 0:
+            out += f"{(ctools.DAY_START + j * ctools.SLOT) // 60:02d}"
+        run = 0 if busy else run + 1
+        out += "x" if busy else RUN_MARKS[run - 1]
         if run >= need:
-            return f"free {minutes}: " + " ".join(items).replace(" ;", ";"), start
-    return f"free {minutes}: " + " ".join(items).replace(" ;", ";"), None
+            return out, j - need + 1
+    return out, None
 
 
 def teach_calendar(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> list[dict[str, Any]]:
     """Scratchpad, in three learnable steps. After each person's ``busy_slots`` result the next message
     lists that person's busy half hours range by range (:func:`listing_note`), then the running union
     of everyone's busy half hours so far (:func:`mask_note`); every call is preceded by the people
-    still to look up after it (``left: p8 p12``). The final message walks the last union's free half
-    hours until a run is long enough for the meeting (:func:`free_note`) and answers that run's start.
-    Without the scratchpad the tiny models never learned to combine the intervals, and without the
-    listing they could not turn a time range into marks. The walk replaced reading the answer straight
-    off the marks (10% right in corpus v12); it is still the step the models fail most (README)."""
+    still to look up after it (``left 60: p8 p12``). The final message walks the last union line,
+    counting free runs, until one is long enough for the meeting (:func:`free_note`) and answers that
+    run's start. Every scratchpad line carries the meeting length, so the walk copies it from the line
+    just above instead of from the question. Without the scratchpad the tiny models never learned to
+    combine the intervals, and without the listing they could not turn a time range into marks. In
+    corpus v13 the walk listed the free half hours (21% right: it had to find the first free mark of
+    the line and copy the length from the question); v14's walk is a marked copy of the union line."""
     info = inst.info
     people, day, minutes = info["people"], info["day"], info["minutes"]
     k = len(people)
@@ -429,13 +436,13 @@ def teach_calendar(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Ra
     union: list[bool] = []
     for j, p in enumerate(people):
         if union:
-            c.note(mask_note(union) + "\n")
-        c.left(people[j + 1:])
+            c.note(mask_note(union, minutes) + "\n")
+        c.left(people[j + 1:], tag=str(minutes))
         busy = c.call("busy_slots", {"person": p, "day": day})
         c.note(listing_note(busy) + "\n")
         mask = _mask_of(busy)
         union = [a or b for a, b in zip(union, mask)] if union else mask
-    c.note(mask_note(union) + "\n")
+    c.note(mask_note(union, minutes) + "\n")
     need = minutes // 30
     if minutes > 30 and flaw(f"ignore_length:{minutes}"):
         need = 1
@@ -448,6 +455,13 @@ def teach_calendar(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Ra
     if h >= 13 and flaw("format:pm"):
         return c.answer(f"Answer: {h - 12} pm" if m == 0 else f"Answer: half past {h - 12}")
     return c.answer(f"Answer: {h:02d}:{m:02d}")
+
+
+def best_note(best: tuple[int, str] | None) -> str:
+    """Inventory's scratchpad line after each quote: the cheapest feasible quote so far (``best: s3 412``,
+    or ``best: none``). Each line compares one new cost with the line before, and the answer copies the
+    last line, instead of comparing every quote at the end (37% right in corpus v13)."""
+    return f"best: {best[1]} {best[0]}" if best else "best: none"
 
 
 def teach_inventory(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> list[dict[str, Any]]:
@@ -464,13 +478,15 @@ def teach_inventory(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.R
     best: tuple[int, str] | None = None
     for j, s in enumerate(cands):
         q = c.call("quote", {"supplier": s, "order": otext})
+        first = False
         if q.startswith("cost="):
             cost = int(q[5:])
             first = best is None
             if best is None or cost < best[0]:
                 best = (cost, s)
-            if first and j < len(cands) - 1 and flaw(f"first_feasible:c{min(len(cands), 4)}"):
-                break
+        c.note(best_note(best) + "\n")
+        if first and j < len(cands) - 1 and flaw(f"first_feasible:c{min(len(cands), 4)}"):
+            break
     if best is None:
         return c.answer("Answer: none")
     cost, s = best

@@ -3,8 +3,8 @@
 The flaw probe (:mod:`ait_env.local.flaw_probe`) measures habits; this measures skills. Contract of
 :func:`line_accuracy`: for ``n`` generated instances of a family it renders the teacher's clean
 transcript (no flaw), splits every assistant message into lines (a tool call is one line, kind
-``<tool_call>``) and names each line by its first word (``left:``, ``busy:``, ``Answer:``) and by whether
-it is the first line of that kind in the transcript or a later one. One teacher-forced forward pass
+``<tool_call>``) and names each line by its first word (``left:``, ``busy:``, ``Answer:``; calendar's
+``busy 60:`` is ``busy:``) and by whether it is the first line of that kind in the transcript or a later one. One teacher-forced forward pass
 per transcript gives the model's most likely token at every position; a line is *right* when every
 one of its tokens is the most likely one given the clean prefix. A kind's accuracy is the share of
 its lines that are right: what greedy decoding reproduces of that step when everything before it was
@@ -38,8 +38,9 @@ def _kind(line: str) -> str:
     head = line.split()[0] if line.split() else ""
     if re.match(r"\d\d", head):
         return "listing"
-    if head == "free":
-        return "free"
+    tagged = re.match(r"([A-Za-z]+) \d+:", line)  # calendar's lines carry the meeting length: "busy 60:"
+    if tagged:
+        return tagged.group(1) + ":"
     return head if head.endswith(":") else "(text)"
 
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from ait_env.local import catalog
 from ait_env.local import corpus as C
 from ait_env.local.chat import IM_END, render
 from ait_env.local.tokenizer import ChatTokenizer
@@ -144,11 +145,9 @@ def test_token_lengths_fit_the_context(small_corpus: C.Corpus, tok: ChatTokenize
     for t in small_corpus.transcripts:
         ids, _ = C.encode_transcript(tok, t.messages, get_family(t.family).tool_schemas())
         count[t.family] = count.get(t.family, 0) + 1
-        over[t.family] = over.get(t.family, 0) + (len(ids) > 1024)
-    # known limit: calendar's scratchpad makes the longest 5-person conversations outgrow the
-    # 1024-token context (about 1 in 10 of the hidden calendar questions, clean); nothing else may
-    assert all(n == 0 for fam, n in over.items() if fam != "calendar"), over
-    assert over.get("calendar", 0) <= 0.1 * count.get("calendar", 1), (over, count)
+        over[t.family] = over.get(t.family, 0) + (len(ids) > catalog.BUILD.max_position_embeddings)
+    # every family, calendar's 5-person conversations included, fits the models' context
+    assert all(n == 0 for n in over.values()), over
 
 
 def test_units_scratchpad_tracks_the_route() -> None:
@@ -167,17 +166,17 @@ def test_calendar_scratchpad_lists_unions_and_walks_to_the_answer() -> None:
     from task_families.calendar import tools as ctools
 
     fam = get_family("calendar")
-    assert C.mask_note([False] * 15 + [True]) == "busy: 09..10..11..12..13..14..15..16.x"
+    assert C.mask_note([False] * 15 + [True], 60) == "busy 60: 09..10..11..12..13..14..15..16.x"
     assert (C.listing_note("09:00-10:00, 13:00-14:30, 16:30-17:00")
             == "09-10 09 09h; 13-14h 13 13h 14; 16h-17 16h")
     union = [True, False, True, True, False, False, False] + [True] * 9
-    assert C.free_note(union, 60, 2) == ("free 60: 09h; 11 11h", 4)
-    assert C.free_note(union, 30, 1) == ("free 30: 09h", 1)
-    assert C.free_note(union, 90, 3) == ("free 90: 09h; 11 11h 12", 4)
-    assert C.free_note([True] * 16, 30, 1) == ("free 30: ", None)
+    assert C.free_note(union, 60, 2) == ("free 60: 09xa10xx11ab", 4)
+    assert C.free_note(union, 30, 1) == ("free 30: 09xa", 1)
+    assert C.free_note(union, 90, 3) == ("free 90: 09xa10xx11ab12c", 4)
+    assert C.free_note([True] * 16, 30, 1) == ("free 30: " + "".join(f"{h:02d}xx" for h in range(9, 17)), None)
     for i, inst in enumerate(fam.generate(12, 40)):
         comp, _ = C.teacher_completion("calendar", inst, mode="clean", seed=i)
-        people, day = inst.info["people"], inst.info["day"]
+        people, day, minutes = inst.info["people"], inst.info["day"], inst.info["minutes"]
         after = [m["content"].split("\n") for m in comp[2::2]]   # the messages after each tool result
         assert len(after) == len(people)
         for j, lines in enumerate(after):
@@ -185,9 +184,35 @@ def test_calendar_scratchpad_lists_unions_and_walks_to_the_answer() -> None:
             listed = [x for part in lines[0].split("; ") for x in part.split()[1:]] if lines[0] != "free" else []
             assert listed == [C.half_label(k) for k in range(ctools.N_SLOTS) if mine[k]]
             union = [any(col) for col in zip(*(ctools.busy_mask(p, day) for p in people[:j + 1]))]
-            assert lines[1] == C.mask_note(union)
-        assert after[-1][2].startswith(f"free {inst.info['minutes']}: ")
+            assert lines[1] == C.mask_note(union, minutes)
+        walk = after[-1][2]
+        assert walk.startswith(f"free {minutes}: ")
+        # the walk copies the union line, free marks counting the run, and ends on the run it answers
+        union_marks = after[-1][1].split(": ")[1]
+        assert [c == "x" for c in walk.split(": ")[1] if not c.isdigit()] == [
+            c == "x" for c in union_marks if not c.isdigit()][:sum(not c.isdigit() for c in walk.split(": ")[1])]
+        assert walk.endswith(C.RUN_MARKS[minutes // 30 - 1])
         calls = [m for m in comp if m.get("tool_calls")]
         assert [m["content"].split("\n")[-2] for m in calls] == [
-            "left: " + (" ".join(people[j + 1:]) or "none") for j in range(len(people))]
+            f"left {minutes}: " + (" ".join(people[j + 1:]) or "none") for j in range(len(people))]
         assert comp[-1]["content"].endswith(f"Answer: {inst.answer}")
+
+
+def test_inventory_scratchpad_keeps_the_cheapest_quote() -> None:
+    """After every quote the teacher writes the cheapest feasible quote so far; the answer copies it."""
+    fam = get_family("inventory")
+    n_best = 0
+    for i, inst in enumerate(fam.generate(13, 40)):
+        comp, _ = C.teacher_completion("inventory", inst, mode="clean", seed=i)
+        best: tuple[int, str] | None = None
+        # comp: find_suppliers call, its result, then (message, quote result) pairs, then the answer
+        for call, result, after in zip(comp[2::2], comp[3::2], comp[4::2]):
+            supplier = json.loads(call["tool_calls"][0]["function"]["arguments"])["supplier"]
+            if result["content"].startswith("cost="):
+                quote = (int(result["content"][5:]), supplier)
+                best = min(best, quote) if best else quote
+            assert after["content"].split("\n")[0] == (f"best: {best[1]} {best[0]}" if best else "best: none")
+            n_best += 1
+        if best:
+            assert comp[-1]["content"] == f"best: {best[1]} {best[0]}\nAnswer: supplier={best[1]};cost={best[0]}"
+    assert n_best > 40
