@@ -164,7 +164,10 @@ def ensure_built(name: str, *, force: bool = False, progress: bool = True) -> Pa
 
 
 def weights_hash(name: str) -> str:
-    """The hash of a built model's weights (``ait_model.json``), or "" when it is not built."""
+    """The hash of a built model's weights (``ait_model.json``), or "" when it is not built or not in
+    the catalog."""
+    if name not in CATALOG:
+        return ""
     return str((read_meta(model_dir(name)) or {}).get("weights_hash", ""))
 
 
