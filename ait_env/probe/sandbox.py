@@ -92,7 +92,10 @@ def _bwrap_argv(work: Path, runtime: Path) -> list[str]:
     for d in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin"):
         if Path(d).exists():
             argv += ["--ro-bind", d, d]
-    made: set[str] = set()
+    # the private /tmp first: an interpreter under /tmp (a checkout's .venv there) is bound on top of it
+    # below; mounted last, the tmpfs hid it and bubblewrap could not start
+    argv += ["--perms", "1777", "--tmpfs", "/tmp"]
+    made: set[str] = {"/tmp"}
     for root in _python_roots():
         # bwrap would create missing parents with mode 0700, unreadable after the uid drop.
         for parent in reversed(root.parents):
@@ -103,7 +106,7 @@ def _bwrap_argv(work: Path, runtime: Path) -> list[str]:
         argv += ["--ro-bind", str(root), str(root)]
     argv += ["--ro-bind", str(runtime), "/opt/ait",
              "--bind", str(work), "/sandbox",
-             "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--chdir", "/sandbox"]
+             "--proc", "/proc", "--dev", "/dev", "--chdir", "/sandbox"]
     return argv
 
 
