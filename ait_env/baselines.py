@@ -37,6 +37,11 @@ class BaselineEntry(BaseModel):
     seeded_at: float = Field(default_factory=time.time)
     command: str = ""
 
+    def measured_on_other_weights(self, weights_hash: str) -> bool:
+        """True when this entry records the weights it was measured on and they are not ``weights_hash``
+        (unknown on either side: False, the pin is taken as it is)."""
+        return bool(self.model_hash and weights_hash and self.model_hash != weights_hash)
+
 
 class BaselineFile(BaseModel):
     version: int = STORE_VERSION

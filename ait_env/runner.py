@@ -95,7 +95,7 @@ def pinned_baselines(store: BaselineStore, family: str, models: list[str], job_m
         except BaselinesNotSeeded:
             continue
         built = built_hashes.get(name, "")
-        if entry.model_hash and built and entry.model_hash != built:
+        if entry.measured_on_other_weights(built):
             log(f"the pinned {family} baseline of {name} was measured on other weights ({entry.model_hash}, "
                 f"built here: {built}); " + ("measuring it" if name == job_model else
                                              "re-seed with: python scripts/seed_baselines.py backend=local"))

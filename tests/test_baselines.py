@@ -29,3 +29,12 @@ def test_get_baseline_scores_tool(make_env):
     env.reset(seed=0)
     obs, *_ = env.step(call("get_baseline_scores"))
     assert "Qwen/Qwen3-0.6B: 0.116" in obs and "Qwen/Qwen3-1.7B: 0.216" in obs
+
+
+def test_entry_knows_when_it_was_measured_on_other_weights():
+    e = BaselineEntry(backend="local", family="arithmetic", model="m", score=0.5, model_hash="abc")
+    assert not e.measured_on_other_weights("abc")
+    assert e.measured_on_other_weights("def")
+    assert not e.measured_on_other_weights("")   # weights unknown here: the pin is taken as it is
+    legacy = BaselineEntry(backend="local", family="arithmetic", model="m", score=0.5)
+    assert not legacy.measured_on_other_weights("def")   # pinned before hashes were recorded

@@ -282,13 +282,13 @@ def pinned_match(meta: dict[str, Any]) -> str:
     """Whether a built model's weights are the ones its pinned local baselines were measured on."""
     from ait_env.baselines import BaselineStore
 
-    pins = {e.model_hash for (_, m), e in BaselineStore("local").entries().items() if m == meta["name"]}
-    pins.discard("")
+    pins = [e for (_, m), e in BaselineStore("local").entries().items() if m == meta["name"] and e.model_hash]
     if not pins:
         return "no pinned baselines with a weights hash for this model"
-    if pins == {meta["weights_hash"]}:
+    stale = sorted({e.model_hash for e in pins if e.measured_on_other_weights(meta["weights_hash"])})
+    if not stale:
         return "weights match the pinned baselines"
-    return (f"weights differ from the pinned baselines' ({', '.join(sorted(pins))}): jobs measure this model's "
+    return (f"weights differ from the pinned baselines' ({', '.join(stale)}): jobs measure this model's "
             "base score themselves; python scripts/seed_baselines.py backend=local re-seeds them")
 
 
