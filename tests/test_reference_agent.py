@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ait_env.agents.reference import ScriptedReferenceAgent
+from ait_env.agents.reference import ScriptedReferenceAgent, baseline_scores, pick_model
 from task_families import FAMILY_NAMES
 
 
@@ -25,3 +25,30 @@ def test_reference_agent_scores_on_stub(make_env, family):
     assert r["status"] == "scored", obs
     assert r["validated_attempt"] == 1 and r["V"] == 1.0
     assert r["uplift"] > 0.2  # the surrogate rewards the reference hyperparameters
+
+
+def test_reference_agent_trains_the_best_base_model(make_env):
+    """It reads the baseline scores the env gives it and trains the model that scores best before
+    training (with the scores of the stub backend's pinned baselines); the role decides only without them."""
+    env = make_env(family="arithmetic")
+    agent = ScriptedReferenceAgent()
+    obs, info = env.reset(seed=1)
+    agent.reset(info)
+    seen = ""
+    for _ in range(3):
+        seen = obs
+        obs, *_rest, info = env.step(agent.act(obs, info))
+    names = [m["name"] for m in info["base_models"]]
+    scores = baseline_scores(seen, names)
+    assert set(scores) == set(names), seen
+    assert agent.model == max(scores, key=scores.get)
+
+
+def test_pick_model_prefers_the_best_baseline_then_the_larger_role():
+    info = {"base_models": [{"name": "small", "role": "small"}, {"name": "big", "role": "larger"}]}
+    assert pick_model(info) == "big"
+    assert pick_model(info, {"small": 0.41, "big": 0.30}) == "small"
+    assert pick_model(info, {"small": 0.30, "big": 0.30}) == "big"
+    assert pick_model(info, {"other": 0.9}) == "big"
+    obs = "Hidden-eval scores of the untrained base models (fraction correct):\nsmall: 0.410\nbig: 0.303\n"
+    assert baseline_scores(obs, ["small", "big"]) == {"small": 0.41, "big": 0.303}

@@ -1,14 +1,17 @@
 """The scripted reference agent: a fixed sequence of tool calls that writes and submits the
 family's reference job (``task_families/<family>/reference/``) through the env's text actions.
 
-It reads the allowed base models from ``info["base_models"]`` and picks the one with role
-``larger`` (else the first). The reference job is the yardstick for measurements: it is what a
-competent engineer would write.
+It reads the allowed base models from ``info["base_models"]``, asks for their baseline scores and
+trains the one that scores best before training (the reward measures uplift over the best of them, so
+training a weaker model starts below the bar); ties, and a baseline tool that answers with an error,
+fall back to the model with role ``larger`` (else the first). The reference job is the yardstick for
+measurements: it is what a competent engineer would write.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +41,28 @@ def tool_call(name: str, **arguments: Any) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
-def pick_model(info: dict[str, Any]) -> str:
+def baseline_scores(observation: str, names: list[str]) -> dict[str, float]:
+    """``name: score`` lines of the ``get_baseline_scores`` answer, for the allowed ``names``."""
+    out = {}
+    for name, score in re.findall(r"(?m)^\s*(\S+): ([01](?:\.\d+)?)\s*$", observation):
+        if name in names:
+            out[name] = float(score)
+    return out
+
+
+def pick_model(info: dict[str, Any], scores: dict[str, float] | None = None) -> str:
+    """The allowed model with the best baseline in ``scores``; without scores (or on a tie) the one with
+    role ``larger``, else the first."""
     models = info.get("base_models") or []
-    for m in models:
-        if m.get("role") == "larger":
-            return m["name"]
     if not models:
         raise ValueError("info has no base_models")
-    return models[0]["name"]
+    by_role = next((m["name"] for m in models if m.get("role") == "larger"), models[0]["name"])
+    scores = {m["name"]: scores[m["name"]] for m in models if scores and m["name"] in scores}
+    if scores:
+        best = max(scores.values())
+        top = [name for name, s in scores.items() if s == best]
+        return by_role if by_role in top else top[0]
+    return by_role
 
 
 class ScriptedReferenceAgent:
@@ -56,17 +73,26 @@ class ScriptedReferenceAgent:
         self._plan: list[str] = []
 
     def reset(self, info: dict[str, Any]) -> None:
-        files = self._override or reference_files(info["family"], pick_model(info), info.get("backend"))
-        writes = "\n".join(tool_call("write_file", path=k, content=v) for k, v in files.items())
+        self._info = info
+        self.model: str | None = None
         self._plan = [
             "I'll look at the workspace first.\n" + tool_call("list_files") + "\n"
             + tool_call("read_file", path="INSTRUCTIONS.md"),
             tool_call("get_baseline_scores"),
-            "Writing the job and its environment.\n" + writes,
+            "write",   # placeholder: the files are chosen once the baseline scores are known
             tool_call("submit_job"),
         ]
+
+    def _writes(self, observation: str) -> str:
+        info = self._info
+        names = [m["name"] for m in info.get("base_models") or []]
+        self.model = pick_model(info, baseline_scores(observation, names))
+        files = self._override or reference_files(info["family"], self.model, info.get("backend"))
+        writes = "\n".join(tool_call("write_file", path=k, content=v) for k, v in files.items())
+        return f"Training {self.model}, the best base model before training. Writing the job and its environment.\n" + writes
 
     def act(self, observation: str, info: dict[str, Any]) -> str:  # noqa: ARG002
         if not self._plan:
             return tool_call("submit_job")
-        return self._plan.pop(0)
+        turn = self._plan.pop(0)
+        return self._writes(observation) if turn == "write" else turn
