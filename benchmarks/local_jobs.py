@@ -38,10 +38,10 @@ OUT = Path("runs/benchmarks/local_jobs.jsonl")
 Edit = Callable[[dict[str, str]], dict[str, str]]
 
 
-def _set_toml(key: str, value: str) -> Edit:
+def _set_toml(key: str, value: str, required: bool = True) -> Edit:
     def edit(files: dict[str, str]) -> dict[str, str]:
         text, n = re.subn(rf"(?m)^{re.escape(key)} = .*$", f"{key} = {value}", files["job.toml"])
-        if not n:
+        if not n and required:
             raise ValueError(f"job.toml has no key {key!r}")
         return {**files, "job.toml": text}
     return edit
@@ -74,7 +74,7 @@ def _chain(*edits: Edit) -> Edit:
 LADDER: dict[str, Edit] = {
     "reference": lambda f: f,
     "constant_reward": _rubric("1.0"),
-    "lr_zero": _chain(_set_toml("lr", "0.0"), _set_toml("min_lr", "0.0")),
+    "lr_zero": _chain(_set_toml("lr", "0.0"), _set_toml("min_lr", "0.0", required=False)),  # constant: no min_lr
     "reward_wrong_answers": _rubric("1.0 - correct"),
     "lr_collapse": _set_toml("lr", "1e-4"),
 }
