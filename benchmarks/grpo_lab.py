@@ -1,0 +1,152 @@
+"""A fast, in-process GRPO lab for recipe search on the local models (not the job path).
+
+It samples rollouts with :func:`ait_env.local.quick_eval.run_conversations` (the batched in-process
+evaluator, at the job's temperature) and takes optimizer steps with :mod:`ait_env.local.grpo`, the
+local trainer's own advantages, loss, optimizer and schedule. There is no endpoint, no verifiers, no
+sandbox and no agent code: the reward is the family's own check, optionally mixed with "looked up every
+person" (calendar). Use it to try recipes in minutes, then confirm with a real job
+(``benchmarks/local_jobs.py``); its numbers are not job results.
+
+    python benchmarks/grpo_lab.py train --family calendar --steps 30 --lr 1e-6 --sched constant --min-people 4
+    python benchmarks/grpo_lab.py train --family calendar --steps 10 --random-adv     # noise-only control
+    python benchmarks/grpo_lab.py explore --family calendar --min-people 4 --temps 0,0.7,1.0,1.3
+
+``train`` prints one JSON line per step (reward, accuracy, for calendar the share of rollouts that
+looked everyone up and the accuracy with and without) and a greedy eval on the first ``--eval-n``
+hidden questions every ``--eval-every`` steps. ``explore`` samples 4 rollouts of 32 questions per
+temperature without training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from typing import Any
+
+import torch
+
+from ait_env.jobs.schema import PrimeRL
+from ait_env.local import grpo
+from ait_env.local.catalog import model_dir
+from ait_env.local.quick_eval import Conversation, evaluate, load, rollout_sequences, run_conversations
+from ait_env.secrets import hidden_set
+from task_families import get_family
+
+LR_SCALE = 100.0   # conf/backend/local.yaml's lr_scale
+
+
+def looked_up_everyone(c: Conversation) -> bool:
+    """Calendar: busy_slots was called for every person the question names."""
+    asked = set()
+    for m in c.messages:
+        for tc in m.get("tool_calls") or []:
+            try:
+                asked.add(json.loads(tc["function"]["arguments"]).get("person"))
+            except (ValueError, AttributeError):
+                continue
+    return all(p in asked for p in c.instance.info.get("people", []))
+
+
+def _pool(family: str, seed: int, min_people: int) -> list[Any]:
+    fam = get_family(family)
+    return [i for i in fam.generate(9000 + seed, 4000) if len(i.info.get("people", [])) >= min_people]
+
+
+def _lookup_stats(convs: list[Conversation]) -> dict[str, float]:
+    if not convs or "people" not in convs[0].instance.info:
+        return {}
+    al = [looked_up_everyone(c) for c in convs]
+    n = sum(al)
+    return {"looked_up_all": round(n / len(al), 3),
+            "acc_if_all": round(sum(c.score for c, x in zip(convs, al) if x) / max(1, n), 3),
+            "acc_if_not": round(sum(c.score for c, x in zip(convs, al) if not x) / max(1, len(al) - n), 3)}
+
+
+def train(a: argparse.Namespace) -> None:
+    torch.manual_seed(a.seed)
+    fam = get_family(a.family)
+    model, tok = load(model_dir(a.model))
+    sched = ({"type": "cosine", "warmup_steps": a.warmup, "min_lr": a.lr / 10} if a.sched == "cosine"
+             else {"type": "constant"})
+    p = PrimeRL.model_validate({
+        "max_steps": a.steps, "seq_len": 1536, "batch_size": a.prompts * a.group, "group_size": a.group,
+        "sampling": {"temperature": a.temp, "max_tokens": 160},
+        "optim": {"type": "adamw", "lr": a.lr, "weight_decay": 0.0, "betas1": a.betas1},
+        "scheduler": sched, "loss": {"type": "default"}, "algo": {"type": "grpo"}})
+    opt = grpo.make_optimizer(model, p, LR_SCALE)
+    pool = _pool(a.family, a.seed, a.min_people)
+    ev = hidden_set(a.family)[:a.eval_n]
+    gen = torch.Generator().manual_seed(a.seed)
+    rng = random.Random(a.seed)
+    t0 = time.time()
+    print(json.dumps({"step": 0, "eval": round(evaluate(model, tok, a.family, ev).score, 3)}), flush=True)
+    for step in range(a.steps):
+        insts = [pool[rng.randrange(len(pool))] for _ in range(a.prompts)]
+        convs = run_conversations(model, tok, fam, [i for i in insts for _ in range(a.group)],
+                                  temperature=a.temp, max_tokens=160, generator=gen, keep_turns=True)
+        rewards = [(1 - a.shape) * c.score + a.shape * looked_up_everyone(c) if a.shape else c.score
+                   for c in convs]
+        advs = grpo.advantages(rewards, a.group)
+        if a.random_adv:
+            rng.shuffle(advs)
+        seqs, seq_advs = [], []
+        for c, adv in zip(convs, advs):
+            for s in rollout_sequences(c.turns):
+                seqs.append(s)
+                seq_advs.append(adv)
+        lr = grpo.lr_at(step, p, LR_SCALE)
+        metrics: dict[str, float] = {}
+        if any(x != 0 for x in seq_advs):
+            metrics = grpo.train_step(model, opt, grpo.make_batch(seqs, seq_advs, tok.pad_id, 1536), p, lr)
+        model.eval()
+        out: dict[str, Any] = {"step": step + 1, "reward": round(sum(rewards) / len(rewards), 3),
+                               "acc": round(sum(c.score for c in convs) / len(convs), 3), "lr": lr,
+                               "grad_norm": round(metrics.get("grad_norm", 0.0), 4), **_lookup_stats(convs),
+                               "seconds": round(time.time() - t0)}
+        if (step + 1) % a.eval_every == 0 or step + 1 == a.steps:
+            out["eval"] = round(evaluate(model, tok, a.family, ev).score, 3)
+        print(json.dumps(out), flush=True)
+
+
+def explore(a: argparse.Namespace) -> None:
+    fam = get_family(a.family)
+    model, tok = load(model_dir(a.model))
+    pool = _pool(a.family, a.seed, a.min_people)[:32]
+    for temp in (float(x) for x in a.temps.split(",")):
+        gen = torch.Generator().manual_seed(a.seed)
+        insts = pool if temp == 0 else [i for i in pool for _ in range(4)]
+        convs = run_conversations(model, tok, fam, insts, temperature=temp, max_tokens=160, generator=gen)
+        print(json.dumps({"temperature": temp, "acc": round(sum(c.score for c in convs) / len(convs), 3),
+                          **_lookup_stats(convs)}), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("mode", choices=["train", "explore"])
+    ap.add_argument("--family", default="calendar")
+    ap.add_argument("--model", default="ait-tiny-m")
+    ap.add_argument("--min-people", type=int, default=0, help="calendar: train on questions with this many people or more")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--lr", type=float, default=3e-6, help="at job scale (x 100 for the tiny models)")
+    ap.add_argument("--sched", choices=["cosine", "constant"], default="cosine")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--betas1", type=float, default=0.9)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--temp", type=float, default=0.7)
+    ap.add_argument("--shape", type=float, default=0.0, help="calendar: weight of 'looked up everyone' in the reward")
+    ap.add_argument("--random-adv", action="store_true", help="shuffle the advantages (a noise-only control)")
+    ap.add_argument("--eval-every", type=int, default=10)
+    ap.add_argument("--eval-n", type=int, default=150)
+    ap.add_argument("--temps", default="0,0.7,1.0,1.3")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    train(a) if a.mode == "train" else explore(a)
+
+
+if __name__ == "__main__":
+    main()
