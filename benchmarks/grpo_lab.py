@@ -11,7 +11,8 @@ person" (calendar). Use it to try recipes in minutes, then confirm with a real j
     python benchmarks/grpo_lab.py train --family calendar --steps 10 --random-adv     # noise-only control
     python benchmarks/grpo_lab.py explore --family calendar --min-people 4 --temps 0,0.7,1.0,1.3
 
-``train`` prints one JSON line per step (reward, accuracy, for calendar the share of rollouts that
+``train`` (``--save DIR`` keeps the trained weights for ``skill_probe`` / ``flaw_probe --model DIR``)
+prints one JSON line per step (reward, accuracy, for calendar the share of rollouts that
 looked everyone up and the accuracy with and without) and a greedy eval on the first ``--eval-n``
 hidden questions every ``--eval-every`` steps. ``explore`` samples 4 rollouts of 32 questions per
 temperature without training.
@@ -22,7 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -108,6 +111,16 @@ def train(a: argparse.Namespace) -> None:
         if (step + 1) % a.eval_every == 0 or step + 1 == a.steps:
             out["eval"] = round(evaluate(model, tok, a.family, ev).score, 3)
         print(json.dumps(out), flush=True)
+    if a.save:
+        save(model, model_dir(a.model), Path(a.save))
+
+
+def save(model: Any, source: Path, dest: Path) -> None:
+    """The trained weights with the source model's tokenizer files, loadable by ``quick_eval.load`` and
+    the probes (``--model DIR``); the build's ``ait_model.json`` is left out (it names other weights)."""
+    shutil.copytree(source, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("ait_model.json"))
+    model.save(dest)
+    print(json.dumps({"saved": str(dest)}), flush=True)
 
 
 def explore(a: argparse.Namespace) -> None:
@@ -143,6 +156,7 @@ def main() -> None:
     ap.add_argument("--temps", default="0,0.7,1.0,1.3")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--save", default="", help="train: write the trained weights to this directory")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     train(a) if a.mode == "train" else explore(a)
