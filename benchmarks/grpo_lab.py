@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from ait_env.config import load_group
 from ait_env.jobs.schema import PrimeRL
 from ait_env.local import grpo
 from ait_env.local.catalog import model_dir
@@ -37,7 +38,10 @@ from ait_env.local.quick_eval import Conversation, evaluate, load, rollout_seque
 from ait_env.secrets import hidden_set
 from task_families import get_family
 
-LR_SCALE = 100.0   # conf/backend/local.yaml's lr_scale
+
+def lr_scale() -> float:
+    """The local backend's lr mapping (``options.lr_scale`` of ``conf/backend/local.yaml``)."""
+    return float(load_group("backend", "local")["options"]["lr_scale"])
 
 
 def looked_up_everyone(c: Conversation) -> bool:
@@ -78,7 +82,8 @@ def train(a: argparse.Namespace) -> None:
         "sampling": {"temperature": a.temp, "max_tokens": 160},
         "optim": {"type": "adamw", "lr": a.lr, "weight_decay": 0.0, "betas1": a.betas1},
         "scheduler": sched, "loss": {"type": "default"}, "algo": {"type": "grpo"}})
-    opt = grpo.make_optimizer(model, p, LR_SCALE)
+    scale = lr_scale()
+    opt = grpo.make_optimizer(model, p, scale)
     pool = _pool(a.family, a.seed, a.min_people)
     ev = hidden_set(a.family)[:a.eval_n]
     gen = torch.Generator().manual_seed(a.seed)
@@ -99,7 +104,7 @@ def train(a: argparse.Namespace) -> None:
             for s in rollout_sequences(c.turns):
                 seqs.append(s)
                 seq_advs.append(adv)
-        lr = grpo.lr_at(step, p, LR_SCALE)
+        lr = grpo.lr_at(step, p, scale)
         metrics: dict[str, float] = {}
         if any(x != 0 for x in seq_advs):
             metrics = grpo.train_step(model, opt, grpo.make_batch(seqs, seq_advs, tok.pad_id, 1536), p, lr)
@@ -142,7 +147,7 @@ def main() -> None:
     ap.add_argument("--model", default="ait-tiny-m")
     ap.add_argument("--min-people", type=int, default=0, help="calendar: train on questions with this many people or more")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--lr", type=float, default=3e-6, help="at job scale (x 100 for the tiny models)")
+    ap.add_argument("--lr", type=float, default=3e-6, help="at job scale (x the backend's lr_scale)")
     ap.add_argument("--sched", choices=["cosine", "constant"], default="cosine")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--betas1", type=float, default=0.9)

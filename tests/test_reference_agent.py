@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from ait_env.baselines import BaselineEntry, BaselineStore
 from ait_env.agents.reference import ScriptedReferenceAgent, baseline_scores, pick_model
 from task_families import FAMILY_NAMES
 
@@ -27,21 +28,20 @@ def test_reference_agent_scores_on_stub(make_env, family):
     assert r["uplift"] > 0.2  # the surrogate rewards the reference hyperparameters
 
 
-def test_reference_agent_trains_the_best_base_model(make_env):
+def test_reference_agent_trains_the_best_base_model(make_env, runs_dir):
     """It reads the baseline scores the env gives it and trains the model that scores best before
-    training (with the scores of the stub backend's pinned baselines); the role decides only without them."""
+    training, here the smaller one (a user baseline store that says so), not the one with role larger."""
+    BaselineStore("stub", user_dir=runs_dir / "baselines").put([
+        BaselineEntry(backend="stub", family="arithmetic", model="Qwen/Qwen3-0.6B", score=0.5),
+        BaselineEntry(backend="stub", family="arithmetic", model="Qwen/Qwen3-1.7B", score=0.2)])
     env = make_env(family="arithmetic")
     agent = ScriptedReferenceAgent()
     obs, info = env.reset(seed=1)
     agent.reset(info)
-    seen = ""
     for _ in range(3):
-        seen = obs
         obs, *_rest, info = env.step(agent.act(obs, info))
-    names = [m["name"] for m in info["base_models"]]
-    scores = baseline_scores(seen, names)
-    assert set(scores) == set(names), seen
-    assert agent.model == max(scores, key=scores.get)
+    assert agent.model == "Qwen/Qwen3-0.6B"
+    assert 'base_model = "Qwen/Qwen3-0.6B"' in env.unwrapped._ws.read("job.toml")
 
 
 def test_pick_model_prefers_the_best_baseline_then_the_larger_role():

@@ -57,12 +57,14 @@ def pick_model(info: dict[str, Any], scores: dict[str, float] | None = None) -> 
     if not models:
         raise ValueError("info has no base_models")
     by_role = next((m["name"] for m in models if m.get("role") == "larger"), models[0]["name"])
-    scores = {m["name"]: scores[m["name"]] for m in models if scores and m["name"] in scores}
-    if scores:
-        best = max(scores.values())
-        top = [name for name, s in scores.items() if s == best]
-        return by_role if by_role in top else top[0]
-    return by_role
+    known = {m["name"]: (scores or {})[m["name"]] for m in models if m["name"] in (scores or {})}
+    if not known:
+        return by_role
+    top = [name for name, s in known.items() if s == max(known.values())]
+    return by_role if by_role in top else top[0]
+
+
+_WRITE = "<write the job for the best base model>"   # plan placeholder: filled once the scores are known
 
 
 class ScriptedReferenceAgent:
@@ -79,7 +81,7 @@ class ScriptedReferenceAgent:
             "I'll look at the workspace first.\n" + tool_call("list_files") + "\n"
             + tool_call("read_file", path="INSTRUCTIONS.md"),
             tool_call("get_baseline_scores"),
-            "write",   # placeholder: the files are chosen once the baseline scores are known
+            _WRITE,
             tool_call("submit_job"),
         ]
 
@@ -95,4 +97,4 @@ class ScriptedReferenceAgent:
         if not self._plan:
             return tool_call("submit_job")
         turn = self._plan.pop(0)
-        return self._writes(observation) if turn == "write" else turn
+        return self._writes(observation) if turn == _WRITE else turn
