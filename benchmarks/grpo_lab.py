@@ -4,7 +4,8 @@ It samples rollouts with :func:`ait_env.local.quick_eval.run_conversations` (the
 evaluator, at the job's temperature) and takes optimizer steps with :mod:`ait_env.local.grpo`, the
 local trainer's own advantages, loss, optimizer and schedule. There is no endpoint, no verifiers, no
 sandbox and no agent code: the reward is the family's own check, optionally mixed with "looked up every
-person" (calendar). Use it to try recipes in minutes, then confirm with a real job
+person" (calendar, ``--shape``) or with the share of scratchpad lines the rollout wrote right (calendar,
+``--process``: :func:`scratchpad_accuracy`). Use it to try recipes in minutes, then confirm with a real job
 (``benchmarks/local_jobs.py``); its numbers are not job results.
 
     python benchmarks/grpo_lab.py train --family calendar --steps 30 --lr 1e-6 --sched constant --min-people 4
@@ -56,6 +57,41 @@ def looked_up_everyone(c: Conversation) -> bool:
     return all(p in asked for p in c.instance.info.get("people", []))
 
 
+def scratchpad_accuracy(c: Conversation) -> float:
+    """Calendar: the share of the rollout's scratchpad lines (each person's listing, the running union
+    ``busy M:`` and the walk ``free M:``) that equal what the teacher would write from the tool results
+    the rollout has seen so far (1.0 when it wrote none)."""
+    from ait_env.local.corpus import _mask_of, free_note, listing_note, mask_note
+
+    minutes = int(c.instance.info["minutes"])
+    results: list[str] = []
+    right = total = 0
+    after_tool = False
+    for m in c.messages:
+        if m["role"] == "tool":
+            results.append(str(m.get("content") or ""))
+            after_tool = True
+            continue
+        if m["role"] != "assistant":
+            continue
+        union = [any(x) for x in zip(*(_mask_of(r) for r in results))] if results else []
+        for i, line in enumerate(str(m.get("content") or "").splitlines()):
+            if i == 0 and after_tool and results:
+                want = listing_note(results[-1])
+            elif line.startswith("busy ") and union:
+                want = mask_note(union, minutes)
+            elif line.startswith("free ") and union:
+                want = free_note(union, minutes, minutes // 30)[0]
+                if free_note(union, minutes, minutes // 30)[1] is None:
+                    want = free_note(union, minutes, 1)[0]
+            else:
+                continue
+            total += 1
+            right += line.strip() == want
+        after_tool = False
+    return right / total if total else 1.0
+
+
 def _pool(family: str, seed: int, min_people: int) -> list[Any]:
     fam = get_family(family)
     return [i for i in fam.generate(9000 + seed, 4000) if len(i.info.get("people", [])) >= min_people]
@@ -94,8 +130,8 @@ def train(a: argparse.Namespace) -> None:
         insts = [pool[rng.randrange(len(pool))] for _ in range(a.prompts)]
         convs = run_conversations(model, tok, fam, [i for i in insts for _ in range(a.group)],
                                   temperature=a.temp, max_tokens=160, generator=gen, keep_turns=True)
-        rewards = [(1 - a.shape) * c.score + a.shape * looked_up_everyone(c) if a.shape else c.score
-                   for c in convs]
+        rewards = [(1 - a.shape - a.process) * c.score + a.shape * looked_up_everyone(c)
+                   + a.process * scratchpad_accuracy(c) for c in convs]
         advs = grpo.advantages(rewards, a.group)
         if a.random_adv:
             rng.shuffle(advs)
@@ -111,6 +147,8 @@ def train(a: argparse.Namespace) -> None:
         model.eval()
         out: dict[str, Any] = {"step": step + 1, "reward": round(sum(rewards) / len(rewards), 3),
                                "acc": round(sum(c.score for c in convs) / len(convs), 3), "lr": lr,
+                               "pad_acc": round(sum(map(scratchpad_accuracy, convs)) / len(convs), 3)
+                               if "minutes" in convs[0].instance.info else None,
                                "grad_norm": round(metrics.get("grad_norm", 0.0), 4), **_lookup_stats(convs),
                                "seconds": round(time.time() - t0)}
         if (step + 1) % a.eval_every == 0 or step + 1 == a.steps:
@@ -155,6 +193,8 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--temp", type=float, default=0.7)
     ap.add_argument("--shape", type=float, default=0.0, help="calendar: weight of 'looked up everyone' in the reward")
+    ap.add_argument("--process", type=float, default=0.0,
+                    help="calendar: weight of the scratchpad lines' accuracy in the reward")
     ap.add_argument("--random-adv", action="store_true", help="shuffle the advantages (a noise-only control)")
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--eval-n", type=int, default=150)

@@ -78,7 +78,7 @@ def _pretrain_task(name: str, workdir: str, progress: bool) -> dict[str, Any]:
 
     from ait_env.local.chat import IM_START
     from ait_env.local.model import param_count
-    from ait_env.local.pretrain import pretrain, save_model_dir, weights_hash
+    from ait_env.local.pretrain import float_path, pretrain, save_model_dir, weights_hash
 
     torch.set_num_threads(catalog.BUILD.threads_per_model)
     t0 = time.perf_counter()
@@ -98,7 +98,7 @@ def _pretrain_task(name: str, workdir: str, progress: bool) -> dict[str, Any]:
     out = Path(workdir) / name
     save_model_dir(out, model, tok, {"name": name})
     return {"name": name, "dir": str(out), "params": param_count(model), "config": cfg.to_hf(),
-            "weights_hash": weights_hash(model), "pretrain_stats": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in stats.items()},
+            "weights_hash": weights_hash(model), "float_path": float_path(), "pretrain_stats": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in stats.items()},
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -130,6 +130,7 @@ def _finish(name: str, trained: dict[str, Any], scores: dict[str, Any], data_inf
     meta = {"name": name, "role": spec.role, "description": spec.description, "params": trained["params"],
             "config": trained["config"], "pretrain": spec.pretrain, "build_seed": catalog.BUILD.seed, "build": catalog.BUILD,
             "fingerprint": catalog.fingerprint(name), "weights_hash": trained["weights_hash"],
+            "float_path": trained["float_path"],
             "corpus_hash": data_info["corpus_hash"], "corpus_size": data_info["corpus_size"],
             "corpus_stats": data_info["corpus_stats"], "token_lengths": data_info["token_lengths"],
             "pretrain_stats": trained["pretrain_stats"], "eval_max_tokens": quick_eval.LOCAL_MAX_TOKENS,
@@ -288,8 +289,12 @@ def pinned_match(meta: dict[str, Any]) -> str:
     stale = sorted({e.model_hash for e in pins if e.measured_on_other_weights(meta["weights_hash"])})
     if not stale:
         return "weights match the pinned baselines"
-    return (f"weights differ from the pinned baselines' ({', '.join(stale)}): jobs measure this model's "
-            "base score themselves; python scripts/seed_baselines.py backend=local re-seeds them")
+    fp = meta.get("float_path") or {}
+    where = f" (built with {fp.get('cpu_capability')} kernels, torch {fp.get('torch')})" if fp else ""
+    return (f"weights differ from the pinned baselines' ({', '.join(stale)}){where}: another corpus, or the "
+            "same one built on a CPU with other vector instructions (README, 'Reproducibility across "
+            "machines'); jobs measure this model's base score themselves; python scripts/seed_baselines.py "
+            "backend=local re-seeds them")
 
 
 def _print_meta(meta: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -383,6 +384,22 @@ class _Bar:
     def close(self) -> None:
         if self.prog is not None:
             self.prog.stop()
+
+
+def float_path() -> dict[str, Any]:
+    """What a build's float arithmetic depends on besides the corpus and the seeds: the same build gives
+    bit-identical weights only where all of these agree. The vector instructions matter most: torch's
+    CPU kernels and MKL's matrix products take a different code path (and summation order) on an
+    AVX512 CPU than on an AVX2 one, and 1,800 pretraining steps turn those last-bit differences into
+    different models (README, "Reproducibility across machines")."""
+    import platform
+
+    import tokenizers
+
+    return {"machine": platform.machine(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch": torch.__version__, "blas": "mkl" if torch.backends.mkl.is_available() else "other",
+            "mkl_cbwr": os.environ.get("MKL_CBWR"), "aten_cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY"),
+            "threads": torch.get_num_threads(), "tokenizers": tokenizers.__version__}
 
 
 def weights_hash(model: TinyLM) -> str:

@@ -225,6 +225,9 @@ def test_build_micro_catalog_end_to_end_and_deterministic(monkeypatch, tmp_path)
         assert meta["role"] == micro[name].role and meta["params"] > 0
         assert set(meta["base_scores"]) == {"arithmetic", "persona", "triage"}
         assert meta["corpus_hash"] and meta["weights_hash"] and meta["fingerprint"] == catalog.fingerprint(name)
+        fp = meta["float_path"]   # what the weights' float arithmetic depended on, recorded by the worker
+        assert fp["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and fp["threads"] == 1
+        assert fp["torch"] == torch.__version__ and fp["tokenizers"]
         assert TinyLM.load(d).cfg.hidden_size == micro[name].hidden_size
         assert ChatTokenizer.load(d).vocab_size <= 512
     again = B.build(["micro-s"], force=True, jobs=0, progress=False)   # without --eval: not scored
@@ -299,4 +302,7 @@ def test_build_says_whether_its_weights_are_the_pinned_ones(monkeypatch) -> None
     assert B.pinned_match({"name": "ait-tiny-m", "weights_hash": "abc"}) == "weights match the pinned baselines"
     other = B.pinned_match({"name": "ait-tiny-m", "weights_hash": "def"})
     assert other.startswith("weights differ from the pinned baselines' (abc)") and "seed_baselines.py" in other
+    built_here = B.pinned_match({"name": "ait-tiny-m", "weights_hash": "def",
+                                 "float_path": {"cpu_capability": "AVX512", "torch": "2.13.0+cpu"}})
+    assert "(built with AVX512 kernels, torch 2.13.0+cpu)" in built_here and "vector instructions" in built_here
     assert "no pinned baselines" in B.pinned_match({"name": "ait-tiny-s", "weights_hash": "abc"})
