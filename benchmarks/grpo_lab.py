@@ -130,8 +130,8 @@ def train(a: argparse.Namespace) -> None:
         insts = [pool[rng.randrange(len(pool))] for _ in range(a.prompts)]
         convs = run_conversations(model, tok, fam, [i for i in insts for _ in range(a.group)],
                                   temperature=a.temp, max_tokens=160, generator=gen, keep_turns=True)
-        rewards = [(1 - a.shape - a.process) * c.score + a.shape * looked_up_everyone(c)
-                   + a.process * scratchpad_accuracy(c) for c in convs]
+        rewards = [(1 - a.shape - a.process) * c.score + (a.shape * looked_up_everyone(c) if a.shape else 0.0)
+                   + (a.process * scratchpad_accuracy(c) if a.process else 0.0) for c in convs]
         advs = grpo.advantages(rewards, a.group)
         if a.random_adv:
             rng.shuffle(advs)
