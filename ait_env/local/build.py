@@ -81,6 +81,7 @@ def _pretrain_task(name: str, workdir: str, progress: bool) -> dict[str, Any]:
     from ait_env.local.pretrain import float_path, pretrain, save_model_dir, weights_hash
 
     torch.set_num_threads(catalog.BUILD.threads_per_model)
+    check_float_path(catalog.BUILD.float_path)
     t0 = time.perf_counter()
     spec = catalog.CATALOG[name]
     tok = _load_tok(workdir)
@@ -100,6 +101,39 @@ def _pretrain_task(name: str, workdir: str, progress: bool) -> dict[str, Any]:
     return {"name": name, "dir": str(out), "params": param_count(model), "config": cfg.to_hf(),
             "weights_hash": weights_hash(model), "float_path": float_path(), "pretrain_stats": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in stats.items()},
             "seconds": round(time.perf_counter() - t0, 1)}
+
+
+@contextmanager
+def float_path_env(path: str) -> Iterator[None]:
+    """Within the block, the environment carries the float path's settings (:data:`catalog.FLOAT_PATHS`),
+    so the worker processes the build spawns start torch and MKL on that path; restored afterwards."""
+    if path not in catalog.FLOAT_PATHS:
+        raise ValueError(f"unknown float path {path!r}; choose one of {sorted(catalog.FLOAT_PATHS)}")
+    saved = {k: os.environ.get(k) for k in catalog.FLOAT_PATHS[path]}
+    os.environ.update(catalog.FLOAT_PATHS[path])
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def check_float_path(path: str) -> None:
+    """Raise unless this process's torch runs the float path's kernels: torch and MKL read the settings
+    once, when they start, so a process that had already used torch cannot switch."""
+    import torch
+
+    want = catalog.FLOAT_PATHS[path].get("ATEN_CPU_CAPABILITY")
+    have = torch.backends.cpu.get_cpu_capability()
+    if want and have.lower() != want.lower():
+        raise RuntimeError(
+            f"the build's float path {path!r} needs torch's {want.upper()} kernels, but this process runs "
+            f"{have}: its settings ({catalog.FLOAT_PATHS[path]}) must be in the environment before torch "
+            "starts. Build with worker processes (--jobs 1 or more), or export them and start again; a CPU "
+            f"without {want.upper()} cannot take this path.")
 
 
 def _eval_task(name: str, model_dir: str, families: tuple[str, ...]) -> dict[str, Any]:
@@ -168,7 +202,7 @@ def build(names: list[str] | None = None, *, force: bool = False, jobs: int = 2,
     out: dict[str, dict[str, Any]] = {}
     t0 = time.perf_counter()
     if todo:
-        with tempfile.TemporaryDirectory(prefix="ait-build-") as wd:
+        with tempfile.TemporaryDirectory(prefix="ait-build-") as wd, float_path_env(catalog.BUILD.float_path):
             info = prepare_data(Path(wd), progress)
             if jobs <= 0:
                 for n in todo:

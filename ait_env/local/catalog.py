@@ -43,6 +43,8 @@ class BuildSettings:
     tokenizer_sample: int = 3000       # first N corpus texts train the tokenizer
     max_position_embeddings: int = 1536
     threads_per_model: int = 1         # fixed thread count = reproducible weights
+    #: the float code path pretraining takes (:data:`FLOAT_PATHS`); "native" is what the pins were built with
+    float_path: str = "native"
     eval_limit: int | None = None      # tests only: score the first N hidden questions per family
 
 
@@ -65,6 +67,18 @@ class LocalModelSpec:
 
 
 BUILD = BuildSettings()
+
+#: Environment settings that fix the code path of torch's CPU kernels and of MKL's matrix products in
+#: the build's worker processes. Pretraining amplifies last-bit differences into another model, so the
+#: weights are bit-identical only where the path is (README, "Reproducibility across machines";
+#: ``benchmarks/float_path.py`` measures it).
+FLOAT_PATHS: dict[str, dict[str, str]] = {
+    # whatever the CPU offers: AVX512 kernels on an AVX512 CPU, AVX2 on an AVX2 one
+    "native": {},
+    # AVX2 kernels everywhere, and MKL's conditional numerical reproducibility: the same weights on any
+    # x86-64 CPU with AVX2 (what an AVX2-only CPU computes); pretraining about 1.3x slower on AVX512
+    "portable": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"},
+}
 
 CATALOG: dict[str, LocalModelSpec] = {
     "ait-tiny-s": LocalModelSpec(
@@ -110,6 +124,8 @@ def fingerprint(name: str) -> str:
     build = {"seed": b.seed, "vocab_size": b.vocab_size, "corpus_per_family": b.corpus_per_family,
              "tokenizer_sample": b.tokenizer_sample, "max_position_embeddings": b.max_position_embeddings,
              "threads_per_model": b.threads_per_model}
+    if b.float_path != "native":  # native builds keep the fingerprints they had before the setting existed
+        build["float_path"] = b.float_path
     payload = {"spec": spec, "build": build, "corpus": CORPUS_VERSION, "weights": FAMILY_WEIGHTS,
                "flaws": {k: [(f.key, f.rate) for f in v] for k, v in FLAWS.items()}}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]

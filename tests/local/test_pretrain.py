@@ -306,3 +306,51 @@ def test_build_says_whether_its_weights_are_the_pinned_ones(monkeypatch) -> None
                                  "float_path": {"cpu_capability": "AVX512", "torch": "2.13.0+cpu"}})
     assert "(built with AVX512 kernels, torch 2.13.0+cpu)" in built_here and "vector instructions" in built_here
     assert "no pinned baselines" in B.pinned_match({"name": "ait-tiny-s", "weights_hash": "abc"})
+
+
+def test_float_path_settings_reach_a_fresh_process_and_are_restored(monkeypatch) -> None:
+    """The build's worker processes start torch under the float path's environment; the portable
+    path runs torch's AVX2 kernels and MKL's reproducible AVX2 branch, and the ``float_path`` record
+    says so. The parent's environment is left as it was."""
+    import os
+    import subprocess
+    import sys
+
+    from ait_env.local import build as B
+
+    for k in ("ATEN_CPU_CAPABILITY", "MKL_CBWR"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("MKL_CBWR", "AUTO")
+    code = ("import json; from ait_env.local.build import check_float_path; "
+            "from ait_env.local.pretrain import float_path; check_float_path('portable'); print(json.dumps(float_path()))")
+    with B.float_path_env("portable"):
+        assert os.environ["ATEN_CPU_CAPABILITY"] == "avx2" and os.environ["MKL_CBWR"] == "AVX2"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert os.environ["MKL_CBWR"] == "AUTO" and "ATEN_CPU_CAPABILITY" not in os.environ
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip("this CPU has no AVX2: the portable path cannot run here")
+    assert out.returncode == 0, out.stderr
+    fp = json.loads(out.stdout.strip().splitlines()[-1])
+    assert fp["cpu_capability"] == "AVX2" and fp["mkl_cbwr"] == "AVX2" and fp["aten_cpu_capability"] == "avx2"
+    with pytest.raises(ValueError, match="unknown float path"):
+        with B.float_path_env("fast"):
+            pass
+
+
+def test_a_process_that_already_runs_other_kernels_cannot_take_the_portable_path() -> None:
+    from ait_env.local import build as B
+
+    B.check_float_path("native")   # no settings: any kernels
+    if torch.backends.cpu.get_cpu_capability() == "AVX2":
+        B.check_float_path("portable")
+        return
+    with pytest.raises(RuntimeError, match="before torch starts"):
+        B.check_float_path("portable")
+
+
+def test_only_a_non_native_float_path_enters_the_fingerprint(monkeypatch) -> None:
+    native = catalog.fingerprint("ait-tiny-m")
+    monkeypatch.setattr(catalog, "BUILD", catalog.BuildSettings(float_path="portable"))
+    assert catalog.fingerprint("ait-tiny-m") != native
+    monkeypatch.setattr(catalog, "BUILD", catalog.BuildSettings())
+    assert catalog.fingerprint("ait-tiny-m") == native
