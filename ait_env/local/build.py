@@ -6,6 +6,9 @@
 2. a pool of ``--jobs`` worker processes (default 2), each single-threaded: on a shared 2-core machine
    two single-threaded processes are much faster than one process with two OpenMP threads (which
    stall whenever another job holds a core), and a fixed thread count keeps the weights reproducible.
+   The workers start under the catalog's float path (:data:`catalog.FLOAT_PATHS`: ``native`` by default;
+   ``portable`` caps torch's and MKL's kernels at AVX2 so that any x86-64 CPU with AVX2 builds the same
+   weights) and each model's ``ait_model.json`` records the path it took (``float_path``).
    Every requested model pretrains in its own task (:func:`ait_env.local.pretrain.pretrain`);
 3. with ``--eval`` only: as soon as a model is trained, its greedy hidden-eval scores
    (:mod:`ait_env.local.quick_eval`, all 300 questions of every family) are measured in two tasks of
