@@ -126,7 +126,8 @@ def float_path_env(path: str) -> Iterator[None]:
 
 def check_float_path(path: str) -> None:
     """Raise unless this process's torch runs the float path's kernels: torch and MKL read the settings
-    once, when they start, so a process that had already used torch cannot switch."""
+    once, when they start, so a process that had already used torch cannot switch. MKL's branch cannot
+    be read back from Python; the worker processes get it from their environment at start."""
     import torch
 
     want = catalog.FLOAT_PATHS[path].get("ATEN_CPU_CAPABILITY")
