@@ -81,8 +81,8 @@ def scratchpad_accuracy(c: Conversation) -> float:
             elif line.startswith("busy ") and union:
                 want = mask_note(union, minutes)
             elif line.startswith("free ") and union:
-                want = free_note(union, minutes, minutes // 30)[0]
-                if free_note(union, minutes, minutes // 30)[1] is None:
+                want, start = free_note(union, minutes, minutes // 30)
+                if start is None:  # no run long enough: the teacher walks to the first free half hour
                     want = free_note(union, minutes, 1)[0]
             else:
                 continue
