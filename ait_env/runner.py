@@ -45,6 +45,9 @@ class RunnerSettings(BaseModel):
     eval_concurrency: int = 300     # the harness runs in its own process; the endpoint batches continuously
     torch_threads: int = 1          # intra-op threads of this process (1: measured 11 s vs 18 s per hidden eval
                                     # with 2 on 2 cores, where the sandboxed rollout worker needs the other core)
+    #: where the model samples and trains: "cpu" (the default, the measured numbers), "cuda" / "cuda:N",
+    #: or "auto" (a GPU when torch sees one). Sampling draws stay on the CPU either way (engine docstring).
+    device: str = "cpu"
     seed: int = 0
     step_timeout_s: float = 600.0
     measure_pre: bool = False       # measure the base model instead of reading pinned baselines
@@ -129,7 +132,12 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
     import torch
 
     torch.set_num_threads(max(1, opts.torch_threads))
+    from ait_env.local.model import resolve_device
+
+    device = resolve_device(opts.device)
     model, tok = _load_model(model_name)
+    model.to(device)
+    log(f"{model_name} on {device}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""))
     hidden = hidden_set(fam.name)[:opts.eval_limit] if opts.eval_limit else hidden_set(fam.name)
     baselines = pinned_baselines(BaselineStore("local"), fam.name, [m.name for m in backend.models], model_name,
                                  {m.name: weights_hash(m.name) for m in backend.models}, log)
@@ -158,7 +166,8 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
                     raise RuntimeError(f"hidden eval failed: {res.failure_reason}")
                 return res
 
-            timings: dict[str, float] = {"load_model": round(time.time() - t_start, 2)}
+            timings: dict[str, float] = {"load_model": round(time.time() - t_start, 2),
+                                         "on_gpu": float(device.type == "cuda")}
             if opts.measure_pre or model_name not in baselines:
                 log(f"pre-eval of {model_name} on {len(hidden)} hidden {fam.name} instances")
                 t_pre = time.time()

@@ -6,6 +6,7 @@ deliberately bad jobs, a hyperparameter sweep, and a reproducibility rerun.
     python benchmarks/local_jobs.py sweep --family arithmetic --param max_steps --values 0,5,10,20,40,80
     python benchmarks/local_jobs.py sweep --family units --param lr --values 3e-7,1e-6,3e-6,1e-5 --max-steps 10
     python benchmarks/local_jobs.py repro --family arithmetic           # the same job twice
+    python benchmarks/local_jobs.py reference --families arithmetic --device cuda   # on a GPU
 
 Every job goes through the one job runner (sandboxed verifiers rollouts, GRPO, hidden eval), exactly
 as an episode's job would; the ladder's bad jobs skip the validation probe on purpose (the probe
@@ -149,8 +150,12 @@ def main() -> None:
     ap.add_argument("--measure-pre", action="store_true",
                     help="measure the base model's hidden-eval score in the job instead of reading the pinned "
                          "baseline (the reference mode always does: its wall time includes both evals)")
+    ap.add_argument("--device", default=None,
+                    help="where the jobs sample and train: cpu (the backend's default), cuda, or auto")
     args = ap.parse_args()
     backend = BackendSettings.model_validate(load_group("backend", "local"))
+    if args.device:
+        backend.options["device"] = args.device
     if args.measure_pre or args.mode == "reference":
         backend.options["measure_pre"] = True
     families = list(FAMILY_NAMES) if args.families == "all" else args.families.split(",")

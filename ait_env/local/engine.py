@@ -22,6 +22,9 @@ Contract:
   rows' slots; a finished row's slot is refilled by moving the last running row into it (one row's
   copy), so the running rows stay ``0..n-1`` and no step copies the whole batch. The tensors grow by
   doubling (rows or columns) when needed.
+- Device: the caches and logits live on the model's device (``TinyLM.to``); the row lengths and the
+  sampling stay on the CPU (per-request CPU generators: a GPU run draws what a CPU run would from the
+  same logits), so each step moves one ``[rows, vocab]`` logits block to the CPU and a few indices back.
 - Not thread-safe: one thread drives an engine (the endpoint's batching worker).
 """
 
@@ -62,12 +65,13 @@ class Engine:
         self.stop_id = stop_id
         self.store = store
         cfg = model.cfg
+        dev = self.device = model.device
         shape = (slots, cfg.num_key_value_heads, columns, cfg.head_dim)
-        self.k = [torch.zeros(shape) for _ in range(cfg.num_hidden_layers)]
-        self.v = [torch.zeros(shape) for _ in range(cfg.num_hidden_layers)]
+        self.k = [torch.zeros(shape, device=dev) for _ in range(cfg.num_hidden_layers)]
+        self.v = [torch.zeros(shape, device=dev) for _ in range(cfg.num_hidden_layers)]
         self.rows: list[_Row] = []
-        self.lens = torch.zeros(0, dtype=torch.long)  # tokens in each running row's cache = its next position
-        self.logits = torch.zeros(0, cfg.vocab_size)  # each running row's next-token logits
+        self.lens = torch.zeros(0, dtype=torch.long)  # tokens in each running row's cache = its next position (CPU)
+        self.logits = torch.zeros(0, cfg.vocab_size, device=dev)  # each running row's next-token logits
 
     @property
     def alive(self) -> int:
@@ -115,8 +119,8 @@ class Engine:
         keep = [reusable(h, r.prompt_ids) for h, r in zip(held, reqs)]
         delta = [r.prompt_ids[k:] for r, k in zip(reqs, keep)]
         K = max(keep)
-        part = KVCache(cfg, len(reqs), K + max(len(d) for d in delta))
-        part_mask = torch.zeros(len(reqs), part.capacity, dtype=torch.bool)
+        part = KVCache(cfg, len(reqs), K + max(len(d) for d in delta), self.device)
+        part_mask = torch.zeros(len(reqs), part.capacity, dtype=torch.bool, device=self.device)
         logits = prefill(self.model, part, part_mask, held, keep, delta)
         base = len(self.rows)
         self._ensure(base + len(reqs), max(len(r.prompt_ids) for r in reqs) + 1)
@@ -157,10 +161,12 @@ class Engine:
             return len(done)
         width = int(self.lens.max()) + 1
         self._ensure(len(self.rows), width)
-        mask = torch.arange(width)[None, :] <= self.lens[:, None]
-        feed = torch.tensor([r.tokens[-1] for r in self.rows], dtype=torch.long)
-        cache = KVCache.slots(self.k, self.v, self.lens, width)
-        self.logits = self.model(feed[:, None], self.lens[:, None], mask, cache)[:, -1].float()
+        dev = self.device
+        lens = self.lens.to(dev)
+        mask = torch.arange(width, device=dev)[None, :] <= lens[:, None]
+        feed = torch.tensor([r.tokens[-1] for r in self.rows], dtype=torch.long).to(dev)
+        cache = KVCache.slots(self.k, self.v, lens, width)
+        self.logits = self.model(feed[:, None], lens[:, None], mask, cache)[:, -1].float()
         self.lens = self.lens + 1
         return len(done)
 
@@ -181,7 +187,7 @@ class Engine:
     def _sample(self) -> tuple[torch.Tensor, torch.Tensor]:
         temps = [r.req.temperature for r in self.rows]
         t = torch.tensor([x if x > 0 else 1.0 for x in temps])
-        logp = torch.log_softmax(self.logits / t[:, None], -1)
+        logp = torch.log_softmax(self.logits.cpu() / t[:, None], -1)
         tok = logp.argmax(-1)
         hot = [b for b, x in enumerate(temps) if x > 0]
         if hot:

@@ -184,6 +184,7 @@ def train_step(model: Any, opt: Any, batch: Batch, p: PrimeRL, lr: float, micro_
     skipped. The others are sorted by length and cut into micro-batches of at most ``micro_batch`` rows
     and ``micro_tokens`` padded tokens, each trimmed to its longest row (less padding, same math)."""
     model.train()
+    dev = next(model.parameters()).device   # the batch is built on the CPU; each micro-batch moves there
     set_lr(opt, lr)
     opt.zero_grad(set_to_none=True)
     total_tokens = float(batch.loss_mask[:, 1:].sum().clamp(min=1.0))
@@ -202,8 +203,9 @@ def train_step(model: Any, opt: Any, batch: Batch, p: PrimeRL, lr: float, micro_
         rows = torch.tensor(live[j:k])
         j = k
         T = max(2, int(max(lengths[i] for i in rows.tolist())))
-        mb = Batch(batch.input_ids[rows, :T], batch.attention_mask[rows, :T], batch.loss_mask[rows, :T],
-                   batch.old_logprobs[rows, :T], batch.advantages[rows])
+        mb = Batch(*(x.to(dev) for x in (batch.input_ids[rows, :T], batch.attention_mask[rows, :T],
+                                          batch.loss_mask[rows, :T], batch.old_logprobs[rows, :T],
+                                          batch.advantages[rows])))
         if float(mb.loss_mask[:, 1:].sum()) == 0:
             continue
         logp = model.sequence_logprobs(mb.input_ids, mb.attention_mask, temp, only=mb.loss_mask[:, 1:] > 0)

@@ -44,7 +44,10 @@ def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator
             rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row. ``generator`` may be one generator per original row (``rows`` maps
     batch rows to original rows): then each row's sample depends only on its own generator, not on which
-    other rows share the batch (reproducible sampling under dynamic batching)."""
+    other rows share the batch (reproducible sampling under dynamic batching). Sampling runs on the CPU
+    (the generators' device, whatever the model's): a GPU run draws what a CPU run draws from the same
+    logits; the tokens and logprobs come back on the CPU."""
+    logits = logits.cpu()
     if temperature <= 0:
         logp = torch.log_softmax(logits.float(), -1)
         tok = logp.argmax(-1)
@@ -85,6 +88,7 @@ def prefill(model: TinyLM, cache: KVCache, key_mask: torch.Tensor, held: list[He
                 cache.k[layer][i, :, :keep[i]] = ks[layer][:, :keep[i]]
                 cache.v[layer][i, :, :keep[i]] = vs[layer][:, :keep[i]]
     cache.length = K
+    dev = model.device
     ids = torch.zeros(n, D, dtype=torch.long)
     pos = torch.zeros(n, D, dtype=torch.long)
     for i in range(n):
@@ -92,8 +96,8 @@ def prefill(model: TinyLM, cache: KVCache, key_mask: torch.Tensor, held: list[He
         key_mask[i, K:K + len(delta[i])] = True
         ids[i, :len(delta[i])] = torch.tensor(delta[i], dtype=torch.long)
         pos[i] = keep[i] + torch.arange(D).clamp(max=len(delta[i]) - 1)
-    out = model(ids, pos, key_mask[:, :K + D], cache)
-    return out[torch.arange(n), torch.tensor([len(d) - 1 for d in delta])]
+    out = model(ids.to(dev), pos.to(dev), key_mask[:, :K + D], cache)
+    return out[torch.arange(n, device=dev), torch.tensor([len(d) - 1 for d in delta], device=dev)]
 
 
 def generate_cached(model: TinyLM, tc: TurnCache, convs: list[int], prompts: list[list[int]],
@@ -105,15 +109,16 @@ def generate_cached(model: TinyLM, tc: TurnCache, convs: list[int], prompts: lis
     Finished rows leave the decode batch (their keys/values are stored first), so a few long replies do
     not keep the whole batch busy."""
     cfg = model.cfg
+    dev = model.device
     n = len(convs)
     held = [tc.rows.get(c) for c in convs]
     keep = [reusable(h, p) for h, p in zip(held, prompts)]
     delta = [p[k:] for p, k in zip(prompts, keep)]
     K, D, G = max(keep), max(len(d) for d in delta), max(limits)
-    cache = KVCache(cfg, n, K + D + G)
-    key_mask = torch.zeros(n, K + D + G, dtype=torch.bool)
+    cache = KVCache(cfg, n, K + D + G, dev)
+    key_mask = torch.zeros(n, K + D + G, dtype=torch.bool, device=dev)
     logits = prefill(model, cache, key_mask, held, keep, delta)
-    next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long)
+    next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=dev)
     toks: list[list[int]] = [[] for _ in range(n)]
     lps: list[list[float]] = [[] for _ in range(n)]
     lim = torch.tensor(limits)
@@ -126,7 +131,7 @@ def generate_cached(model: TinyLM, tc: TurnCache, convs: list[int], prompts: lis
             i = int(active[br])
             cols = list(range(keep[i])) + list(range(K, K + len(delta[i]))) + \
                 list(range(K + D, K + D + min(fed, len(toks[i]))))
-            idx = torch.tensor(cols, dtype=torch.long)
+            idx = torch.tensor(cols, dtype=torch.long, device=dev)
             new_tc[convs[i]] = (prompts[i] + toks[i][:min(fed, len(toks[i]))],
                                 [cache.k[layer][br][:, idx] for layer in range(cfg.num_hidden_layers)],
                                 [cache.v[layer][br][:, idx] for layer in range(cfg.num_hidden_layers)])
@@ -134,6 +139,7 @@ def generate_cached(model: TinyLM, tc: TurnCache, convs: list[int], prompts: lis
     for step in range(G):
         tok, lp = _sample(logits, temperature, generator, active)
         tl, ll = tok.tolist(), lp.tolist()
+        tok = tok.to(dev)
         finished = []
         for br in range(len(active)):
             i = int(active[br])
@@ -147,10 +153,11 @@ def generate_cached(model: TinyLM, tc: TurnCache, convs: list[int], prompts: lis
         if finished:  # shrink the batch: store the finished rows, keep the others
             store(finished, step)
             stay = torch.tensor([br for br in range(len(active)) if br not in set(finished)], dtype=torch.long)
+            on_dev = stay.to(dev)
             for layer in range(cfg.num_hidden_layers):
-                cache.k[layer] = cache.k[layer][stay]
-                cache.v[layer] = cache.v[layer][stay]
-            key_mask, next_pos, tok, active = key_mask[stay], next_pos[stay], tok[stay], active[stay]
+                cache.k[layer] = cache.k[layer][on_dev]
+                cache.v[layer] = cache.v[layer][on_dev]
+            key_mask, next_pos, tok, active = key_mask[on_dev], next_pos[on_dev], tok[on_dev], active[stay]
         key_mask[:, K + D + step] = True
         logits = model(tok[:, None], next_pos[:, None], key_mask[:, :K + D + step + 1], cache)[:, -1]
         next_pos = next_pos + 1

@@ -94,10 +94,10 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 class KVCache:
     """Preallocated keys/values per layer for a batch; ``length`` positions are filled."""
 
-    def __init__(self, cfg: TinyConfig, batch: int, capacity: int) -> None:
+    def __init__(self, cfg: TinyConfig, batch: int, capacity: int, device: torch.device | str = "cpu") -> None:
         shape = (batch, cfg.num_key_value_heads, capacity, cfg.head_dim)
-        self.k = [torch.zeros(shape) for _ in range(cfg.num_hidden_layers)]
-        self.v = [torch.zeros(shape) for _ in range(cfg.num_hidden_layers)]
+        self.k = [torch.zeros(shape, device=device) for _ in range(cfg.num_hidden_layers)]
+        self.v = [torch.zeros(shape, device=device) for _ in range(cfg.num_hidden_layers)]
         self.length = 0
         self.capacity = capacity
         #: per-row write columns ``[B]`` (decoding one token per row, rows of different lengths): then
@@ -133,7 +133,7 @@ class Attention(nn.Module):
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         if cache is not None and cache.cols is not None:  # one token per row, at each row's own column
-            rows = torch.arange(B)
+            rows = torch.arange(B, device=x.device)
             cache.k[layer][rows, :, cache.cols] = k[:, :, 0]
             cache.v[layer][rows, :, cache.cols] = v[:, :, 0]
             k = cache.k[layer][:B, :, :cache.length]
@@ -195,12 +195,17 @@ class TinyLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.apply(self._init)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the parameters live (``TinyLM.to(device)`` moves them; every input follows)."""
+        return self.lm_head.weight.device
+
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         need = int(positions.max()) + 1 if positions.numel() else 1
         table = getattr(self, "_rope_cache", None)
-        if table is None or table[0].shape[0] < need:
+        if table is None or table[0].shape[0] < need or table[0].device != positions.device:
             n = max(need, self.cfg.max_position_embeddings)
-            table = _rope_table(n, self.cfg.head_dim, self.cfg.rope_theta)
+            table = tuple(t.to(positions.device) for t in _rope_table(n, self.cfg.head_dim, self.cfg.rope_theta))
             self._rope_cache = table
         return table[0][positions][:, None], table[1][positions][:, None]  # [B, 1, T, dim]
 
@@ -222,11 +227,12 @@ class TinyLM(nn.Module):
         elif T == 1:  # decoding: the new key is real for every row, no causal structure needed
             mask = key_mask[:, None, None, :]
         else:
-            causal = torch.ones(T, S, dtype=torch.bool).tril(diagonal=past)
+            dev = input_ids.device
+            causal = torch.ones(T, S, dtype=torch.bool, device=dev).tril(diagonal=past)
             mask = (causal[None] & key_mask[:, None, :])[:, None]  # [B, 1, T, S]
             # rows of padding queries would be all-False (NaN in softmax): let them see themselves
-            diag = torch.zeros(T, S, dtype=torch.bool)
-            diag[torch.arange(T), torch.arange(T) + past] = True
+            diag = torch.zeros(T, S, dtype=torch.bool, device=dev)
+            diag[torch.arange(T, device=dev), torch.arange(T, device=dev) + past] = True
             mask = mask | diag[None, None]
         cos, sin = self._rope(positions)
         x = self.model.embed_tokens(input_ids)
@@ -251,7 +257,7 @@ class TinyLM(nn.Module):
             logp = torch.log_softmax(self.lm_head(h).float() / max(temperature, 1e-6), dim=-1)
             return logp.gather(-1, targets[..., None]).squeeze(-1)
         sel = only.bool()
-        out = torch.zeros(targets.shape, dtype=torch.float32)
+        out = torch.zeros(targets.shape, dtype=torch.float32, device=h.device)
         logp = torch.log_softmax(self.lm_head(h[sel]).float() / max(temperature, 1e-6), dim=-1)
         return out.masked_scatter(sel, logp.gather(-1, targets[sel][:, None]).squeeze(-1))
 
@@ -261,7 +267,7 @@ class TinyLM(nn.Module):
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
         if self.cfg.tie_word_embeddings:
             state.pop("lm_head.weight", None)
         save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
@@ -301,9 +307,11 @@ def generate(model: TinyLM, prompts: list[list[int]], *, max_new_tokens: int, te
 
     ``logprobs`` are of each sampled token under the distribution it was sampled from (logits /
     temperature, after top-p); temperature 0 is greedy (logprobs then under temperature 1).
-    A sequence stops at its first stop token (included) or after ``max_new_tokens``.
+    A sequence stops at its first stop token (included) or after ``max_new_tokens``. On a GPU the
+    model runs there; a CPU ``generator`` samples on the CPU (the same draws as a CPU-only run).
     """
     model.eval()
+    dev = model.device
     B = len(prompts)
     lens = [len(p) for p in prompts]
     P = max(lens)
@@ -315,15 +323,16 @@ def generate(model: TinyLM, prompts: list[list[int]], *, max_new_tokens: int, te
     for i, p in enumerate(prompts):
         ids[i, P - len(p):] = torch.tensor(p, dtype=torch.long)
         mask[i, P - len(p):P] = True
+    ids, mask = ids.to(dev), mask.to(dev)
     positions = (mask[:, :P].long().cumsum(-1) - 1).clamp(min=0)
-    cache = KVCache(model.cfg, B, cap)
+    cache = KVCache(model.cfg, B, cap, dev)
     logits = model(ids, positions, mask[:, :P], cache)[:, -1]
-    next_pos = torch.tensor(lens, dtype=torch.long)
-    toks = torch.zeros(B, max_new_tokens, dtype=torch.long)
-    lps = torch.zeros(B, max_new_tokens)
-    done = torch.zeros(B, dtype=torch.bool)
-    n_out = torch.full((B,), max_new_tokens, dtype=torch.long)
-    stop = torch.tensor(sorted(stop_ids), dtype=torch.long)
+    next_pos = torch.tensor(lens, dtype=torch.long, device=dev)
+    toks = torch.zeros(B, max_new_tokens, dtype=torch.long, device=dev)
+    lps = torch.zeros(B, max_new_tokens, device=dev)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    n_out = torch.full((B,), max_new_tokens, dtype=torch.long, device=dev)
+    stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=dev)
     for step in range(max_new_tokens):
         if temperature <= 0:
             logp = torch.log_softmax(logits.float(), -1)
@@ -336,7 +345,10 @@ def generate(model: TinyLM, prompts: list[list[int]], *, max_new_tokens: int, te
                 sp = sp.masked_fill(cut, 0.0)
                 probs = torch.zeros_like(sp).scatter(-1, si, sp)
                 logp = torch.log(probs / probs.sum(-1, keepdim=True))
-            tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+            probs = logp.exp()
+            if generator is not None and generator.device != probs.device:
+                probs = probs.cpu()
+            tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1).to(dev)
         toks[:, step] = tok
         lps[:, step] = logp.gather(-1, tok[:, None]).squeeze(-1)
         if len(stop):
@@ -349,10 +361,27 @@ def generate(model: TinyLM, prompts: list[list[int]], *, max_new_tokens: int, te
         logits = model(tok[:, None], next_pos[:, None], mask[:, :P + step + 1], cache)[:, -1]
         next_pos = next_pos + 1
     out = []
+    toks, lps, done, n_out = toks.cpu(), lps.cpu(), done.cpu(), n_out.cpu()
     for i in range(B):
         n = int(n_out[i])
         out.append(Generation(toks[i, :n].tolist(), lps[i, :n].tolist(), "stop" if bool(done[i]) else "length"))
     return out
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device for a ``device`` setting: "cpu", "cuda" / "cuda:N", or "auto" (a GPU if torch sees one)."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ValueError(f"unknown device {name!r}: use cpu, cuda, cuda:N or auto") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={name} but this torch sees no GPU (torch {torch.__version__}, "
+                         f"torch.cuda.is_available() is False): use device=cpu, or install a CUDA build of torch")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {name!r} is not supported: use cpu, cuda, cuda:N or auto")
+    return device
 
 
 def param_count(model: nn.Module) -> int:
