@@ -43,8 +43,9 @@ class BuildSettings:
     tokenizer_sample: int = 3000       # first N corpus texts train the tokenizer
     max_position_embeddings: int = 1536
     threads_per_model: int = 1         # fixed thread count = reproducible weights
-    #: the float code path pretraining takes (:data:`FLOAT_PATHS`); "native" is what the pins were built with
-    float_path: str = "native"
+    #: the float code path pretraining takes (:data:`FLOAT_PATHS`). "portable" (the pins, since v14's
+    #: re-pin): the same weights on any x86-64 CPU with AVX2; "native" gave other weights on an AVX512 Xeon
+    float_path: str = "portable"
     eval_limit: int | None = None      # tests only: score the first N hidden questions per family
 
 

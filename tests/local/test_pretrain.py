@@ -214,8 +214,9 @@ def test_build_micro_catalog_end_to_end_and_deterministic(monkeypatch, tmp_path)
                                                                   drill_batch=4)),
     }
     monkeypatch.setattr(catalog, "CATALOG", micro)
+    # in this process (jobs=0), whose torch already runs the machine's own kernels: the native path
     monkeypatch.setattr(catalog, "BUILD", catalog.BuildSettings(corpus_per_family=12, tokenizer_sample=72,
-                                                                vocab_size=512, eval_limit=2))
+                                                                vocab_size=512, eval_limit=2, float_path="native"))
     monkeypatch.setattr(B, "EVAL_GROUPS", (("arithmetic", "persona"), ("triage",)))
     metas = B.build(force=False, jobs=0, progress=False, evaluate=True)
     assert set(metas) == {"micro-s", "micro-m"}
@@ -349,8 +350,10 @@ def test_a_process_that_already_runs_other_kernels_cannot_take_the_portable_path
 
 
 def test_only_a_non_native_float_path_enters_the_fingerprint(monkeypatch) -> None:
+    assert catalog.BuildSettings().float_path == "portable"   # the pinned weights' path
+    portable = catalog.fingerprint("ait-tiny-m")
+    monkeypatch.setattr(catalog, "BUILD", catalog.BuildSettings(float_path="native"))
     native = catalog.fingerprint("ait-tiny-m")
-    monkeypatch.setattr(catalog, "BUILD", catalog.BuildSettings(float_path="portable"))
-    assert catalog.fingerprint("ait-tiny-m") != native
+    assert native != portable
     monkeypatch.setattr(catalog, "BUILD", catalog.BuildSettings())
-    assert catalog.fingerprint("ait-tiny-m") == native
+    assert catalog.fingerprint("ait-tiny-m") == portable
