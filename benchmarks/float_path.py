@@ -14,8 +14,9 @@ Settings (environment variables read by torch and MKL when they start):
 - ``portable``: both capped and MKL's results made independent of the CPU generation
   (``MKL_CBWR=AVX2``): the candidate for builds that reproduce on any x86-64 CPU with AVX2.
 
-Equal hashes mean bit-identical weights. The build itself (``ait_env.local.build``) uses ``native``
-and records it (``float_path`` in ``ait_model.json``); README, "Reproducibility across machines".
+Equal hashes mean bit-identical weights. The build itself (``ait_env.local.build``) takes
+``catalog.BuildSettings.float_path`` (``portable`` by default, the settings above) and records what it
+ran on (``float_path`` in ``ait_model.json``); README, "Reproducibility across machines".
 """
 
 from __future__ import annotations
