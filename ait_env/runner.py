@@ -86,11 +86,11 @@ class _Tee:
 
 def pinned_baselines(store: BaselineStore, family: str, models: list[str], job_model: str,
                      built_hashes: dict[str, str], log: Callable[[str], None]) -> dict[str, float]:
-    """The pinned baseline of each model for ``family``, leaving out the job's own model when its pin was
-    measured on other weights than the ones built here (``BaselineEntry.model_hash`` against
-    ``built_hashes``: another corpus, or float differences of this machine's build), so the runner
-    measures it instead. Another model's stale pin stays (the env's ``best_pre`` would read it anyway)
-    and is flagged in the log."""
+    """The pinned baseline of each model for ``family``, leaving out every pin that was measured on other
+    weights than the ones built here (``BaselineEntry.model_hash`` against ``built_hashes``: another
+    corpus, or float differences of another machine's build), so the runner measures those models
+    instead (the job's own on its endpoint, the others on a temporary one) and the env's ``best_pre``
+    compares with what this machine's models really score. Each stale pin is logged with the fix."""
     out: dict[str, float] = {}
     for name in models:
         try:
@@ -100,10 +100,9 @@ def pinned_baselines(store: BaselineStore, family: str, models: list[str], job_m
         built = built_hashes.get(name, "")
         if entry.measured_on_other_weights(built):
             log(f"the pinned {family} baseline of {name} was measured on other weights ({entry.model_hash}, "
-                f"built here: {built}); " + ("measuring it" if name == job_model else
-                                             "re-seed with: python scripts/seed_baselines.py backend=local"))
-            if name == job_model:
-                continue
+                f"built here: {built}); measuring it (to re-pin: python scripts/seed_baselines.py backend=local "
+                f"pin=true)")
+            continue
         out[name] = entry.score
     return out
 
@@ -112,6 +111,24 @@ def _load_model(name: str) -> Any:
     from ait_env.local.catalog import load_model
 
     return load_model(name)
+
+
+def _measure_other_base(name: str, device: Any, family: str, hidden: list[Any], opts: RunnerSettings,
+                        max_len: int) -> float:
+    """Hidden-eval score of another untrained base model (one whose pin is stale), on its own endpoint."""
+    from ait_env.evaluation import evaluate_subprocess
+    from ait_env.local.endpoint import LocalEndpoint
+
+    fam = get_family(family)
+    model, tok = _load_model(name)
+    model.to(device)
+    with LocalEndpoint(model, tok, name, seed=opts.seed, max_model_len=max_len) as ep:
+        res = evaluate_subprocess(family, base_url=ep.base_url, model=name, limit=len(hidden),
+                                  concurrency=opts.eval_concurrency,
+                                  max_tokens=min(fam.eval_max_tokens, opts.eval_max_tokens))
+    if res.failed:
+        raise RuntimeError(f"hidden eval of {name}'s base failed: {res.failure_reason}")
+    return res.score
 
 
 def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], None],
@@ -174,6 +191,12 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
                 baselines[model_name] = hidden_eval(hidden).score
                 timings["pre_eval"] = round(time.time() - t_pre, 2)
             pre = baselines[model_name]
+            for other in [m.name for m in backend.models]:
+                if other not in baselines and weights_hash(other):  # built here, pin stale: measure it
+                    t_other = time.time()
+                    baselines[other] = _measure_other_base(other, device, fam.name, hidden, opts, max_len)
+                    timings[f"pre_eval_{other}"] = round(time.time() - t_other, 2)
+                    log(f"measured {other}'s base: {baselines[other]:.3f}")
             log(f"baselines: {json.dumps(baselines)}")
             # Start the sandboxed rollout worker (the agent's code) in the background.
             req = {"job": "rollout_worker", "dir": inside_root, "module": bundle.manifest.environment_module,

@@ -68,3 +68,36 @@ def test_job_whose_environment_breaks_is_job_failed(tmp_path, monkeypatch, micro
                                                "    raise RuntimeError('broken at training time')\n"))
     res = runner.run(b.root, _settings(), progress=False)
     assert res.status == "job_failed" and "broken at training time" in res.error
+
+
+def test_a_stale_pin_of_the_other_model_is_measured(tmp_path, monkeypatch, micro_model, micro_tokenizer):
+    """The job's model has a current pin; the other model's pin was measured on other weights, so the
+    runner measures that model's base itself and ``best_pre`` compares with what it really scores."""
+    from ait_env.baselines import BaselineEntry, BaselineStore
+    from ait_env.local import catalog
+
+    store = BaselineStore("local", user_dir=tmp_path / "pins")
+    store.put([BaselineEntry(backend="local", family="arithmetic", model="micro", score=0.25, model_hash="aa"),
+               BaselineEntry(backend="local", family="arithmetic", model="other", score=0.99, model_hash="old")])
+    monkeypatch.setattr(runner, "BaselineStore", lambda backend: store)
+    monkeypatch.setattr(catalog, "weights_hash", lambda name: {"micro": "aa", "other": "new"}[name])
+    loaded: list[str] = []
+
+    def load(name):
+        loaded.append(name)
+        m = TinyLM(micro_model.cfg)
+        m.load_state_dict(micro_model.state_dict())
+        return m, micro_tokenizer
+
+    monkeypatch.setattr(runner, "_load_model", load)
+    settings = _settings()
+    settings.models.append(ModelInfo(name="other", role="larger"))
+    settings.options.update(measure_pre=False, eval_every=0)
+    b = _bundle(tmp_path)
+    res = runner.run(b.root, settings, progress=False)
+    assert res.status == "succeeded", res.log_tail
+    assert loaded == ["micro", "other"]
+    assert res.baselines["micro"] == 0.25                      # the current pin, read
+    assert res.baselines["other"] != 0.99 and 0.0 <= res.baselines["other"] <= 1.0   # measured, not the stale pin
+    assert "other was measured on other weights (old, built here: new); measuring it" in res.log_tail
+    assert "pre_eval_other" in res.timings
