@@ -116,7 +116,7 @@ def train(a: argparse.Namespace) -> None:
     p = PrimeRL.model_validate({
         "max_steps": a.steps, "seq_len": 1536, "batch_size": a.prompts * a.group, "group_size": a.group,
         "sampling": {"temperature": a.temp, "max_tokens": 160},
-        "optim": {"type": "adamw", "lr": a.lr, "weight_decay": 0.0, "betas1": a.betas1},
+        "optim": {"type": a.optim, "lr": a.lr, "weight_decay": 0.0, "betas1": a.betas1},
         "scheduler": sched, "loss": {"type": "default"}, "algo": {"type": "grpo"}})
     scale = lr_scale()
     opt = grpo.make_optimizer(model, p, scale)
@@ -189,6 +189,8 @@ def main() -> None:
     ap.add_argument("--sched", choices=["cosine", "constant"], default="cosine")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--betas1", type=float, default=0.9)
+    ap.add_argument("--optim", choices=["adamw", "sgd", "muon", "sign_sgd"], default="adamw",
+                    help="the job's optimizer type (the lr is at job scale for each)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--temp", type=float, default=0.7)
