@@ -84,8 +84,8 @@ class _Tee:
         return "\n".join(self.lines)
 
 
-def pinned_baselines(store: BaselineStore, family: str, models: list[str], job_model: str,
-                     built_hashes: dict[str, str], log: Callable[[str], None]) -> dict[str, float]:
+def pinned_baselines(store: BaselineStore, family: str, models: list[str], built_hashes: dict[str, str],
+                     log: Callable[[str], None]) -> dict[str, float]:
     """The pinned baseline of each model for ``family``, leaving out every pin that was measured on other
     weights than the ones built here (``BaselineEntry.model_hash`` against ``built_hashes``: another
     corpus, or float differences of another machine's build), so the runner measures those models
@@ -115,7 +115,7 @@ def _load_model(name: str) -> Any:
 
 def _measure_other_base(name: str, device: Any, family: str, hidden: list[Any], opts: RunnerSettings,
                         max_len: int) -> float:
-    """Hidden-eval score of another untrained base model (one whose pin is stale), on its own endpoint."""
+    """Hidden-eval score of another untrained base model (its pin is stale or missing), on its own endpoint."""
     from ait_env.evaluation import evaluate_subprocess
     from ait_env.local.endpoint import LocalEndpoint
 
@@ -156,7 +156,7 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
     model.to(device)
     log(f"{model_name} on {device}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""))
     hidden = hidden_set(fam.name)[:opts.eval_limit] if opts.eval_limit else hidden_set(fam.name)
-    baselines = pinned_baselines(BaselineStore("local"), fam.name, [m.name for m in backend.models], model_name,
+    baselines = pinned_baselines(BaselineStore("local"), fam.name, [m.name for m in backend.models],
                                  {m.name: weights_hash(m.name) for m in backend.models}, log)
     max_len = opts.max_model_len or min(job.prime_rl.seq_len, model.cfg.max_position_embeddings)
     wall_limit = backend.bounds.wall_clock_minutes * 60
@@ -192,7 +192,7 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
                 timings["pre_eval"] = round(time.time() - t_pre, 2)
             pre = baselines[model_name]
             for other in [m.name for m in backend.models]:
-                if other not in baselines and weights_hash(other):  # built here, pin stale: measure it
+                if other not in baselines and weights_hash(other):  # built here, pin stale or missing
                     t_other = time.time()
                     baselines[other] = _measure_other_base(other, device, fam.name, hidden, opts, max_len)
                     timings[f"pre_eval_{other}"] = round(time.time() - t_other, 2)

@@ -18,7 +18,7 @@ def _store(tmp_path: Path, hashes: dict[str, str]) -> BaselineStore:
 def test_pins_of_the_built_weights_are_used(tmp_path: Path) -> None:
     lines: list[str] = []
     store = _store(tmp_path, {"small": "aa", "large": "bb"})
-    got = pinned_baselines(store, "arithmetic", ["small", "large"], "large", {"small": "aa", "large": "bb"},
+    got = pinned_baselines(store, "arithmetic", ["small", "large"], {"small": "aa", "large": "bb"},
                            lines.append)
     assert got == {"small": 0.1, "large": 0.4} and lines == []
 
@@ -26,14 +26,14 @@ def test_pins_of_the_built_weights_are_used(tmp_path: Path) -> None:
 def test_stale_pins_are_left_out_and_logged(tmp_path: Path) -> None:
     lines: list[str] = []
     store = _store(tmp_path, {"small": "aa", "large": "bb"})
-    got = pinned_baselines(store, "arithmetic", ["small", "large"], "large", {"small": "zz", "large": "cc"},
+    got = pinned_baselines(store, "arithmetic", ["small", "large"], {"small": "zz", "large": "cc"},
                            lines.append)
     # every stale pin is measured instead (the job's model and the other one), each flagged with the fix
     assert got == {}
     assert any("large was measured on other weights (bb, built here: cc); measuring it" in x for x in lines)
     assert any("small was measured on other weights (aa, built here: zz); measuring it" in x
                and "seed_baselines.py backend=local pin=true" in x for x in lines)
-    only_other = pinned_baselines(store, "arithmetic", ["small", "large"], "large", {"small": "zz", "large": "bb"},
+    only_other = pinned_baselines(store, "arithmetic", ["small", "large"], {"small": "zz", "large": "bb"},
                                   lambda _: None)
     assert only_other == {"large": 0.4}
 
@@ -41,5 +41,5 @@ def test_stale_pins_are_left_out_and_logged(tmp_path: Path) -> None:
 def test_pins_without_a_hash_and_unbuilt_models_are_trusted(tmp_path: Path) -> None:
     lines: list[str] = []
     store = _store(tmp_path, {"small": "", "large": "bb"})
-    got = pinned_baselines(store, "arithmetic", ["small", "large", "absent"], "large", {"small": "aa"}, lines.append)
+    got = pinned_baselines(store, "arithmetic", ["small", "large", "absent"], {"small": "aa"}, lines.append)
     assert got == {"small": 0.1, "large": 0.4} and lines == []
