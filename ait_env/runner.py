@@ -113,9 +113,11 @@ def _load_model(name: str) -> Any:
     return load_model(name)
 
 
-def _measure_other_base(name: str, device: Any, family: str, hidden: list[Any], opts: RunnerSettings,
-                        max_len: int) -> float:
-    """Hidden-eval score of another untrained base model (its pin is stale or missing), on its own endpoint."""
+def measure_base(name: str, family: str, opts: RunnerSettings, limit: int, device: Any = "cpu",
+                 max_len: int | None = None) -> Any:
+    """The hidden-eval result (first ``limit`` instances) of an untrained local base model, on its own
+    endpoint; the harness runs in a child process, as in a job. Used for pins whose weights are not the
+    ones built here and by ``LocalBackend.measure_baseline`` (seeding the pins)."""
     from ait_env.evaluation import evaluate_subprocess
     from ait_env.local.endpoint import LocalEndpoint
 
@@ -123,12 +125,11 @@ def _measure_other_base(name: str, device: Any, family: str, hidden: list[Any], 
     model, tok = _load_model(name)
     model.to(device)
     with LocalEndpoint(model, tok, name, seed=opts.seed, max_model_len=max_len) as ep:
-        res = evaluate_subprocess(family, base_url=ep.base_url, model=name, limit=len(hidden),
+        res = evaluate_subprocess(family, base_url=ep.base_url, model=name, limit=limit,
                                   concurrency=opts.eval_concurrency,
                                   max_tokens=min(fam.eval_max_tokens, opts.eval_max_tokens))
-    if res.failed:
-        raise RuntimeError(f"hidden eval of {name}'s base failed: {res.failure_reason}")
-    return res.score
+    res.raise_if_failed()
+    return res
 
 
 def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], None],
@@ -194,7 +195,7 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
             for other in [m.name for m in backend.models]:
                 if other not in baselines and weights_hash(other):  # built here, pin stale or missing
                     t_other = time.time()
-                    baselines[other] = _measure_other_base(other, device, fam.name, hidden, opts, max_len)
+                    baselines[other] = measure_base(other, fam.name, opts, len(hidden), device, max_len).score
                     timings[f"pre_eval_{other}"] = round(time.time() - t_other, 2)
                     log(f"measured {other}'s base: {baselines[other]:.3f}")
             log(f"baselines: {json.dumps(baselines)}")

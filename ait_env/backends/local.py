@@ -96,21 +96,12 @@ class LocalBackend(Backend):
         return JobResult.model_validate_json(path.read_text())
 
     def measure_baseline(self, family: str, model: str) -> BaselineEntry:
-        from ait_env.evaluation import evaluate_subprocess
-        from ait_env.local.catalog import load_model, weights_hash
-        from ait_env.local.endpoint import LocalEndpoint
-        from ait_env.runner import RunnerSettings
+        from ait_env.local.catalog import weights_hash
+        from ait_env.runner import RunnerSettings, measure_base
         from ait_env.secrets import hidden_set, hidden_set_hash
-        from task_families import get_family
 
-        fam = get_family(family)
-        lm, tok = load_model(model)
-        opts = RunnerSettings.model_validate(self.settings.options)
-        with LocalEndpoint(lm, tok, model, seed=0) as ep:
-            res = evaluate_subprocess(family, base_url=ep.base_url, model=model, limit=len(hidden_set(family)),
-                                      concurrency=opts.eval_concurrency,
-                                      max_tokens=min(fam.eval_max_tokens, opts.eval_max_tokens))
-        res.raise_if_failed()
+        opts = RunnerSettings.model_validate({**self.settings.options, "seed": 0})
+        res = measure_base(model, family, opts, len(hidden_set(family)))
         return BaselineEntry(backend=self.name, family=family, model=model, score=res.score, ci95=res.ci95, n=res.n,
                              hidden_set_hash=hidden_set_hash(family), model_hash=weights_hash(model),
                              command=f"python scripts/seed_baselines.py backend={self.name}")
