@@ -261,7 +261,13 @@ class JobWritingEnv(gym.Env[str, str]):
             scores = self.baseline_store.scores(self._spec.family, self._spec.bounds.base_models)
         except BaselinesNotSeeded as exc:
             return f"error: {exc}"
-        lines = [f"{m}: {s:.3f}" for m, s in scores.items()]
+        lines = []
+        for m, score in scores.items():
+            stale = self.baseline_store.get(self._spec.family, m).measured_on_other_weights(
+                self.backend.built_weights_hash(m))
+            lines.append(f"{m}: {score:.3f}" + (" (pinned on other weights than this machine built: the job "
+                                                 "measures this model's base itself, and the reward uses that)"
+                                                 if stale else ""))
         return ("Hidden-eval scores of the untrained base models (fraction correct):\n" + "\n".join(lines)
                 + f"\nYour reward compares the trained model with the best of these ({max(scores.values()):.3f}).")
 

@@ -31,6 +31,18 @@ def test_get_baseline_scores_tool(make_env):
     assert "Qwen/Qwen3-0.6B: 0.116" in obs and "Qwen/Qwen3-1.7B: 0.216" in obs
 
 
+def test_get_baseline_scores_flags_a_pin_measured_on_other_weights(make_env, tmp_path):
+    env = make_env(family="arithmetic")
+    inner = env.unwrapped
+    inner.baseline_store.put([BaselineEntry(backend="stub", family="arithmetic", model="Qwen/Qwen3-0.6B",
+                                            score=0.2, model_hash="old")])
+    inner.backend.built_weights_hash = lambda m: {"Qwen/Qwen3-0.6B": "new"}.get(m, "")
+    env.reset(seed=0)
+    obs, *_ = env.step(call("get_baseline_scores"))
+    assert "Qwen/Qwen3-0.6B: 0.200 (pinned on other weights than this machine built" in obs
+    assert "Qwen/Qwen3-1.7B: 0.216\n" in obs   # no hash recorded: taken as it is, not flagged
+
+
 def test_entry_knows_when_it_was_measured_on_other_weights():
     e = BaselineEntry(backend="local", family="arithmetic", model="m", score=0.5, model_hash="abc")
     assert not e.measured_on_other_weights("abc")

@@ -89,6 +89,11 @@ class Backend(abc.ABC):
     def catalog(self) -> list[ModelInfo]:
         return list(self.settings.models)
 
+    def built_weights_hash(self, model: str) -> str:  # noqa: ARG002
+        """The hash of the weights this machine would train for ``model`` ("" when unknown): a pinned
+        baseline recorded on other weights is then flagged to the agent (the job re-measures it)."""
+        return ""
+
     def estimate_cost_usd(self, bundle: JobBundle) -> float:  # noqa: ARG002
         return self.settings.cost_usd_per_job
 

@@ -50,6 +50,11 @@ class LocalBackend(Backend):
                   "its model (minutes). Until then the probe estimates prompt lengths conservatively. Build "
                   "them now with: python -m ait_env.local.build", file=sys.stderr)
 
+    def built_weights_hash(self, model: str) -> str:
+        from ait_env.local.catalog import weights_hash
+
+        return weights_hash(model)
+
     def model_renderers(self) -> dict[str, str]:
         # The tiny models carry their own chat template (served by our endpoint, or vLLM with
         # the tokenizer's template); prime-rl's renderer map does not know them.
