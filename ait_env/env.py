@@ -258,18 +258,16 @@ class JobWritingEnv(gym.Env[str, str]):
     def _baseline_text(self) -> str:
         assert self._spec is not None
         try:
-            scores = self.baseline_store.scores(self._spec.family, self._spec.bounds.base_models)
+            entries = [self.baseline_store.get(self._spec.family, m) for m in self._spec.bounds.base_models]
         except BaselinesNotSeeded as exc:
             return f"error: {exc}"
-        lines = []
-        for m, score in scores.items():
-            stale = self.baseline_store.get(self._spec.family, m).measured_on_other_weights(
-                self.backend.built_weights_hash(m))
-            lines.append(f"{m}: {score:.3f}" + (" (pinned on other weights than this machine built: the job "
+        lines = [f"{e.model}: {e.score:.3f}" + (" (pinned on other weights than this machine built: the job "
                                                  "measures this model's base itself, and the reward uses that)"
-                                                 if stale else ""))
+                                                 if e.measured_on_other_weights(self.backend.built_weights_hash(e.model))
+                                                 else "") for e in entries]
         return ("Hidden-eval scores of the untrained base models (fraction correct):\n" + "\n".join(lines)
-                + f"\nYour reward compares the trained model with the best of these ({max(scores.values()):.3f}).")
+                + f"\nYour reward compares the trained model with the best of these "
+                f"({max(e.score for e in entries):.3f}).")
 
     def _no_job_status(self) -> str:
         return "invalid" if self._any_parsable else "unparsable"
