@@ -92,9 +92,13 @@ def scratchpad_accuracy(c: Conversation) -> float:
     return right / total if total else 1.0
 
 
-def _pool(family: str, seed: int, min_people: int) -> list[Any]:
+def _pool(family: str, seed: int, min_people: int, max_people: int = 99, min_minutes: int = 0) -> list[Any]:
+    """Training questions (apart from the hidden set); calendar: only those with ``min_people`` to
+    ``max_people`` people and meetings of ``min_minutes`` or longer."""
     fam = get_family(family)
-    return [i for i in fam.generate(9000 + seed, 4000) if len(i.info.get("people", [])) >= min_people]
+    return [i for i in fam.generate(9000 + seed, 4000)
+            if min_people <= len(i.info.get("people", [])) <= max_people
+            and i.info.get("minutes", 0) >= min_minutes]
 
 
 def _lookup_stats(convs: list[Conversation]) -> dict[str, float]:
@@ -120,7 +124,9 @@ def train(a: argparse.Namespace) -> None:
         "scheduler": sched, "loss": {"type": "default"}, "algo": {"type": "grpo"}})
     scale = lr_scale()
     opt = grpo.make_optimizer(model, p, scale)
-    pool = _pool(a.family, a.seed, a.min_people)
+    pool = _pool(a.family, a.seed, a.min_people, a.max_people, a.min_minutes)
+    if not pool:
+        raise SystemExit("no training questions match --min-people/--max-people/--min-minutes")
     ev = hidden_set(a.family)[:a.eval_n]
     gen = torch.Generator().manual_seed(a.seed)
     rng = random.Random(a.seed)
@@ -169,7 +175,7 @@ def save(model: Any, source: Path, dest: Path) -> None:
 def explore(a: argparse.Namespace) -> None:
     fam = get_family(a.family)
     model, tok = load(model_dir(a.model))
-    pool = _pool(a.family, a.seed, a.min_people)[:32]
+    pool = _pool(a.family, a.seed, a.min_people, a.max_people, a.min_minutes)[:32]
     for temp in (float(x) for x in a.temps.split(",")):
         gen = torch.Generator().manual_seed(a.seed)
         insts = pool if temp == 0 else [i for i in pool for _ in range(4)]
@@ -184,6 +190,8 @@ def main() -> None:
     ap.add_argument("--family", default="calendar")
     ap.add_argument("--model", default="ait-tiny-m")
     ap.add_argument("--min-people", type=int, default=0, help="calendar: train on questions with this many people or more")
+    ap.add_argument("--max-people", type=int, default=99, help="calendar: ... and this many or fewer")
+    ap.add_argument("--min-minutes", type=int, default=0, help="calendar: only meetings this long or longer")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--lr", type=float, default=3e-6, help="at job scale (x the backend's lr_scale)")
     ap.add_argument("--sched", choices=["cosine", "constant"], default="cosine")

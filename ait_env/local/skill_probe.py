@@ -16,6 +16,7 @@ CLI: ``python -m ait_env.local.skill_probe --model ait-tiny-m --families calenda
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -63,22 +64,38 @@ def line_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[str, int, 
     return out
 
 
-@torch.no_grad()
-def line_accuracy(model: TinyLM, tok: ChatTokenizer, family: str, n: int = 150,
-                  seed: int = SKILL_SEED) -> dict[str, tuple[int, int]]:
-    """{"<kind> first" | "<kind> later": (right, total)} over ``n`` clean transcripts (module docstring)."""
+@dataclass
+class Transcript:
+    """One clean teacher transcript, tokenized: its ids and, per line the model writes, the line's kind
+    (``"<kind> first"`` / ``"<kind> later"``) and the positions of its tokens."""
+
+    ids: list[int]
+    lines: list[tuple[str, list[int]]]
+
+
+@dataclass
+class LineResult:
+    """A line under teacher forcing: its kind key, whether greedy decoding reproduces it (every token
+    the most likely one) and its *margin*: the smallest, over its tokens, of the teacher token's logit
+    minus the best other logit (negative when a token is not the most likely one)."""
+
+    key: str
+    right: bool
+    margin: float
+
+
+def transcripts(tok: ChatTokenizer, family: str, n: int = 150, seed: int = SKILL_SEED) -> list[Transcript]:
+    """The probe's ``n`` clean teacher transcripts of ``family``, tokenized and split into lines."""
     fam = get_family(family)
     tools = fam.tool_schemas()
-    counts: dict[str, list[int]] = {}
+    out: list[Transcript] = []
     for j, inst in enumerate(fam.generate(seed, n)):
         comp, _ = teacher_completion(family, inst, mode="clean", seed=f"skill:{j}")
         text, spans = assistant_spans(fam.eval_messages(inst) + comp, tools)
         enc = tok.tok.encode(text, add_special_tokens=False)
-        ids = enc.ids
-        pred = model(torch.tensor([ids]), torch.arange(len(ids))[None], None)[0].argmax(-1)
-        right = [False] + (pred[:-1] == torch.tensor(ids[1:])).tolist()
         starts = [a for a, _ in enc.offsets]
         seen: set[str] = set()
+        lines: list[tuple[str, list[int]]] = []
         t = 0
         for kind, a, b in line_spans(text, spans):
             while t < len(starts) and starts[t] < a:
@@ -87,12 +104,37 @@ def line_accuracy(model: TinyLM, tok: ChatTokenizer, family: str, n: int = 150,
             while t < len(starts) and starts[t] < b:
                 toks.append(t)
                 t += 1
-            if not toks:
-                continue
-            key = f"{kind} {'later' if kind in seen else 'first'}"
-            seen.add(kind)
-            c = counts.setdefault(key, [0, 0])
-            c[0] += all(right[i] for i in toks)
+            if toks:
+                lines.append((f"{kind} {'later' if kind in seen else 'first'}", toks))
+                seen.add(kind)
+        out.append(Transcript(list(enc.ids), lines))
+    return out
+
+
+@torch.no_grad()
+def score_lines(model: TinyLM, items: list[Transcript]) -> list[list[LineResult]]:
+    """Per transcript, per line: one teacher-forced pass of ``model`` (see :class:`LineResult`)."""
+    out: list[list[LineResult]] = []
+    for tr in items:
+        ids = torch.tensor([tr.ids])
+        logits = model(ids, torch.arange(len(tr.ids))[None], None)[0].float()
+        # margin of token t (t >= 1) is read at position t - 1
+        gold = logits[:-1].gather(1, ids[0, 1:, None])[:, 0]
+        other = logits[:-1].scatter(1, ids[0, 1:, None], float("-inf")).max(-1).values
+        margin = [float("inf")] + (gold - other).tolist()
+        out.append([LineResult(key, min(margin[i] for i in toks) > 0, min(margin[i] for i in toks))
+                    for key, toks in tr.lines])
+    return out
+
+
+def line_accuracy(model: TinyLM, tok: ChatTokenizer, family: str, n: int = 150,
+                  seed: int = SKILL_SEED) -> dict[str, tuple[int, int]]:
+    """{"<kind> first" | "<kind> later": (right, total)} over ``n`` clean transcripts (module docstring)."""
+    counts: dict[str, list[int]] = {}
+    for lines in score_lines(model, transcripts(tok, family, n, seed)):
+        for r in lines:
+            c = counts.setdefault(r.key, [0, 0])
+            c[0] += r.right
             c[1] += 1
     return {k: (v[0], v[1]) for k, v in sorted(counts.items())}
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from ait_env.local import corpus as C
-from ait_env.local.skill_probe import SKILL_SEED, format_table, line_accuracy, line_spans
+from ait_env.local.skill_probe import SKILL_SEED, format_table, line_accuracy, line_spans, score_lines, transcripts
 from ait_env.local.tokenizer import ChatTokenizer
 from task_families import get_family
 from tests.fakes.scripted_lm import PeekingLM
@@ -56,3 +56,11 @@ def test_a_line_is_wrong_exactly_when_one_of_its_tokens_is(tok: ChatTokenizer) -
     assert sum(r for r, _ in acc.values()) == sum(not re.search(r"\d", s) for s in lines)
     assert 0 < acc["left: later"][0] < acc["left: later"][1]  # "left: none" has no digit, "left: *7" has
     assert "left: later" in format_table("arithmetic", acc)
+
+
+def test_a_line_margin_is_its_weakest_token(tok: ChatTokenizer) -> None:
+    digits = {tok.tok.token_to_id(str(d)) for d in range(10)}
+    items = transcripts(tok, "arithmetic", n=5)
+    lines = [r for t in score_lines(PeekingLM(tok.vocab_size, blind=digits), items) for r in t]
+    assert lines and all(r.margin == (20.0 if r.right else -20.0) for r in lines)
+    assert {r.right for r in lines} == {True, False}
