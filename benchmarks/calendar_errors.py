@@ -1,0 +1,116 @@
+"""Where a local model's calendar score goes: each wrong greedy answer on the hidden set, put in one
+bucket by what the transcript shows, printed as shares of all questions.
+
+    python benchmarks/calendar_errors.py --model ait-tiny-m        # or a model directory (grpo_lab --save)
+
+Buckets (:func:`classify`, first match wins):
+
+- ``right``;
+- ``pm``: the answer is written as ``2 pm`` / ``half past 2`` (the checker cannot read it);
+- ``forgot, slot without them``: not everyone was looked up, and the answer is exactly the earliest
+  slot of the people who were (the habit, with the rest of the work right);
+- ``forgot, other``: not everyone was looked up, and the answer is not even that;
+- ``ignored length``: everyone was looked up and the answer is the first common free *half hour*,
+  though the meeting is longer (the walk stopped at its first free mark);
+- ``no time``: no readable time after ``Answer:``;
+- ``slip``: everyone was looked up and the answer is some other wrong time (a scratchpad error).
+
+The first three wrong buckets are habits the corpus teaches (``corpus.FLAWS["calendar"]``) and that a
+perfectly skilled model could unlearn; ``slip`` is lost skill. The last lines give right / total per
+question size and meeting length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ait_env.local.quick_eval import Conversation, evaluate, load  # noqa: E402
+from task_families.calendar import tools as ctools  # noqa: E402
+from task_families.calendar.family import answer_text, earliest_common_slot, parse_time  # noqa: E402
+
+BUCKETS = ("right", "pm", "forgot, slot without them", "forgot, other", "ignored length", "no time", "slip")
+
+
+def _called(messages: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for m in messages:
+        if m.get("role") != "assistant":
+            continue
+        for call in m.get("tool_calls") or []:
+            args = call["function"]["arguments"]
+            args = json.loads(args) if isinstance(args, str) else args
+            out.append(str((args or {}).get("person")))
+    return out
+
+
+def classify(conv: Conversation) -> str:
+    """The bucket of one finished conversation (module docstring)."""
+    if conv.score >= 1.0:
+        return "right"
+    info = conv.instance.info
+    ans = answer_text(conv.final_text)
+    if ans and re.search(r"\bpm\b|half past", ans, re.IGNORECASE):
+        return "pm"
+    got = parse_time(ans)
+    called = set(_called(conv.messages))
+    seen = [p for p in info["people"] if p in called]
+    if len(seen) < len(info["people"]):
+        masks = [ctools.busy_mask(p, info["day"]) for p in seen]
+        without = earliest_common_slot(masks, info["minutes"]) if masks else None
+        return "forgot, slot without them" if got is not None and got == without else "forgot, other"
+    if got is None:
+        return "no time"
+    first_half = earliest_common_slot([ctools.busy_mask(p, info["day"]) for p in info["people"]], ctools.SLOT)
+    if info["minutes"] > ctools.SLOT and got == first_half:
+        return "ignored length"
+    return "slip"
+
+
+def census(convs: list[Conversation]) -> tuple[Counter[str], dict[str, tuple[int, int]]]:
+    """(bucket counts, {"<k>p <m>min": (right, total)})."""
+    buckets: Counter[str] = Counter()
+    by: dict[str, list[int]] = {}
+    for c in convs:
+        b = classify(c)
+        buckets[b] += 1
+        key = f"{len(c.instance.info['people'])}p {c.instance.info['minutes']}min"
+        cell = by.setdefault(key, [0, 0])
+        cell[0] += b == "right"
+        cell[1] += 1
+    return buckets, {k: (v[0], v[1]) for k, v in sorted(by.items())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="ait-tiny-m", help="catalog name (built first when missing) or a model directory")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N hidden questions")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    path = Path(args.model)
+    if not path.is_dir():
+        from ait_env.local.catalog import ensure_built
+
+        path = ensure_built(args.model)
+    model, tok = load(path)
+    model.eval()
+    summary, convs = evaluate(model, tok, "calendar", limit=args.limit, return_conversations=True)
+    buckets, by = census(convs)
+    print(f"{path}: calendar {summary.score:.3f} on {len(convs)} hidden questions")
+    for b in BUCKETS:
+        print(f"  {b:<28}{buckets[b]:5d}  {buckets[b] / len(convs):6.3f}")
+    print("  right by size: " + ", ".join(f"{k} {r}/{t}" for k, (r, t) in by.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""The calendar error census (``benchmarks/calendar_errors.py``) on the teacher's own transcripts: each
+flaw the teacher takes lands in its bucket."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from ait_env.evaluation import final_text
+from ait_env.local.corpus import final_content, teacher_completion
+from ait_env.local.quick_eval import Conversation
+from task_families import get_family
+
+FAM = get_family("calendar")
+
+
+@pytest.fixture(scope="module")
+def ce():
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "calendar_errors.py"
+    spec = importlib.util.spec_from_file_location("calendar_errors", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _conv(inst, flaw: str | None, seed: int) -> tuple[Conversation, list[str]]:
+    """The clean teacher, or the teacher taking exactly ``flaw`` (the first decision of that name)."""
+    decisions: list[str] = []
+    teacher_completion("calendar", inst, mode="clean", seed=seed, decisions=decisions)
+    force = decisions.index(flaw) if flaw else None
+    comp, used = teacher_completion("calendar", inst, mode="clean", seed=seed, force=force)
+    text = final_text(final_content(comp))
+    conv = Conversation(instance=inst, messages=comp, final_text=text, score=FAM.check(inst, text))
+    return conv, used
+
+
+def test_the_clean_teacher_is_always_right(ce) -> None:
+    convs = [_conv(inst, None, j)[0] for j, inst in enumerate(FAM.generate(11, 40))]
+    buckets, by = ce.census(convs)
+    assert buckets == {"right": 40}
+    assert sum(t for _, t in by.values()) == 40 and all(r == t for r, t in by.values())
+
+
+@pytest.mark.parametrize("flaw, bucket", [
+    ("forget_last:k4", "forgot, slot without them"),
+    ("forget_last:k5", "forgot, slot without them"),
+    ("ignore_length:60", "ignored length"),
+    ("ignore_length:90", "ignored length"),
+    ("format:pm", "pm"),
+])
+def test_each_habit_lands_in_its_bucket(ce, flaw: str, bucket: str) -> None:
+    seen = 0
+    for j, inst in enumerate(FAM.generate(12, 600)):
+        decisions: list[str] = []
+        teacher_completion("calendar", inst, mode="clean", seed=j, decisions=decisions)
+        if flaw not in decisions:
+            continue
+        conv, used = _conv(inst, flaw, j)
+        assert used == [flaw]
+        if conv.score < 1.0:  # the habit did not happen to give the right slot
+            assert ce.classify(conv) == bucket, (inst.question, conv.final_text)
+            seen += 1
+    assert seen >= 3
+
+
+def test_a_wrong_time_after_a_full_lookup_is_a_slip(ce) -> None:
+    inst = next(i for i in FAM.generate(13, 50) if i.info["minutes"] == 30 and i.answer != "16:30")
+    conv, _ = _conv(inst, None, 0)
+    h, m = map(int, inst.answer.split(":"))
+    wrong = f"{h + (m + 30) // 60:02d}:{(m + 30) % 60:02d}"
+    conv.final_text = f"Answer: {wrong}"
+    conv.score = FAM.check(inst, conv.final_text)
+    assert conv.score == 0.0 and ce.classify(conv) == "slip"
+    conv.final_text = "Answer: soon"
+    assert ce.classify(conv) == "no time"
