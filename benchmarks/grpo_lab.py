@@ -11,6 +11,11 @@ person" (calendar, ``--shape``) or with the share of scratchpad lines the rollou
     python benchmarks/grpo_lab.py train --family calendar --steps 30 --lr 1e-6 --sched constant --min-people 4
     python benchmarks/grpo_lab.py train --family calendar --steps 10 --random-adv     # noise-only control
     python benchmarks/grpo_lab.py explore --family calendar --min-people 4 --temps 0,0.7,1.0,1.3
+    python benchmarks/grpo_lab.py train --min-people 2 --max-people 3 --long-share 0.5 --lr 1e-6 \
+        --sched constant --steps 30 --save /tmp/w        # then: benchmarks/calendar_errors.py --model /tmp/w
+
+Calendar's training questions can be narrowed by size (``--min-people``, ``--max-people``), by meeting
+length (``--min-minutes``), or drawn with a set share of meetings over 30 minutes (``--long-share``).
 
 ``train`` (``--save DIR`` keeps the trained weights for ``skill_probe`` / ``flaw_probe --model DIR``)
 prints one JSON line per step (reward, accuracy, for calendar the share of rollouts that
@@ -127,13 +132,24 @@ def train(a: argparse.Namespace) -> None:
     pool = _pool(a.family, a.seed, a.min_people, a.max_people, a.min_minutes)
     if not pool:
         raise SystemExit("no training questions match --min-people/--max-people/--min-minutes")
+    long_pool = [i for i in pool if i.info.get("minutes", 0) > 30]
+    short_pool = [i for i in pool if i.info.get("minutes", 0) <= 30]
+    if a.long_share is not None and not (long_pool and short_pool):
+        raise SystemExit("--long-share needs both 30-minute and longer meetings in the training questions")
     ev = hidden_set(a.family)[:a.eval_n]
     gen = torch.Generator().manual_seed(a.seed)
     rng = random.Random(a.seed)
     t0 = time.time()
     print(json.dumps({"step": 0, "eval": round(evaluate(model, tok, a.family, ev).score, 3)}), flush=True)
+
+    def draw() -> Any:
+        if a.long_share is None:
+            return pool[rng.randrange(len(pool))]
+        part = long_pool if rng.random() < a.long_share else short_pool
+        return part[rng.randrange(len(part))]
+
     for step in range(a.steps):
-        insts = [pool[rng.randrange(len(pool))] for _ in range(a.prompts)]
+        insts = [draw() for _ in range(a.prompts)]
         convs = run_conversations(model, tok, fam, [i for i in insts for _ in range(a.group)],
                                   temperature=a.temp, max_tokens=160, generator=gen, keep_turns=True)
         rewards = [(1 - a.shape - a.process) * c.score + (a.shape * looked_up_everyone(c) if a.shape else 0.0)
@@ -192,6 +208,8 @@ def main() -> None:
     ap.add_argument("--min-people", type=int, default=0, help="calendar: train on questions with this many people or more")
     ap.add_argument("--max-people", type=int, default=99, help="calendar: ... and this many or fewer")
     ap.add_argument("--min-minutes", type=int, default=0, help="calendar: only meetings this long or longer")
+    ap.add_argument("--long-share", type=float, default=None,
+                    help="calendar: draw this share of training questions from meetings over 30 minutes")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--lr", type=float, default=3e-6, help="at job scale (x the backend's lr_scale)")
     ap.add_argument("--sched", choices=["cosine", "constant"], default="cosine")

@@ -69,3 +69,13 @@ def test_habits_are_told_apart_from_scratchpad_errors(lab) -> None:
         assert lab.looked_up_everyone(early) and (lab.scratchpad_accuracy(early) < 1.0) != want_right
         walked_short += not want_right
     assert walked_short > 0
+
+
+def test_the_training_pool_narrows_by_size_and_meeting_length(lab) -> None:
+    every = lab._pool("calendar", 0, 0)
+    short = lab._pool("calendar", 0, 2, max_people=3)
+    long = lab._pool("calendar", 0, 2, max_people=3, min_minutes=60)
+    assert short and long and len(long) < len(short) < len(every)
+    assert {len(i.info["people"]) for i in short} == {2, 3}
+    assert all(i.info["minutes"] >= 60 for i in long) and {30, 60, 90} <= {i.info["minutes"] for i in short}
+    assert [i.question for i in long] == [i.question for i in short if i.info["minutes"] >= 60]

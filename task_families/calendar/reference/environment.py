@@ -1,9 +1,11 @@
 """Reference environment for the calendar family (verifiers 0.2.0 classic API).
 
-Dataset: fresh earliest-common-slot questions of the eval's kind (30/60-minute meetings, Mon-Fri),
-generated from this job's own seed, drawn from the hard end: 4-5 people (``min_difficulty=0.5``). The
-untrained larger model scores 0.48 on 4-5-person questions against 0.64 on 2-3 (the local hidden set),
-and on those it mostly forgets to look up the last person: the rollouts go where it has most to learn.
+Dataset: fresh earliest-common-slot questions of the eval's kind (30/60/90-minute meetings, Mon-Fri),
+generated from this job's own seed, with difficulty uniform in ``[min_difficulty, max_difficulty]``
+(people = 2 + round(3 * difficulty)). By default the hard end, 4-5 people (0.5-1), where an untrained
+model mostly forgets to look up the last person. The local backend's reference job (job.local.toml)
+takes 2-3 people (0-0.49) instead: its tiny models' long scratchpad does not survive RL's update noise
+on 4-5 people, and what training fixes on the short questions carries over.
 Reference answers come from parsing the family's own `busy_slots` results. Reward: 1.0 for the right HH:MM
 after "Answer:", weighted 0.9, plus 0.1 for calling busy_slots at least once per person
 (a correct, tool-using transcript scores 1.0).
@@ -58,10 +60,13 @@ def make_question(rng: random.Random, difficulty: float) -> dict:
     return {"question": question, "answer": answer, "info": {"n_calls": k}}
 
 
-def build_dataset(num_examples: int, seed: int, min_difficulty: float = 0.5) -> Dataset:
-    """Questions with difficulty uniform in [min_difficulty, 1] (0.5: 4-5 people)."""
+def build_dataset(num_examples: int, seed: int, min_difficulty: float = 0.5,
+                  max_difficulty: float = 1.0) -> Dataset:
+    """Questions with difficulty uniform in [min_difficulty, max_difficulty] (0.5-1: 4-5 people; 0-0.49: 2-3)."""
+    if not 0.0 <= min_difficulty <= max_difficulty <= 1.0:
+        raise ValueError(f"need 0 <= min_difficulty <= max_difficulty <= 1, got {min_difficulty}, {max_difficulty}")
     rng = random.Random(seed)
-    return Dataset.from_list([make_question(rng, min_difficulty + (1 - min_difficulty) * rng.random())
+    return Dataset.from_list([make_question(rng, min_difficulty + (max_difficulty - min_difficulty) * rng.random())
                               for _ in range(num_examples)])
 
 
@@ -92,8 +97,8 @@ def tool_use(completion, info, **kwargs) -> float:
 
 
 def load_environment(num_examples: int = 4000, seed: int = 12345, min_difficulty: float = 0.5,
-                     **kwargs) -> vf.Environment:
-    dataset = build_dataset(num_examples, seed, min_difficulty)
+                     max_difficulty: float = 1.0, **kwargs) -> vf.Environment:
+    dataset = build_dataset(num_examples, seed, min_difficulty, max_difficulty)
     rubric = vf.Rubric(funcs=[correct_answer, tool_use], weights=[0.9, 0.1])
     # 6 turns: the longest solution is 5 tool calls + the answer; prompt + 6 x 256 tokens fits seq_len 2048
     return vf.ToolEnv(dataset=dataset, tools=TOOLS, rubric=rubric, system_prompt=SYSTEM_PROMPT, max_turns=6)
