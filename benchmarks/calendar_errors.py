@@ -92,7 +92,8 @@ def census(convs: list[Conversation]) -> tuple[Counter[str], dict[str, tuple[int
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="ait-tiny-m", help="catalog name (built first when missing) or a model directory")
+    ap.add_argument("--model", default="ait-tiny-m",
+                    help="catalog name (built first when missing) or a model directory")
     ap.add_argument("--limit", type=int, default=None, help="only the first N hidden questions")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)

@@ -62,11 +62,14 @@ def make_question(rng: random.Random, difficulty: float) -> dict:
 
 def build_dataset(num_examples: int, seed: int, min_difficulty: float = 0.5,
                   max_difficulty: float = 1.0) -> Dataset:
-    """Questions with difficulty uniform in [min_difficulty, max_difficulty] (0.5-1: 4-5 people; 0-0.49: 2-3)."""
+    """Questions with difficulty uniform in [min_difficulty, max_difficulty] (0.5-1: 4-5 people;
+    0-0.49: 2-3)."""
     if not 0.0 <= min_difficulty <= max_difficulty <= 1.0:
-        raise ValueError(f"need 0 <= min_difficulty <= max_difficulty <= 1, got {min_difficulty}, {max_difficulty}")
+        raise ValueError("need 0 <= min_difficulty <= max_difficulty <= 1, "
+                         f"got {min_difficulty}, {max_difficulty}")
     rng = random.Random(seed)
-    return Dataset.from_list([make_question(rng, min_difficulty + (max_difficulty - min_difficulty) * rng.random())
+    span = max_difficulty - min_difficulty
+    return Dataset.from_list([make_question(rng, min_difficulty + span * rng.random())
                               for _ in range(num_examples)])
 
 
