@@ -34,7 +34,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ait_env.local.quick_eval import Conversation, evaluate, load  # noqa: E402
+from ait_env.local.probe_cli import load_model_arg  # noqa: E402
+from ait_env.local.quick_eval import Conversation, evaluate  # noqa: E402
 from task_families.calendar import tools as ctools  # noqa: E402
 from task_families.calendar.family import answer_text, earliest_common_slot, parse_time  # noqa: E402
 
@@ -97,13 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="only the first N hidden questions")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    path = Path(args.model)
-    if not path.is_dir():
-        from ait_env.local.catalog import ensure_built
-
-        path = ensure_built(args.model)
-    model, tok = load(path)
-    model.eval()
+    model, tok, path = load_model_arg(args.model)
     summary, convs = evaluate(model, tok, "calendar", limit=args.limit, return_conversations=True)
     buckets, by = census(convs)
     print(f"{path}: calendar {summary.score:.3f} on {len(convs)} hidden questions")

@@ -41,9 +41,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ait_env.local.model import TinyLM  # noqa: E402
+from ait_env.local.probe_cli import load_model_arg  # noqa: E402
 from ait_env.local.skill_probe import (  # noqa: E402
     SKILL_SEED, LineResult, Transcript, score_lines, transcripts)
-from ait_env.local.tokenizer import ChatTokenizer  # noqa: E402
 from task_families import FAMILY_NAMES  # noqa: E402
 
 
@@ -137,13 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown families {unknown}; choose from {', '.join(FAMILY_NAMES)}")
     torch.set_num_threads(1)
-    path = Path(args.model)
-    if not path.is_dir():
-        from ait_env.local.catalog import ensure_built
-
-        path = ensure_built(args.model)
-    model, tok = TinyLM.load(path), ChatTokenizer.load(path)
-    model.eval()
+    model, tok, path = load_model_arg(args.model)
     how = ("±delta on every parameter" if args.noise == "sign" else
            f"{args.steps} steps of -delta*sign(grad) with random ±1 advantages, "
            f"{args.batch} transcripts each")

@@ -1,7 +1,7 @@
 """The command line the model probes share (:mod:`ait_env.local.flaw_probe`, :mod:`ait_env.local.skill_probe`).
 
 Contract of :func:`run_probe`: ``--model`` is a catalog name (built first when missing or stale) or a
-model directory; for each of ``--families`` it calls ``measure(model, tokenizer, family, n)``, which
+model directory (:func:`load_model_arg`, which the benchmarks that take ``--model`` share); for each of ``--families`` it calls ``measure(model, tokenizer, family, n)``, which
 returns (a printable table, JSON-serialisable numbers), prints the table at once and, with ``--json``,
 writes ``{family: numbers}`` to that file at the end. One thread, so a probe is cheap next to a build.
 """
@@ -22,6 +22,19 @@ from task_families import FAMILY_NAMES
 Measure = Callable[[TinyLM, ChatTokenizer, str, int], tuple[str, Any]]
 
 
+def load_model_arg(model: str) -> tuple[TinyLM, ChatTokenizer, Path]:
+    """A ``--model`` argument: a model directory, or a catalog name (built first when missing or
+    stale). Returns the model in eval mode, its tokenizer and the directory."""
+    path = Path(model)
+    if not path.is_dir():
+        from ait_env.local.catalog import ensure_built
+
+        path = ensure_built(model)
+    loaded = TinyLM.load(path)
+    loaded.eval()
+    return loaded, ChatTokenizer.load(path), path
+
+
 def run_probe(prog: str, description: str, default_n: int, measure: Measure, argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=prog, description=description)
     ap.add_argument("--model", required=True, help="catalog name (ait-tiny-m) or a model directory")
@@ -30,13 +43,7 @@ def run_probe(prog: str, description: str, default_n: int, measure: Measure, arg
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers to this file")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    path = Path(args.model)
-    if not path.is_dir():
-        from ait_env.local.catalog import ensure_built
-
-        path = ensure_built(args.model)
-    model, tok = TinyLM.load(path), ChatTokenizer.load(path)
-    model.eval()
+    model, tok, _ = load_model_arg(args.model)
     out: dict[str, Any] = {}
     for fam in args.families.split(","):
         table, out[fam] = measure(model, tok, fam, args.n)

@@ -3,8 +3,6 @@ flaw the teacher takes lands in its bucket."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
@@ -12,17 +10,14 @@ from ait_env.evaluation import final_text
 from ait_env.local.corpus import final_content, teacher_completion
 from ait_env.local.quick_eval import Conversation
 from task_families import get_family
+from tests.benchmarks.loader import load_benchmark
 
 FAM = get_family("calendar")
 
 
 @pytest.fixture(scope="module")
 def ce():
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "calendar_errors.py"
-    spec = importlib.util.spec_from_file_location("calendar_errors", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("calendar_errors")
 
 
 def _conv(inst, flaw: str | None, seed: int) -> tuple[Conversation, list[str]]:

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 
 from ait_env.local.skill_probe import LineResult, transcripts
+from tests.benchmarks.loader import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def frag():
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "fragility.py"
-    spec = importlib.util.spec_from_file_location("fragility", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("fragility")
 
 
 def _state(model) -> dict[str, torch.Tensor]:

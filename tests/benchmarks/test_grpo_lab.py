@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from ait_env.local.corpus import teacher_completion
 from ait_env.local.quick_eval import Conversation
 from task_families import get_family
+from tests.benchmarks.loader import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def lab():
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "grpo_lab.py"
-    spec = importlib.util.spec_from_file_location("grpo_lab", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("grpo_lab")
 
 
 def _convs(mode: str, n: int = 30) -> list[Conversation]:
