@@ -1,9 +1,10 @@
 """The command line the model probes share (:mod:`ait_env.local.flaw_probe`, :mod:`ait_env.local.skill_probe`).
 
 Contract of :func:`run_probe`: ``--model`` is a catalog name (built first when missing or stale) or a
-model directory (:func:`load_model_arg`, which the benchmarks that take ``--model`` share); for each of ``--families`` it calls ``measure(model, tokenizer, family, n)``, which
-returns (a printable table, JSON-serialisable numbers), prints the table at once and, with ``--json``,
-writes ``{family: numbers}`` to that file at the end. One thread, so a probe is cheap next to a build.
+model directory (:func:`load_model_arg`, which the benchmarks that take ``--model`` share); for each
+of ``--families`` it calls ``measure(model, tokenizer, family, n)``, which returns (a printable table,
+JSON-serialisable numbers), prints the table at once and, with ``--json``, writes ``{family: numbers}``
+to that file at the end. One thread, so a probe is cheap next to a build.
 """
 
 from __future__ import annotations
