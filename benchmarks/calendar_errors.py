@@ -23,13 +23,10 @@ question size and meeting length.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
-
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -37,21 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ait_env.local.probe_cli import load_model_arg  # noqa: E402
 from ait_env.local.quick_eval import Conversation, evaluate  # noqa: E402
 from task_families.calendar import tools as ctools  # noqa: E402
-from task_families.calendar.family import answer_text, earliest_common_slot, parse_time  # noqa: E402
+from task_families.calendar.family import (  # noqa: E402
+    answer_text, earliest_common_slot, looked_up, parse_time)
 
 BUCKETS = ("right", "pm", "forgot, slot without them", "forgot, other", "ignored length", "no time", "slip")
-
-
-def _called(messages: list[dict[str, Any]]) -> list[str]:
-    out = []
-    for m in messages:
-        if m.get("role") != "assistant":
-            continue
-        for call in m.get("tool_calls") or []:
-            args = call["function"]["arguments"]
-            args = json.loads(args) if isinstance(args, str) else args
-            out.append(str((args or {}).get("person")))
-    return out
 
 
 def classify(conv: Conversation) -> str:
@@ -63,7 +49,7 @@ def classify(conv: Conversation) -> str:
     if ans and re.search(r"\bpm\b|half past", ans, re.IGNORECASE):
         return "pm"
     got = parse_time(ans)
-    called = set(_called(conv.messages))
+    called = looked_up(conv.messages)
     seen = [p for p in info["people"] if p in called]
     if len(seen) < len(info["people"]):
         masks = [ctools.busy_mask(p, info["day"]) for p in seen]

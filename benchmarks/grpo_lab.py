@@ -43,6 +43,7 @@ from ait_env.local.catalog import model_dir
 from ait_env.local.quick_eval import Conversation, evaluate, load, rollout_sequences, run_conversations
 from ait_env.secrets import hidden_set
 from task_families import get_family
+from task_families.calendar.family import looked_up
 
 
 def lr_scale() -> float:
@@ -52,13 +53,7 @@ def lr_scale() -> float:
 
 def looked_up_everyone(c: Conversation) -> bool:
     """Calendar: busy_slots was called for every person the question names."""
-    asked = set()
-    for m in c.messages:
-        for tc in m.get("tool_calls") or []:
-            try:
-                asked.add(json.loads(tc["function"]["arguments"]).get("person"))
-            except (ValueError, AttributeError):
-                continue
+    asked = looked_up(c.messages)
     return all(p in asked for p in c.instance.info.get("people", []))
 
 

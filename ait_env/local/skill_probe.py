@@ -122,8 +122,8 @@ def score_lines(model: TinyLM, items: list[Transcript]) -> list[list[LineResult]
         gold = logits[:-1].gather(1, ids[0, 1:, None])[:, 0]
         other = logits[:-1].scatter(1, ids[0, 1:, None], float("-inf")).max(-1).values
         margin = [float("inf")] + (gold - other).tolist()
-        out.append([LineResult(key, min(margin[i] for i in toks) > 0, min(margin[i] for i in toks))
-                    for key, toks in tr.lines])
+        weakest = [(key, min(margin[i] for i in toks)) for key, toks in tr.lines]
+        out.append([LineResult(key, m > 0, m) for key, m in weakest])
     return out
 
 

@@ -10,6 +10,7 @@ blocks), normalises it to HH:MM and compares it with the start time: 1.0 or 0.0.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 
@@ -44,6 +45,24 @@ def parse_time(text: str | None) -> str | None:
     if hour > 23 or minute > 59:
         return None
     return f"{hour:02d}:{minute:02d}"
+
+
+def looked_up(messages: list[dict]) -> set[str]:
+    """The people a conversation's assistant messages called ``busy_slots`` for (structured tool calls;
+    calls whose arguments are not a JSON object are skipped)."""
+    out: set[str] = set()
+    for m in messages:
+        if m.get("role") != "assistant":
+            continue
+        for call in m.get("tool_calls") or []:
+            args = (call.get("function") or {}).get("arguments")
+            try:
+                args = json.loads(args) if isinstance(args, str) else args
+            except ValueError:
+                continue
+            if isinstance(args, dict) and args.get("person") is not None:
+                out.add(str(args["person"]))
+    return out
 
 
 def earliest_common_slot(masks: list[list[bool]], minutes: int) -> str | None:

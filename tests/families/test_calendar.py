@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from task_families.base import Instance
 from task_families.calendar import tools
-from task_families.calendar.family import FAMILY, earliest_common_slot, parse_time
+from task_families.calendar.family import FAMILY, earliest_common_slot, looked_up, parse_time
 from task_families.calendar.tools import busy_slots
 
 
@@ -51,3 +51,16 @@ def test_difficulty_sets_people_and_checker_reads_times():
     assert FAMILY.check(inst, "Answer: 14:00 (everyone is free)") == 1.0
     assert FAMILY.check(inst, "Answer: 14:30") == 0.0
     assert FAMILY.check(inst, "14:00") == 0.0
+
+
+def test_looked_up_reads_structured_calls_and_skips_broken_arguments() -> None:
+    call = lambda args: {"function": {"name": "busy_slots", "arguments": args}}  # noqa: E731
+    msgs = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "", "tool_calls": [call('{"person": "p3", "day": "Mon"}')]},
+        {"role": "tool", "content": "busy"},
+        {"role": "assistant", "content": "", "tool_calls": [call("{not json"), call('["p9"]'),
+                                                            call({"person": "p8", "day": "Mon"})]},
+    ]
+    assert looked_up(msgs) == {"p3", "p8"}
+    assert looked_up([]) == set()
