@@ -2,6 +2,7 @@
 bucket by what the transcript shows, printed as shares of all questions.
 
     python benchmarks/calendar_errors.py --model ait-tiny-m        # or a model directory (grpo_lab --save)
+    python benchmarks/calendar_errors.py --model ait-tiny-m --force-lookup   # the forgetting habit off
 
 Buckets (:func:`classify`, first match wins):
 
@@ -33,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ait_env.local.probe_cli import load_model_arg  # noqa: E402
 from ait_env.local.quick_eval import Conversation, evaluate  # noqa: E402
+from task_families.base import Instance  # noqa: E402
 from task_families.calendar import tools as ctools  # noqa: E402
 from task_families.calendar.family import (  # noqa: E402
     answer_text, earliest_common_slot, looked_up, parse_time)
@@ -63,6 +65,13 @@ def classify(conv: Conversation) -> str:
     return "slip"
 
 
+def full_lookup_line(inst: Instance) -> str:
+    """The teacher's first scratchpad line with nobody forgotten: the meeting length and everyone after
+    the first person (``left 60: p8 p12``), as in ``corpus.teach_calendar``."""
+    rest = inst.info["people"][1:]
+    return f"left {inst.info['minutes']}: " + (" ".join(rest) or "none") + "\n"
+
+
 def census(convs: list[Conversation]) -> tuple[Counter[str], dict[str, tuple[int, int]]]:
     """(bucket counts, {"<k>p <m>min": (right, total)})."""
     buckets: Counter[str] = Counter()
@@ -82,12 +91,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="ait-tiny-m",
                     help="catalog name (built first when missing) or a model directory")
     ap.add_argument("--limit", type=int, default=None, help="only the first N hidden questions")
+    ap.add_argument("--force-lookup", action="store_true",
+                    help="start each first reply with the teacher's full list of the people still to look up "
+                         "(the forgetting habit switched off), to measure what the rest of the skill gives")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     model, tok, path = load_model_arg(args.model)
-    summary, convs = evaluate(model, tok, "calendar", limit=args.limit, return_conversations=True)
+    summary, convs = evaluate(model, tok, "calendar", limit=args.limit, return_conversations=True,
+                              prefill=full_lookup_line if args.force_lookup else None)
     buckets, by = census(convs)
-    print(f"{path}: calendar {summary.score:.3f} on {len(convs)} hidden questions")
+    forced = ", first line forced to look everyone up" if args.force_lookup else ""
+    print(f"{path}: calendar {summary.score:.3f} on {len(convs)} hidden questions{forced}")
     for b in BUCKETS:
         print(f"  {b:<28}{buckets[b]:5d}  {buckets[b] / len(convs):6.3f}")
     print("  right by size: " + ", ".join(f"{k} {r}/{t}" for k, (r, t) in by.items()))

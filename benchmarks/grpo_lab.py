@@ -39,8 +39,8 @@ import torch
 from ait_env.config import load_group
 from ait_env.jobs.schema import PrimeRL
 from ait_env.local import grpo
-from ait_env.local.catalog import model_dir
-from ait_env.local.quick_eval import Conversation, evaluate, load, rollout_sequences, run_conversations
+from ait_env.local.probe_cli import load_model_arg
+from ait_env.local.quick_eval import Conversation, evaluate, rollout_sequences, run_conversations
 from ait_env.secrets import hidden_set
 from task_families import get_family
 from task_families.calendar.family import looked_up
@@ -114,7 +114,7 @@ def _lookup_stats(convs: list[Conversation]) -> dict[str, float]:
 def train(a: argparse.Namespace) -> None:
     torch.manual_seed(a.seed)
     fam = get_family(a.family)
-    model, tok = load(model_dir(a.model))
+    model, tok, source = load_model_arg(a.model)
     sched = ({"type": "cosine", "warmup_steps": a.warmup, "min_lr": a.lr / 10} if a.sched == "cosine"
              else {"type": "constant"})
     p = PrimeRL.model_validate({
@@ -172,7 +172,7 @@ def train(a: argparse.Namespace) -> None:
             out["eval"] = round(evaluate(model, tok, a.family, ev).score, 3)
         print(json.dumps(out), flush=True)
     if a.save:
-        save(model, model_dir(a.model), Path(a.save))
+        save(model, source, Path(a.save))
 
 
 def save(model: Any, source: Path, dest: Path) -> None:
@@ -185,7 +185,7 @@ def save(model: Any, source: Path, dest: Path) -> None:
 
 def explore(a: argparse.Namespace) -> None:
     fam = get_family(a.family)
-    model, tok = load(model_dir(a.model))
+    model, tok, _ = load_model_arg(a.model)
     pool = _pool(a.family, a.seed, a.min_people, a.max_people, a.min_minutes)[:32]
     for temp in (float(x) for x in a.temps.split(",")):
         gen = torch.Generator().manual_seed(a.seed)
@@ -199,7 +199,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("mode", choices=["train", "explore"])
     ap.add_argument("--family", default="calendar")
-    ap.add_argument("--model", default="ait-tiny-m")
+    ap.add_argument("--model", default="ait-tiny-m", help="catalog name or a model directory (e.g. an earlier --save)")
     ap.add_argument("--min-people", type=int, default=0, help="calendar: train on questions with this many people or more")
     ap.add_argument("--max-people", type=int, default=99, help="calendar: ... and this many or fewer")
     ap.add_argument("--min-minutes", type=int, default=0, help="calendar: only meetings this long or longer")

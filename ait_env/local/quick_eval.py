@@ -44,7 +44,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -120,8 +120,12 @@ def _structured(calls: list[dict[str, Any]], turn: int) -> list[_Call]:
 def run_conversations(model: TinyLM, tok: ChatTokenizer, family: str | TaskFamily, instances: list[Instance], *,
                       temperature: float = 0.0, max_tokens: int = LOCAL_MAX_TOKENS, max_turns: int | None = None,
                       max_model_len: int | None = None, generator: torch.Generator | None = None,
-                      batch_rows: int = 96, keep_turns: bool = False, reuse_kv: bool = True) -> list[Conversation]:
+                      batch_rows: int = 96, keep_turns: bool = False, reuse_kv: bool = True,
+                      prefill: Callable[[Instance], str] | None = None) -> list[Conversation]:
     """Run every instance through the multi-turn tool loop (see the module docstring).
+
+    ``prefill`` (for probes, not for evals or training) gives each instance a text that the model's
+    first reply is forced to start with; the model continues it and the reply keeps it.
 
     ``reuse_kv`` keeps each conversation's keys/values across turns (:class:`TurnCache`: only new tokens
     are prefilled, 2-3x faster); ``reuse_kv=False`` prefills every turn from scratch with
@@ -141,6 +145,7 @@ def run_conversations(model: TinyLM, tok: ChatTokenizer, family: str | TaskFamil
             caches.append(TurnCache())
             for i in order0[b:b + batch_rows]:
                 chunk_of[i] = len(caches) - 1
+    forced: dict[int, str] = {}
     for turn in range(1, max_turns + 1):
         open_ = [c for c in convs if not c.done]
         if not open_:
@@ -157,6 +162,9 @@ def run_conversations(model: TinyLM, tok: ChatTokenizer, family: str | TaskFamil
                 else:
                     c.stop_reason, c.response, c.final_text = "context_length", "", ""
                 continue
+            if turn == 1 and prefill is not None:
+                forced[i] = prefill(c.instance)
+                ids = ids + tok.encode(forced[i])
             prompts[i] = ids
         if reuse_kv:
             for ci, tc in enumerate(caches):
@@ -167,7 +175,7 @@ def run_conversations(model: TinyLM, tok: ChatTokenizer, family: str | TaskFamil
                 outs = generate_cached(model, tc, rows, [prompts[i] for i in rows], limits, temperature,
                                         tok.im_end_id, generator)
                 for i, (toks, lps, finish) in zip(rows, outs):
-                    _apply_reply(fam, convs[i], turn, max_turns, tok.decode(toks))
+                    _apply_reply(fam, convs[i], turn, max_turns, forced.pop(i, "") + tok.decode(toks))
                     if keep_turns:
                         convs[i].turns.append(Turn(prompts[i], toks, lps, finish))
             continue
@@ -182,7 +190,7 @@ def run_conversations(model: TinyLM, tok: ChatTokenizer, family: str | TaskFamil
                 toks, lps, finish = g.tokens, g.logprobs, g.finish_reason
                 if len(toks) > lim:
                     toks, lps, finish = toks[:lim], lps[:lim], "length"
-                _apply_reply(fam, convs[i], turn, max_turns, tok.decode(toks))
+                _apply_reply(fam, convs[i], turn, max_turns, forced.pop(i, "") + tok.decode(toks))
                 if keep_turns:
                     convs[i].turns.append(Turn(prompts[i], toks, lps, finish))
     for c in convs:
@@ -232,7 +240,8 @@ def summarize(family: str, convs: list[Conversation], seconds: float) -> EvalSum
 
 def evaluate(model: TinyLM, tok: ChatTokenizer, family: str, instances: list[Instance] | None = None, *,
              limit: int | None = None, max_tokens: int = LOCAL_MAX_TOKENS,
-             return_conversations: bool = False) -> EvalSummary | tuple[EvalSummary, list[Conversation]]:
+             return_conversations: bool = False, prefill: Callable[[Instance], str] | None = None,
+             ) -> EvalSummary | tuple[EvalSummary, list[Conversation]]:
     """Greedy score of ``model`` on ``family``'s hidden set (or ``instances``), mean ± 95% CI."""
     if instances is None:
         from ait_env.secrets import hidden_set
@@ -241,7 +250,8 @@ def evaluate(model: TinyLM, tok: ChatTokenizer, family: str, instances: list[Ins
     if limit is not None:
         instances = instances[:limit]
     t0 = time.perf_counter()
-    convs = run_conversations(model, tok, family, instances, temperature=0.0, max_tokens=max_tokens)
+    convs = run_conversations(model, tok, family, instances, temperature=0.0, max_tokens=max_tokens,
+                              prefill=prefill)
     summary = summarize(family, convs, time.perf_counter() - t0)
     return (summary, convs) if return_conversations else summary
 

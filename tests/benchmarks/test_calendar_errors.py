@@ -70,3 +70,13 @@ def test_a_wrong_time_after_a_full_lookup_is_a_slip(ce) -> None:
     assert conv.score == 0.0 and ce.classify(conv) == "slip"
     conv.final_text = "Answer: soon"
     assert ce.classify(conv) == "no time"
+
+
+def test_the_forced_first_line_is_the_teachers(ce) -> None:
+    """``--force-lookup`` starts the first reply exactly as the clean teacher does (nobody forgotten)."""
+    for j, inst in enumerate(FAM.generate(14, 20)):
+        comp, _ = teacher_completion("calendar", inst, mode="clean", seed=j)
+        first = next(m for m in comp if m["role"] == "assistant")
+        line = ce.full_lookup_line(inst)
+        assert first["content"].startswith(line)
+        assert line.split(":")[1].split() == (inst.info["people"][1:] or ["none"])

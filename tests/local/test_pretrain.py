@@ -357,3 +357,18 @@ def test_only_a_non_native_float_path_enters_the_fingerprint(monkeypatch) -> Non
     assert native != portable
     monkeypatch.setattr(catalog, "BUILD", catalog.BuildSettings())
     assert catalog.fingerprint("ait-tiny-m") == portable
+
+
+@pytest.mark.parametrize("reuse_kv", [False, True])
+def test_prefill_starts_the_first_reply(micro_model, micro_tokenizer, reuse_kv: bool) -> None:
+    """A forced start is kept in the first reply and continued by the model; later turns are free."""
+    insts = get_family("arithmetic").generate(8, 4)
+    forced = "Let me compute. "
+    convs = quick_eval.run_conversations(micro_model, micro_tokenizer, "arithmetic", insts, max_tokens=24,
+                                         reuse_kv=reuse_kv, prefill=lambda inst: forced)
+    plain = quick_eval.run_conversations(micro_model, micro_tokenizer, "arithmetic", insts, max_tokens=24,
+                                         reuse_kv=reuse_kv)
+    for c, p in zip(convs, plain):
+        first = next(m for m in c.messages if m["role"] == "assistant")
+        assert (first.get("content") or "").startswith(forced.strip()), first
+        assert not (next(m for m in p.messages if m["role"] == "assistant").get("content") or "").startswith(forced)
