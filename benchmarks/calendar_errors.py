@@ -32,6 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ait_env.local.corpus import teacher_completion  # noqa: E402
 from ait_env.local.probe_cli import load_model_arg  # noqa: E402
 from ait_env.local.quick_eval import Conversation, evaluate  # noqa: E402
 from task_families.base import Instance  # noqa: E402
@@ -66,10 +67,11 @@ def classify(conv: Conversation) -> str:
 
 
 def full_lookup_line(inst: Instance) -> str:
-    """The teacher's first scratchpad line with nobody forgotten: the meeting length and everyone after
-    the first person (``left 60: p8 p12``), as in ``corpus.teach_calendar``."""
-    rest = inst.info["people"][1:]
-    return f"left {inst.info['minutes']}: " + (" ".join(rest) or "none") + "\n"
+    """The first scratchpad line of the clean teacher (no flaw taken, so nobody forgotten), e.g.
+    ``left 60: p8 p12``: the line the forgetting habit shortens."""
+    comp, _ = teacher_completion("calendar", inst, mode="clean")
+    first = next(m for m in comp if m["role"] == "assistant")
+    return first["content"].split("\n", 1)[0] + "\n"
 
 
 def census(convs: list[Conversation]) -> tuple[Counter[str], dict[str, tuple[int, int]]]:

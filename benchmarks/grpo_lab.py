@@ -199,7 +199,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("mode", choices=["train", "explore"])
     ap.add_argument("--family", default="calendar")
-    ap.add_argument("--model", default="ait-tiny-m", help="catalog name or a model directory (e.g. an earlier --save)")
+    ap.add_argument("--model", default="ait-tiny-m",
+                    help="catalog name or a model directory (e.g. an earlier --save)")
     ap.add_argument("--min-people", type=int, default=0, help="calendar: train on questions with this many people or more")
     ap.add_argument("--max-people", type=int, default=99, help="calendar: ... and this many or fewer")
     ap.add_argument("--min-minutes", type=int, default=0, help="calendar: only meetings this long or longer")

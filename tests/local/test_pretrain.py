@@ -361,7 +361,7 @@ def test_only_a_non_native_float_path_enters_the_fingerprint(monkeypatch) -> Non
 
 @pytest.mark.parametrize("reuse_kv", [False, True])
 def test_prefill_starts_the_first_reply(micro_model, micro_tokenizer, reuse_kv: bool) -> None:
-    """A forced start is kept in the first reply and continued by the model; later turns are free."""
+    """A forced start is kept at the head of the first reply (which the model does not write by itself)."""
     insts = get_family("arithmetic").generate(8, 4)
     forced = "Let me compute. "
     convs = quick_eval.run_conversations(micro_model, micro_tokenizer, "arithmetic", insts, max_tokens=24,
