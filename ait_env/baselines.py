@@ -1,11 +1,14 @@
-"""Baseline store: hidden-eval scores of the untrained base models, keyed by (backend, family, model).
+"""Baseline store: hidden-eval scores of the untrained base models, keyed by (backend, family, model,
+weights).
 
 The store is a versioned JSON file per backend. Pinned stores ship with the package
 (``ait_env/data/baselines/<backend>.json``); a user store (``<runs_dir>/baselines/<backend>.json``)
 written by ``scripts/seed_baselines.py`` takes precedence. A missing entry is a
 :class:`BaselinesNotSeeded` error that names the command to seed it. An entry records the hash of the
-weights it was measured on where the backend knows it (``model_hash``), so a runner can tell a pinned
-score of other weights from one of the weights it loaded.
+weights it was measured on where the backend knows it (``model_hash``) and of the hidden set, so one
+store can pin several builds of a model (the local models' weights differ between CPU vendors), and a
+runner can tell a pin of other weights, or of another hidden set, from one it can use
+(:meth:`BaselineEntry.stale`).
 """
 
 from __future__ import annotations
@@ -42,10 +45,27 @@ class BaselineEntry(BaseModel):
         (unknown on either side: False, the pin is taken as it is)."""
         return bool(self.model_hash and weights_hash and self.model_hash != weights_hash)
 
+    def measured_on_other_set(self, set_hash: str) -> bool:
+        """True when this entry is a measurement (``n > 0``) on another hidden set than ``set_hash`` (a
+        redrawn family, or another secret seed); unknown on either side: False."""
+        return bool(self.n and self.hidden_set_hash and set_hash and self.hidden_set_hash != set_hash)
+
+    def stale(self, weights_hash: str, set_hash: str) -> str:
+        """Why this pin does not hold for these weights and this hidden set ("" when it does)."""
+        if self.measured_on_other_weights(weights_hash):
+            return f"measured on other weights ({self.model_hash}, built here: {weights_hash})"
+        if self.measured_on_other_set(set_hash):
+            return f"measured on another hidden set ({self.hidden_set_hash}, now: {set_hash})"
+        return ""
+
 
 class BaselineFile(BaseModel):
     version: int = STORE_VERSION
     entries: list[BaselineEntry] = Field(default_factory=list)
+
+
+def _key(e: BaselineEntry) -> tuple[str, str, str]:
+    return (e.family, e.model, e.model_hash)
 
 
 def seed_command(backend: str, family: str | None = None) -> str:
@@ -69,18 +89,25 @@ class BaselineStore:
             return BaselineFile()
         return BaselineFile.model_validate_json(self.user_path.read_text(encoding="utf-8"))
 
-    def entries(self) -> dict[tuple[str, str], BaselineEntry]:
-        out = {(e.family, e.model): e for e in self._pinned().entries}
-        out.update({(e.family, e.model): e for e in self._user().entries})
+    def entries(self) -> dict[tuple[str, str, str], BaselineEntry]:
+        """Every entry by (family, model, weights hash); the user store's replace the pinned ones."""
+        out = {_key(e): e for e in self._pinned().entries}
+        out.update({_key(e): e for e in self._user().entries})
         return out
 
-    def get(self, family: str, model: str) -> BaselineEntry:
-        entry = self.entries().get((family, model))
-        if entry is None:
+    def get(self, family: str, model: str, weights_hash: str = "", set_hash: str = "") -> BaselineEntry:
+        """The entry for ``model`` on ``family``: the one measured on ``weights_hash`` (and then on
+        ``set_hash``) when there is one, else the user store's, else the newest; its
+        :meth:`BaselineEntry.stale` says whether it holds."""
+        user = {_key(e) for e in self._user().entries}
+        found = [(k in user, e) for k, e in self.entries().items() if k[0] == family and k[1] == model]
+        if not found:
             raise BaselinesNotSeeded(
                 f"no baseline for model {model!r} on family {family!r} with backend {self.backend!r}. "
                 f"Seed it with: {seed_command(self.backend, family)}")
-        return entry
+        return max(found, key=lambda ue: (bool(weights_hash) and ue[1].model_hash == weights_hash,
+                                          not ue[1].measured_on_other_set(set_hash), ue[0],
+                                          ue[1].seeded_at))[1]
 
     def scores(self, family: str, models: list[str]) -> dict[str, float]:
         return {m: self.get(family, m).score for m in models}
@@ -91,9 +118,9 @@ class BaselineStore:
         if target is None:
             raise ValueError("no user baseline directory configured; pass path=")
         current = BaselineFile.model_validate_json(target.read_text()) if target.exists() else BaselineFile()
-        merged = {(e.family, e.model): e for e in current.entries}
-        merged.update({(e.family, e.model): e for e in entries})
-        data = BaselineFile(entries=sorted(merged.values(), key=lambda e: (e.family, e.model)))
+        merged = {_key(e): e for e in current.entries}
+        merged.update({_key(e): e for e in entries})
+        data = BaselineFile(entries=sorted(merged.values(), key=_key))
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".tmp")
         tmp.write_text(json.dumps(data.model_dump(), indent=1) + "\n")

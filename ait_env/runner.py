@@ -86,22 +86,25 @@ class _Tee:
 
 def pinned_baselines(store: BaselineStore, family: str, models: list[str], built_hashes: dict[str, str],
                      log: Callable[[str], None]) -> dict[str, float]:
-    """The pinned baseline of each model for ``family``, leaving out every pin that was measured on other
-    weights than the ones built here (``BaselineEntry.model_hash`` against ``built_hashes``: another
-    corpus, or float differences of another machine's build), so the runner measures those models
-    instead (the job's own on its endpoint, the others on a temporary one) and the env's ``best_pre``
-    compares with what this machine's models really score. Each stale pin is logged with the fix."""
+    """The pinned baseline of each model for ``family``, leaving out every pin that does not hold here
+    (:meth:`BaselineEntry.stale`: measured on other weights than the ones built here, i.e. another corpus
+    or another CPU's float path, or on another hidden set), so the runner measures those models instead
+    (the job's own on its endpoint, the others on a temporary one) and the env's ``best_pre`` compares
+    with what this machine's models really score. Each stale pin is logged with the fix."""
+    from ait_env.secrets import hidden_set_hash
+
+    set_hash = hidden_set_hash(family)
     out: dict[str, float] = {}
     for name in models:
+        built = built_hashes.get(name, "")
         try:
-            entry = store.get(family, name)
+            entry = store.get(family, name, built, set_hash)
         except BaselinesNotSeeded:
             continue
-        built = built_hashes.get(name, "")
-        if entry.measured_on_other_weights(built):
-            log(f"the pinned {family} baseline of {name} was measured on other weights ({entry.model_hash}, "
-                f"built here: {built}); measuring it (to re-pin: python scripts/seed_baselines.py backend=local "
-                f"pin=true)")
+        reason = entry.stale(built, set_hash)
+        if reason:
+            log(f"the pinned {family} baseline of {name} was {reason}; measuring it (to pin this build: "
+                f"python scripts/seed_baselines.py backend=local pin=true)")
             continue
         out[name] = entry.score
     return out

@@ -50,3 +50,23 @@ def test_entry_knows_when_it_was_measured_on_other_weights():
     assert not e.measured_on_other_weights("")   # weights unknown here: the pin is taken as it is
     legacy = BaselineEntry(backend="local", family="arithmetic", model="m", score=0.5)
     assert not legacy.measured_on_other_weights("def")   # pinned before hashes were recorded
+
+
+def test_entry_says_why_it_is_stale():
+    e = BaselineEntry(backend="local", family="arithmetic", model="m", score=0.5, model_hash="abc", n=300,
+                      hidden_set_hash="s1")
+    assert e.stale("abc", "s1") == ""
+    assert e.stale("def", "s1") == "measured on other weights (abc, built here: def)"
+    assert e.stale("abc", "s2") == "measured on another hidden set (s1, now: s2)"
+    formula = BaselineEntry(backend="stub", family="arithmetic", model="m", score=0.5, hidden_set_hash="stub-formula")
+    assert formula.stale("", "s2") == ""   # n = 0: a formula, not a measurement of any hidden set
+
+
+def test_store_keeps_one_pin_per_build_and_picks_the_matching_one(tmp_path):
+    store = BaselineStore("local-test", user_dir=tmp_path)
+    store.put([BaselineEntry(backend="local-test", family="arithmetic", model="m", score=s, model_hash=h,
+                             seeded_at=t) for h, s, t in (("a", 0.1, 1.0), ("b", 0.2, 2.0))])
+    assert len(store.entries()) == 2
+    assert store.get("arithmetic", "m", "a").score == 0.1 and store.get("arithmetic", "m", "b").score == 0.2
+    assert store.get("arithmetic", "m").score == 0.2            # weights unknown: the newest
+    assert store.get("arithmetic", "m", "c").score == 0.2       # no pin of these weights: the newest (stale)

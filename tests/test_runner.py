@@ -43,3 +43,19 @@ def test_pins_without_a_hash_and_unbuilt_models_are_trusted(tmp_path: Path) -> N
     store = _store(tmp_path, {"small": "", "large": "bb"})
     got = pinned_baselines(store, "arithmetic", ["small", "large", "absent"], {"small": "aa"}, lines.append)
     assert got == {"small": 0.1, "large": 0.4} and lines == []
+
+
+def test_each_build_takes_its_own_pin_and_a_pin_of_another_hidden_set_is_measured(tmp_path: Path) -> None:
+    from ait_env.secrets import hidden_set_hash
+
+    store = BaselineStore("unit-test-backend", user_dir=tmp_path)
+    now = hidden_set_hash("arithmetic")
+    store.put([BaselineEntry(backend="unit-test-backend", family="arithmetic", model="large", score=s,
+                             model_hash=h, n=300, hidden_set_hash=now) for h, s in (("intel", 0.44), ("amd", 0.43))])
+    for built, want in (("intel", 0.44), ("amd", 0.43)):
+        assert pinned_baselines(store, "arithmetic", ["large"], {"large": built}, lambda _: None) == {"large": want}
+    store.put([BaselineEntry(backend="unit-test-backend", family="arithmetic", model="large", score=0.5,
+                             model_hash="amd", n=300, hidden_set_hash="an-old-set")])
+    lines: list[str] = []
+    assert pinned_baselines(store, "arithmetic", ["large"], {"large": "amd"}, lines.append) == {}
+    assert any(f"measured on another hidden set (an-old-set, now: {now}); measuring it" in x for x in lines)

@@ -297,12 +297,13 @@ def test_build_says_whether_its_weights_are_the_pinned_ones(monkeypatch) -> None
     from ait_env.baselines import BaselineEntry, BaselineStore
     from ait_env.local import build as B
 
-    pins = {("arithmetic", "ait-tiny-m"): BaselineEntry(backend="local", family="arithmetic", model="ait-tiny-m",
-                                                         score=0.5, model_hash="abc")}
+    pins = {("arithmetic", "ait-tiny-m", h): BaselineEntry(backend="local", family="arithmetic", model="ait-tiny-m",
+                                                            score=0.5, model_hash=h) for h in ("abc", "xyz")}
     monkeypatch.setattr(BaselineStore, "entries", lambda self: pins)
     assert B.pinned_match({"name": "ait-tiny-m", "weights_hash": "abc"}) == "weights match the pinned baselines"
+    assert B.pinned_match({"name": "ait-tiny-m", "weights_hash": "xyz"}) == "weights match the pinned baselines"
     other = B.pinned_match({"name": "ait-tiny-m", "weights_hash": "def"})
-    assert other.startswith("weights differ from the pinned baselines' (abc)") and "seed_baselines.py" in other
+    assert other.startswith("weights differ from the pinned baselines' (abc, xyz)") and "seed_baselines.py" in other
     built_here = B.pinned_match({"name": "ait-tiny-m", "weights_hash": "def",
                                  "float_path": {"cpu_capability": "AVX512", "torch": "2.13.0+cpu"}})
     assert "(built with AVX512 kernels, torch 2.13.0+cpu)" in built_here and "vector instructions" in built_here
