@@ -34,6 +34,7 @@ SETTINGS: dict[str, dict[str, str]] = {
     "mkl-avx2": {"MKL_ENABLE_INSTRUCTIONS": "AVX2"},
     "avx2-machine": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
     "portable": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"},
+    "compatible": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"},
 }
 
 _CHILD = """

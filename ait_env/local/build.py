@@ -6,9 +6,10 @@
 2. a pool of ``--jobs`` worker processes (default 2), each single-threaded: on a shared 2-core machine
    two single-threaded processes are much faster than one process with two OpenMP threads (which
    stall whenever another job holds a core), and a fixed thread count keeps the weights reproducible.
-   The workers start under the catalog's float path (:data:`catalog.FLOAT_PATHS`: ``native`` by default;
-   ``portable`` caps torch's and MKL's kernels at AVX2 so that any x86-64 CPU with AVX2 builds the same
-   weights) and each model's ``ait_model.json`` records the path it took (``float_path``).
+   The workers start under the catalog's float path (:data:`catalog.FLOAT_PATHS`: ``portable`` by
+   default, which caps torch's and MKL's kernels at AVX2 so that CPUs of one vendor with AVX2 build the
+   same weights; MKL honours its AVX2 branch on Intel CPUs only) and each model's ``ait_model.json``
+   records the path it took (``float_path``, with the MKL branch that really ran).
    Every requested model pretrains in its own task (:func:`ait_env.local.pretrain.pretrain`);
 3. with ``--eval`` only: as soon as a model is trained, its greedy hidden-eval scores
    (:mod:`ait_env.local.quick_eval`, all 300 questions of every family) are measured in two tasks of
@@ -126,8 +127,9 @@ def float_path_env(path: str) -> Iterator[None]:
 
 def check_float_path(path: str) -> None:
     """Raise unless this process's torch runs the float path's kernels: torch and MKL read the settings
-    once, when they start, so a process that had already used torch cannot switch. MKL's branch cannot
-    be read back from Python; the worker processes get it from their environment at start."""
+    once, when they start, so a process that had already used torch cannot switch. MKL's branch is set
+    by the worker processes' environment at start and recorded after pretraining
+    (:func:`ait_env.local.pretrain.mkl_branch`)."""
     import torch
 
     want = catalog.FLOAT_PATHS[path].get("ATEN_CPU_CAPABILITY")
@@ -321,18 +323,21 @@ def pinned_match(meta: dict[str, Any]) -> str:
     """Whether a built model's weights are the ones its pinned local baselines were measured on."""
     from ait_env.baselines import BaselineStore
 
-    pins = [e for (_, m), e in BaselineStore("local").entries().items() if m == meta["name"] and e.model_hash]
+    pins = [e for (_, m, _), e in BaselineStore("local").entries().items() if m == meta["name"] and e.model_hash]
     if not pins:
         return "no pinned baselines with a weights hash for this model"
-    stale = sorted({e.model_hash for e in pins if e.measured_on_other_weights(meta["weights_hash"])})
-    if not stale:
+    if any(not e.measured_on_other_weights(meta["weights_hash"]) for e in pins):
         return "weights match the pinned baselines"
+    stale = sorted({e.model_hash for e in pins})
     fp = meta.get("float_path") or {}
-    where = f" (built with {fp.get('cpu_capability')} kernels, torch {fp.get('torch')})" if fp else ""
+    where = f" (built with {fp.get('cpu_capability')} kernels, torch {fp.get('torch')}" if fp else ""
+    if fp and fp.get("mkl_branch"):
+        where += f", MKL branch {fp['mkl_branch']}"
+    where += ")" if fp else ""
     return (f"weights differ from the pinned baselines' ({', '.join(stale)}){where}: another corpus, or the "
-            "same one built on a CPU with other vector instructions (README, 'Reproducibility across "
-            "machines'); jobs measure this model's base score themselves; python scripts/seed_baselines.py "
-            "backend=local re-seeds them")
+            "same one built on a CPU with other vector instructions or of another vendor (README, "
+            "'Reproducibility across machines'); jobs measure this model's base score themselves; python "
+            "scripts/seed_baselines.py backend=local pin=true pins this build too")
 
 
 def _print_meta(meta: dict[str, Any]) -> None:

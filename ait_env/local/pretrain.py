@@ -386,19 +386,40 @@ class _Bar:
             self.prog.stop()
 
 
+#: MKL's CNR branch codes (``mkl_cbwr.h``) as ``mkl_cbwr_get(MKL_CBWR_BRANCH)`` returns them.
+MKL_BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1", 8: "SSE4_2",
+                9: "AVX", 10: "AVX2", 12: "AVX512", 14: "AVX512_E1"}
+
+
+def mkl_branch() -> str | None:
+    """The CNR branch MKL runs in this process (``OFF`` when ``MKL_CBWR`` is unset), read from the MKL
+    linked into torch; None where it cannot be read. ``MKL_CBWR=AVX2`` gives ``AUTO`` on a non-Intel CPU
+    (MKL's documented fallback), which is why the portable path's weights differ between vendors."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        code = int(lib.mkl_serv_cbwr_get(1))
+    except (OSError, AttributeError):
+        return None
+    return MKL_BRANCHES.get(code, str(code))
+
+
 def float_path() -> dict[str, Any]:
     """What a build's float arithmetic depends on besides the corpus and the seeds: the same build gives
     bit-identical weights only where all of these agree. The vector instructions matter most: torch's
     CPU kernels and MKL's matrix products take a different code path (and summation order) on an
     AVX512 CPU than on an AVX2 one, and 1,800 pretraining steps turn those last-bit differences into
-    different models (README, "Reproducibility across machines")."""
+    different models, and so does MKL's branch, which depends on the CPU's vendor (README,
+    "Reproducibility across machines")."""
     import platform
 
     import tokenizers
 
     return {"machine": platform.machine(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "torch": torch.__version__, "blas": "mkl" if torch.backends.mkl.is_available() else "other",
-            "mkl_cbwr": os.environ.get("MKL_CBWR"), "aten_cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY"),
+            "mkl_cbwr": os.environ.get("MKL_CBWR"), "mkl_branch": mkl_branch(),
+            "aten_cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY"),
             "threads": torch.get_num_threads(), "tokenizers": tokenizers.__version__}
 
 
