@@ -2,10 +2,11 @@
 
 Dataset: fresh earliest-common-slot questions of the eval's kind (30/60/90-minute meetings, Mon-Fri),
 generated from this job's own seed, with difficulty uniform in ``[min_difficulty, max_difficulty]``
-(people = 2 + round(3 * difficulty)). By default the hard end, 4-5 people (0.5-1), where an untrained
-model mostly forgets to look up the last person. The local backend's reference job (job.local.toml)
-takes 2-3 people (0-0.49) instead: its tiny models' long scratchpad does not survive RL's update noise
-on 4-5 people, and what training fixes on the short questions carries over.
+(people = 2 + round(3 * difficulty)), and, like the hidden eval, only those where every step counts
+(``every_step``): without the last person named the answer would differ, and a meeting over 30 minutes
+does not fit the first half hour everyone has free. By default the hard end, 4-5 people (0.5-1), where
+an untrained model mostly forgets to look up the last person; the local backend's reference job
+(job.local.toml) takes every size (0-1).
 Reference answers come from parsing the family's own `busy_slots` results. Reward: 1.0 for the right HH:MM
 after "Answer:", weighted 0.9, plus 0.1 for calling busy_slots at least once per person
 (a correct, tool-using transcript scores 1.0).
