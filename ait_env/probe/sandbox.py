@@ -81,6 +81,24 @@ def _python_roots() -> list[Path]:
     return sorted(roots)
 
 
+def _descendants(pid: int) -> list[int]:
+    """The live processes below ``pid``, parents first (Linux ``/proc``; empty where it is missing)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def _bwrap_argv(work: Path, runtime: Path) -> list[str]:
     # No --die-with-parent: its PR_SET_PDEATHSIG fires when the *thread* that started bwrap exits (the
     # sandbox is warmed up from a short-lived thread). The zygote exits at EOF on stdin instead, which
@@ -255,13 +273,30 @@ class Sandbox:
             return ""
 
     def close(self) -> None:
+        """Stop the resident process and everything it started. bubblewrap's process inside the pid
+        namespace starts a session of its own, so the outer process's group does not reach it: its
+        descendants are killed one by one (the namespace's processes go with its first), and stdin is
+        closed, which ends the zygote as well."""
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
+            tree = _descendants(proc.pid)
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except OSError:
                 proc.kill()
+            for pid in tree:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
             proc.wait(timeout=10)
+        if proc is not None:
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    if stream is not None:
+                        stream.close()
+                except OSError:
+                    pass
         if self._cgroup is not None:
             try:
                 self._cgroup.rmdir()
