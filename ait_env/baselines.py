@@ -70,7 +70,7 @@ def _key(e: BaselineEntry) -> tuple[str, str, str]:
 
 def seed_command(backend: str, family: str | None = None) -> str:
     cmd = f"python scripts/seed_baselines.py backend={backend}"
-    return cmd + (f" family={family}" if family else "")
+    return cmd + (f" families={family}" if family else "")
 
 
 class BaselineStore:

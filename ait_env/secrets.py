@@ -51,34 +51,13 @@ def hidden_seed(family: str) -> int:
 
 
 @lru_cache(maxsize=64)
-def _pretraining_hidden_set(family: str, seed: int) -> tuple[Instance, ...]:
-    fam = get_family(family)
-    return tuple(fam.hidden_eval(seed, **fam.pretraining_options))
-
-
-@lru_cache(maxsize=64)
 def _hidden_set(family: str, seed: int) -> tuple[Instance, ...]:
-    fam = get_family(family)
-    if not fam.pretraining_options:  # the corpus already leaves these questions out
-        return _pretraining_hidden_set(family, seed)
-    from ait_env.local.corpus import pretraining_keys
-
-    left_out = frozenset(i.key for i in _pretraining_hidden_set(family, seed))
-    return tuple(fam.hidden_eval(seed, exclude=frozenset(pretraining_keys(family, left_out))))
+    return tuple(get_family(family).hidden_eval(seed))
 
 
 def hidden_set(family: str) -> list[Instance]:
     """The hidden eval instances of ``family`` (orchestrator side only)."""
     return list(_hidden_set(family, hidden_seed(family)))
-
-
-def pretraining_hidden_keys(family: str) -> set[str]:
-    """Keys of the set the hidden seed draws from the family's pretraining distribution
-    (``TaskFamily.pretraining_options``): the local models' corpus leaves these out. For most families
-    it is the hidden set; where the eval keeps only some questions (calendar), the hidden set is drawn
-    from the eval's distribution and leaves out the corpus's questions instead, so neither contains
-    the other's."""
-    return {inst.key for inst in _pretraining_hidden_set(family, hidden_seed(family))}
 
 
 def hidden_keys(family: str) -> set[str]:

@@ -93,17 +93,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="ait-tiny-m",
                     help="catalog name (built first when missing) or a model directory")
     ap.add_argument("--limit", type=int, default=None, help="only the first N hidden questions")
+    ap.add_argument("--rule", default=None,
+                    help="bucket the questions the hidden seed draws under this generator rule (balanced, "
+                         "shortcuts_wrong) instead of the hidden set")
     ap.add_argument("--force-lookup", action="store_true",
                     help="start each first reply with the teacher's full list of the people still to look up "
                          "(the forgetting habit switched off), to measure what the rest of the skill gives")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     model, tok, path = load_model_arg(args.model)
-    summary, convs = evaluate(model, tok, "calendar", limit=args.limit, return_conversations=True,
+    instances = None
+    if args.rule:
+        from ait_env.secrets import hidden_seed
+        from task_families.calendar.family import FAMILY
+
+        instances = FAMILY.hidden_eval(hidden_seed("calendar"), rule=args.rule)
+    summary, convs = evaluate(model, tok, "calendar", instances, limit=args.limit, return_conversations=True,
                               prefill=full_lookup_line if args.force_lookup else None)
     buckets, by = census(convs)
     forced = ", first line forced to look everyone up" if args.force_lookup else ""
-    print(f"{path}: calendar {summary.score:.3f} on {len(convs)} hidden questions{forced}")
+    drawn = f" (rule {args.rule})" if args.rule else ""
+    print(f"{path}: calendar {summary.score:.3f} on {len(convs)} hidden questions{drawn}{forced}")
     for b in BUCKETS:
         print(f"  {b:<28}{buckets[b]:5d}  {buckets[b] / len(convs):6.3f}")
     print("  right by size: " + ", ".join(f"{k} {r}/{t}" for k, (r, t) in by.items()))

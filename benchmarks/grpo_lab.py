@@ -15,7 +15,9 @@ person" (calendar, ``--shape``) or with the share of scratchpad lines the rollou
         --sched constant --steps 30 --save /tmp/w        # then: benchmarks/calendar_errors.py --model /tmp/w
 
 Calendar's training questions can be narrowed by size (``--min-people``, ``--max-people``), by meeting
-length (``--min-minutes``), or drawn with a set share of meetings over 30 minutes (``--long-share``).
+length (``--min-minutes``), drawn with a set share of meetings over 30 minutes (``--long-share``), or
+drawn under another generator rule (``--rule balanced``, ``--rule shortcuts_wrong``); ``--eval-rule``
+evaluates on questions the hidden seed draws under a rule.
 
 ``train`` (``--save DIR`` keeps the trained weights for ``skill_probe`` / ``flaw_probe --model DIR``)
 prints one JSON line per step (reward, accuracy, for calendar the share of rollouts that
@@ -92,13 +94,29 @@ def scratchpad_accuracy(c: Conversation) -> float:
     return right / total if total else 1.0
 
 
-def _pool(family: str, seed: int, min_people: int, max_people: int = 99, min_minutes: int = 0) -> list[Any]:
+def _pool(family: str, seed: int, min_people: int, max_people: int = 99, min_minutes: int = 0,
+          rule: str | None = None) -> list[Any]:
     """Training questions (apart from the hidden set); calendar: only those with ``min_people`` to
-    ``max_people`` people and meetings of ``min_minutes`` or longer."""
+    ``max_people`` people and meetings of ``min_minutes`` or longer, drawn under ``rule``
+    (``task_families.calendar.family.RULES``; None: the generator's default)."""
     fam = get_family(family)
-    return [i for i in fam.generate(9000 + seed, 4000)
+    return [i for i in fam.generate(9000 + seed, 4000, **_rule(rule))
             if min_people <= len(i.info.get("people", [])) <= max_people
             and i.info.get("minutes", 0) >= min_minutes]
+
+
+def _rule(rule: str | None) -> dict[str, str]:
+    return {"rule": rule} if rule else {}
+
+
+def eval_set(family: str, rule: str | None, n: int) -> list[Any]:
+    """The first ``n`` hidden questions, or, with a ``rule``, the first ``n`` that the hidden seed draws
+    under it (an experiment's eval set; never a workspace's)."""
+    if not rule:
+        return hidden_set(family)[:n]
+    from ait_env.secrets import hidden_seed
+
+    return get_family(family).hidden_eval(hidden_seed(family), rule=rule)[:n]
 
 
 def _lookup_stats(convs: list[Conversation]) -> dict[str, float]:
@@ -124,14 +142,14 @@ def train(a: argparse.Namespace) -> None:
         "scheduler": sched, "loss": {"type": "default"}, "algo": {"type": "grpo"}})
     scale = lr_scale()
     opt = grpo.make_optimizer(model, p, scale)
-    pool = _pool(a.family, a.seed, a.min_people, a.max_people, a.min_minutes)
+    pool = _pool(a.family, a.seed, a.min_people, a.max_people, a.min_minutes, a.rule)
     if not pool:
         raise SystemExit("no training questions match --min-people/--max-people/--min-minutes")
     long_pool = [i for i in pool if i.info.get("minutes", 0) > 30]
     short_pool = [i for i in pool if i.info.get("minutes", 0) <= 30]
     if a.long_share is not None and not (long_pool and short_pool):
         raise SystemExit("--long-share needs both 30-minute and longer meetings in the training questions")
-    ev = hidden_set(a.family)[:a.eval_n]
+    ev = eval_set(a.family, a.eval_rule, a.eval_n)
     gen = torch.Generator().manual_seed(a.seed)
     rng = random.Random(a.seed)
     t0 = time.time()
@@ -186,7 +204,7 @@ def save(model: Any, source: Path, dest: Path) -> None:
 def explore(a: argparse.Namespace) -> None:
     fam = get_family(a.family)
     model, tok, _ = load_model_arg(a.model)
-    pool = _pool(a.family, a.seed, a.min_people, a.max_people, a.min_minutes)[:32]
+    pool = _pool(a.family, a.seed, a.min_people, a.max_people, a.min_minutes, a.rule)[:32]
     for temp in (float(x) for x in a.temps.split(",")):
         gen = torch.Generator().manual_seed(a.seed)
         insts = pool if temp == 0 else [i for i in pool for _ in range(4)]
@@ -206,6 +224,12 @@ def main() -> None:
     ap.add_argument("--min-minutes", type=int, default=0, help="calendar: only meetings this long or longer")
     ap.add_argument("--long-share", type=float, default=None,
                     help="calendar: draw this share of training questions from meetings over 30 minutes")
+    ap.add_argument("--rule", default=None,
+                    help="calendar: draw the training questions under this generator rule (natural, balanced, "
+                         "shortcuts_wrong; default: the eval's)")
+    ap.add_argument("--eval-rule", default=None,
+                    help="calendar: evaluate on the questions the hidden seed draws under this rule instead of "
+                         "the hidden set")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--lr", type=float, default=3e-6, help="at job scale (x the backend's lr_scale)")
     ap.add_argument("--sched", choices=["cosine", "constant"], default="cosine")

@@ -2,7 +2,7 @@
 
     python scripts/seed_baselines.py backend=stub            # user store: <runs_dir>/baselines/stub.json
     python scripts/seed_baselines.py backend=stub pin=true   # the store shipped with the package
-    python scripts/seed_baselines.py backend=local family=arithmetic
+    python scripts/seed_baselines.py backend=local families=calendar            # or families=[units,calendar]
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig
 from rich.console import Console
 from rich.progress import track
 
@@ -27,7 +27,12 @@ def main(cfg: DictConfig) -> None:
     console = Console()
     backend = make_backend(BackendSettings.model_validate(dict(cfg.backend)))
     env = EnvSettings.model_validate(dict(cfg.env))
-    families = list(FAMILY_NAMES) if cfg.family == "all" else [str(cfg.family)]
+    chosen = cfg.families
+    families = (list(FAMILY_NAMES) if str(chosen) == "all"
+                else [str(f) for f in chosen] if isinstance(chosen, ListConfig) else [str(chosen)])
+    unknown = [f for f in families if f not in FAMILY_NAMES]
+    if unknown:
+        raise SystemExit(f"unknown families {unknown}; choose from {', '.join(FAMILY_NAMES)} or all")
     store = BaselineStore(backend.name, user_dir=Path(env.runs_dir) / "baselines")
     target = PINNED_DIR / f"{backend.name}.json" if cfg.pin else store.user_path
     pairs = [(f, m.name) for f in families for m in backend.catalog()]

@@ -135,9 +135,6 @@ class TaskFamily(ABC):
     eval_max_tokens: ClassVar[int] = 512
     hidden_eval_size: ClassVar[int] = 300
     dev_pool_seed: ClassVar[int] = 1_000_003
-    #: :meth:`generate` options of the local base models' pretraining questions ({}: the eval's own
-    #: distribution). A family whose eval keeps only some questions pretrains on all of them.
-    pretraining_options: ClassVar[dict[str, Any]] = {}
     dev_examples_shown: ClassVar[int] = 3
 
     # ---------------------------------------------------------------- to implement
@@ -238,7 +235,7 @@ class TaskFamily(ABC):
 
     def generate(self, seed: int, n: int, difficulty: float | None = None, **options: Any) -> list[Instance]:
         """``n`` instances from ``seed``; ``difficulty=None`` mixes difficulties uniformly; ``options`` go
-        to :meth:`generate_one` (a family's own knobs)."""
+        to :meth:`generate_one` (a family's own knobs, for experiments; the eval uses the defaults)."""
         rng = random.Random(f"{self.name}:{seed}")
         out = []
         for _ in range(n):
@@ -246,20 +243,14 @@ class TaskFamily(ABC):
             out.append(self.generate_one(rng, d, **options))
         return out
 
-    def pretraining_instances(self, seed: int, n: int) -> list[Instance]:
-        """The questions of the local base models' pretraining corpus (:mod:`ait_env.local.corpus`):
-        :meth:`generate` with :attr:`pretraining_options`."""
-        return self.generate(seed, n, **self.pretraining_options)
-
     def dev_pool(self, **options: Any) -> list[Instance]:
         """Public dev examples (never in the hidden set); ``options`` as in :meth:`generate`."""
         return self.generate(self.dev_pool_seed, 40, **options)
 
-    def hidden_eval(self, secret_seed: int, exclude: frozenset[str] = frozenset(),
-                    **options: Any) -> list[Instance]:
-        """The hidden eval set; dev-pool questions and the keys in ``exclude`` are left out. ``options``
-        (as in :meth:`generate`) draw the set of another distribution, with that distribution's dev pool."""
-        dev = {i.key for i in self.dev_pool(**options)} | set(exclude)
+    def hidden_eval(self, secret_seed: int, **options: Any) -> list[Instance]:
+        """The hidden eval set; dev-pool questions are excluded by key. ``options`` (as in
+        :meth:`generate`) draw a set of another distribution from the same seed, for experiments."""
+        dev = {i.key for i in self.dev_pool(**options)}
         out: list[Instance] = []
         seen: set[str] = set()
         rng_seed = secret_seed

@@ -6,7 +6,7 @@ from conftest import call
 
 def test_unseeded_store_names_the_seed_command(tmp_path):
     store = BaselineStore("nobackend", user_dir=tmp_path)
-    with pytest.raises(BaselinesNotSeeded, match="python scripts/seed_baselines.py backend=nobackend family=arithmetic"):
+    with pytest.raises(BaselinesNotSeeded, match="python scripts/seed_baselines.py backend=nobackend families=arithmetic"):
         store.get("arithmetic", "m")
 
 

@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ait_env.local.corpus import CORPUS_PER_FAMILY
 from ait_env.local.model import TinyConfig
 from ait_env.local.pretrain import PretrainConfig
 
@@ -40,7 +39,7 @@ class BuildSettings:
     vocab_size: int = 1024
     #: transcripts per family in the corpus (shared by both models; fixed so one model alone builds
     #: the same corpus and tokenizer as both together)
-    corpus_per_family: int = CORPUS_PER_FAMILY  # x corpus.FAMILY_WEIGHTS (sum 6.3): 18,900 transcripts
+    corpus_per_family: int = 3000     # x corpus.FAMILY_WEIGHTS (sum 6): 18,000 transcripts
     tokenizer_sample: int = 3000       # first N corpus texts train the tokenizer
     max_position_embeddings: int = 1536
     threads_per_model: int = 1         # fixed thread count = reproducible weights
@@ -117,9 +116,10 @@ def model_dir(name: str) -> Path:
 
 def fingerprint(name: str) -> str:
     """Hash of everything that determines the model's weights (spec, corpus, flaw table, build settings,
-    and the hidden questions the corpus leaves out: other secret seeds make another corpus)."""
+    and the hidden sets, whose questions the corpus leaves out: a secrets file of other seeds makes
+    another corpus, which must not reuse a model pretrained on questions now hidden)."""
     from ait_env.local.corpus import CORPUS_VERSION, FAMILY_WEIGHTS, FLAWS
-    from ait_env.secrets import pretraining_hidden_keys
+    from ait_env.secrets import hidden_set_hash
     from task_families import FAMILY_NAMES
 
     spec = asdict(CATALOG[name])
@@ -133,12 +133,8 @@ def fingerprint(name: str) -> str:
         build["float_path"] = b.float_path
     payload = {"spec": spec, "build": build, "corpus": CORPUS_VERSION, "weights": FAMILY_WEIGHTS,
                "flaws": {k: [(f.key, f.rate) for f in v] for k, v in FLAWS.items()},
-               "left_out": {f: _keys_hash(pretraining_hidden_keys(f)) for f in FAMILY_NAMES}}
+               "hidden_sets": {f: hidden_set_hash(f) for f in FAMILY_NAMES}}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
-
-
-def _keys_hash(keys: set[str]) -> str:
-    return hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()[:16]
 
 
 def read_meta(path: str | Path) -> dict[str, Any] | None:

@@ -70,8 +70,6 @@ from task_families.base import Instance, TaskFamily
 
 #: Base seed of the corpus instances (each family draws ``generate(CORPUS_SEED + k, ...)``).
 CORPUS_SEED = 7_100_000
-#: Transcripts per family of the built models' corpus (times :data:`FAMILY_WEIGHTS`).
-CORPUS_PER_FAMILY = 3000
 #: Corpus format version: part of the corpus hash, bump when the teacher changes.
 CORPUS_VERSION = "flawed-teacher-v14"
 
@@ -574,46 +572,26 @@ def final_content(messages: list[dict[str, Any]]) -> str:
     return str(messages[-1].get("content") or "") if messages else ""
 
 
-def corpus_questions(family: str, n: int, seed: int = CORPUS_SEED,
-                     exclude: set[str] | frozenset[str] | None = None) -> list[tuple[str, Instance]]:
-    """The ``n`` questions of ``family``'s corpus, each with its teacher seed: the family's pretraining
-    instances (:meth:`TaskFamily.pretraining_instances`) from ``seed`` on, skipping keys in ``exclude``."""
-    fam = get_family(family)
-    out: list[tuple[str, Instance]] = []
-    chunk = 0
-    while len(out) < n:
-        for j, inst in enumerate(fam.pretraining_instances(seed + chunk, max(64, n))):
-            if exclude and inst.key in exclude:
-                continue
-            out.append((f"{seed + chunk}:{j}", inst))
-            if len(out) == n:
-                break
-        chunk += 1
-    return out
-
-
 def family_transcripts(family: str, n: int, seed: int = CORPUS_SEED,
-                       exclude: set[str] | frozenset[str] | None = None) -> list[Transcript]:
+                       exclude: set[str] | None = None) -> list[Transcript]:
     """``n`` teacher transcripts of ``family`` (instances whose key is in ``exclude`` are skipped)."""
     fam = get_family(family)
     tools = fam.tool_schemas()
     out: list[Transcript] = []
-    for teacher_seed, inst in corpus_questions(family, n, seed, exclude):
-        comp, used = teacher_completion(family, inst, seed=teacher_seed)
-        msgs = fam.eval_messages(inst) + comp
-        score = float(fam.check(inst, final_content(comp)))
-        text, spans = assistant_spans(msgs, tools)
-        out.append(Transcript(family, inst.key, inst.difficulty, msgs, used, score, text, spans))
+    chunk = 0
+    while len(out) < n:
+        for j, inst in enumerate(fam.generate(seed + chunk, max(64, n))):
+            if exclude and inst.key in exclude:
+                continue
+            comp, used = teacher_completion(family, inst, seed=f"{seed + chunk}:{j}")
+            msgs = fam.eval_messages(inst) + comp
+            score = float(fam.check(inst, final_content(comp)))
+            text, spans = assistant_spans(msgs, tools)
+            out.append(Transcript(family, inst.key, inst.difficulty, msgs, used, score, text, spans))
+            if len(out) == n:
+                break
+        chunk += 1
     return out
-
-
-def pretraining_keys(family: str, exclude: set[str] | frozenset[str]) -> set[str]:
-    """Question keys of ``family`` in the built models' corpus (:data:`CORPUS_PER_FAMILY` x its weight,
-    from :data:`CORPUS_SEED`), given the keys the corpus leaves out
-    (:func:`ait_env.secrets.pretraining_hidden_keys`): what a hidden set of another distribution must
-    leave out in turn."""
-    n = max(1, round(CORPUS_PER_FAMILY * FAMILY_WEIGHTS.get(family, 1.0)))
-    return {inst.key for _, inst in corpus_questions(family, n, CORPUS_SEED, exclude)}
 
 
 @dataclass
@@ -657,24 +635,20 @@ def build_corpus(per_family: int, seed: int = CORPUS_SEED, families: Iterable[st
     """The pretraining corpus: ``per_family`` transcripts of each family (times its weight, when
     ``weights`` is given), interleaved deterministically.
 
-    The questions the hidden seed draws from the pretraining distribution
-    (:func:`ait_env.secrets.pretraining_hidden_keys`, for most families the hidden set itself) are left
-    out by key, and the result is asserted to contain no hidden-eval question (a family whose eval keeps
-    only some questions leaves this corpus's questions out of its hidden set in turn)."""
+    Hidden-eval questions are excluded by key, and the result is asserted to contain none."""
     families = tuple(families)
-    from ait_env.secrets import hidden_keys, hidden_seed, pretraining_hidden_keys
+    from ait_env.secrets import hidden_keys, hidden_seed
 
     by_fam: dict[str, list[Transcript]] = {}
     dropped: dict[str, int] = {}
     for fam in families:
-        exclude = pretraining_hidden_keys(fam) if check_hidden else set()
+        hidden = hidden_keys(fam) if check_hidden else set()
         if check_hidden:
             hs = hidden_seed(fam)
             assert not (hs <= seed < hs + 1000), "corpus seed overlaps the hidden-eval seed range"
         n = max(1, round(per_family * (weights or {}).get(fam, 1.0)))
-        ts = family_transcripts(fam, n, seed, exclude=exclude)
+        ts = family_transcripts(fam, n, seed, exclude=hidden)
         if check_hidden:
-            hidden = hidden_keys(fam)
             leaked = [t.key for t in ts if t.key in hidden]
             assert not leaked, f"hidden-eval questions in the {fam} corpus: {leaked[:3]}"
         by_fam[fam] = ts

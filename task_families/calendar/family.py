@@ -4,11 +4,7 @@ A question names a weekday, a meeting length and 2..5 people ("When is the earli
 on Tue when p3, p8 and p12 are all free?"). The model calls ``busy_slots`` once per person, then
 intersects the free times inside working hours (09:00-17:00, 30-minute grid) and states the start
 time. Difficulty (0..1) sets the number of people (2..5 calls). Instances without any common slot
-are redrawn, and so (rule ``every_step``, the default: :data:`RULES`) are those a shortcut answers:
-where the earliest slot of everyone but the last person named is already the answer (stopping before
-the last call would be right), or where a meeting over 30 minutes starts at the first half hour everyone
-has free (ignoring the length would be right). So every question needs every call and the length.
-``rule="natural"`` keeps any answerable question (the local models' pretraining corpus). The checker reads the first time after the last "Answer:" (after removing ``<think>``
+are redrawn. The checker reads the first time after the last "Answer:" (after removing ``<think>``
 blocks), normalises it to HH:MM and compares it with the start time: 1.0 or 0.0.
 """
 
@@ -78,24 +74,22 @@ def earliest_common_slot(masks: list[list[bool]], minutes: int) -> str | None:
     return None
 
 
-def last_person_counts(masks: list[list[bool]], minutes: int, answer: str) -> bool:
-    """The last person named is busy at the earliest slot the others share (skipping them is wrong)."""
-    return earliest_common_slot(masks[:-1], minutes) != answer
+def shortcuts(masks: list[list[bool]], minutes: int, answer: str) -> tuple[bool, bool]:
+    """(the earliest slot of everyone but the last person named is ``answer``, a meeting over 30 minutes
+    starts at the first half hour everyone has free): whether stopping before the last call, or ignoring
+    the meeting length, would answer the question right."""
+    skip = earliest_common_slot(masks[:-1], minutes) == answer
+    ignore = minutes > tools.SLOT and earliest_common_slot(masks, tools.SLOT) == answer
+    return skip, ignore
 
 
-def length_counts(masks: list[list[bool]], minutes: int, answer: str) -> bool:
-    """A meeting over 30 minutes does not start at the first half hour everyone has free."""
-    return minutes <= tools.SLOT or earliest_common_slot(masks, tools.SLOT) != answer
-
-
-#: Which questions the generator keeps (given everyone's busy masks, the meeting length and the answer):
-#: ``every_step`` (the eval's) needs the last call and the meeting length; ``natural`` keeps all.
-RULES = {
-    "natural": lambda masks, minutes, answer: True,
-    "last_counts": last_person_counts,
-    "every_step": lambda masks, minutes, answer: (last_person_counts(masks, minutes, answer)
-                                                  and length_counts(masks, minutes, answer)),
-}
+#: Which questions the generator keeps. ``natural`` (the eval's, the corpus's): any answerable one;
+#: skipping the last person is right on 44-81% of them, by size. For experiments
+#: (``benchmarks/grpo_lab.py --rule``): ``shortcuts_wrong`` keeps only those both shortcuts get wrong,
+#: which makes "the answer is later than the obvious slot" a rule a policy can learn instead of the
+#: task (README, "Calendar"); ``balanced`` draws, per question, whether each shortcut is to be right as
+#: a fair coin, so that no shortcut pays.
+RULES = ("natural", "balanced", "shortcuts_wrong")
 
 
 def _join(names: list[str]) -> str:
@@ -109,9 +103,7 @@ class CalendarFamily(TaskFamily):
             "earliest 60-minute slot on Tue when p3, p8 and p12 are all free?'. Calendars are only reachable "
             "through the `busy_slots` tool (one call per person and day); the model must call it for every "
             "person, combine the busy intervals within working hours 09:00-17:00, and state the start time "
-            "of the first gap long enough for everyone. Every hidden question needs every step: the last "
-            "person named is always busy at the earliest time the others share, and a meeting over 30 "
-            "minutes never fits the first half hour everyone has free.")
+            "of the first gap long enough for everyone.")
     tools_module = tools
     eval_system_prompt = ("Find the earliest meeting slot. Call busy_slots for every person on the given day, "
                           "find the first time (working hours 09:00-17:00, on the half hour) when all of them "
@@ -121,23 +113,30 @@ class CalendarFamily(TaskFamily):
                      "score 1 or 0 per question, averaged.")
     eval_max_turns = 8
     eval_max_tokens = 256
-    #: the base models pretrain on any answerable question; the eval keeps those where every step counts
-    pretraining_options = {"rule": "natural"}
 
-    def generate_one(self, rng: random.Random, difficulty: float, rule: str = "every_step") -> Instance:
+    def generate_one(self, rng: random.Random, difficulty: float, rule: str = "natural") -> Instance:
+        """One question; ``rule`` (:data:`RULES`) other than the eval's ``natural`` is for experiments."""
         if rule not in RULES:
             raise ValueError(f"unknown calendar rule {rule!r}; known: {', '.join(RULES)}")
         d = min(1.0, max(0.0, difficulty))
         k = 2 + round(3 * d)
         durations = {2: [60, 90], 3: [30, 60], 4: [30, 60], 5: [30]}[k]
+        want = (rng.random() < 0.5, rng.random() < 0.5) if rule == "balanced" else None
         while True:
             people = [f"p{i}" for i in rng.sample(range(1, tools.N_PEOPLE + 1), k)]
             day = rng.choice(tools.DAYS)
             minutes = rng.choice(durations)
             masks = [tools.busy_mask(p, day) for p in people]
             answer = earliest_common_slot(masks, minutes)
-            if answer is not None and RULES[rule](masks, minutes, answer):
-                break
+            if answer is None:
+                continue
+            if rule != "natural":
+                skip, ignore = shortcuts(masks, minutes, answer)
+                if rule == "shortcuts_wrong" and (skip or ignore):
+                    continue
+                if want is not None and (skip != want[0] or (minutes > tools.SLOT and ignore != want[1])):
+                    continue
+            break
         question = (f"When is the earliest {minutes}-minute slot on {day} when {_join(people)} "
                     f"are {'both' if k == 2 else 'all'} free?")
         return Instance(question=question, answer=answer, difficulty=d,

@@ -131,6 +131,12 @@ def test_catalog_cache_dir_and_fingerprint(monkeypatch, tmp_path) -> None:
     assert catalog.fingerprint("ait-tiny-s") == catalog.fingerprint("ait-tiny-s")
     assert catalog.fingerprint("ait-tiny-s") != catalog.fingerprint("ait-tiny-m")
     assert not catalog.is_current("ait-tiny-s")
+    # a secrets file of other seeds: the corpus leaves out other questions, so the cache is another build
+    default = catalog.fingerprint("ait-tiny-s")
+    secrets_file = tmp_path / "secrets.json"
+    secrets_file.write_text('{"persona": 12345}')
+    monkeypatch.setenv("AIT_SECRETS_FILE", str(secrets_file))
+    assert catalog.fingerprint("ait-tiny-s") != default
     with pytest.raises(KeyError):
         catalog.model_dir("gpt-5")
     s, m = catalog.CATALOG["ait-tiny-s"], catalog.CATALOG["ait-tiny-m"]

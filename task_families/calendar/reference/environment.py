@@ -2,11 +2,10 @@
 
 Dataset: fresh earliest-common-slot questions of the eval's kind (30/60/90-minute meetings, Mon-Fri),
 generated from this job's own seed, with difficulty uniform in ``[min_difficulty, max_difficulty]``
-(people = 2 + round(3 * difficulty)), and, like the hidden eval, only those where every step counts
-(``every_step``): without the last person named the answer would differ, and a meeting over 30 minutes
-does not fit the first half hour everyone has free. By default the hard end, 4-5 people (0.5-1), where
-an untrained model mostly forgets to look up the last person; the local backend's reference job
-(job.local.toml) takes every size (0-1).
+(people = 2 + round(3 * difficulty)). By default the hard end, 4-5 people (0.5-1), where an untrained
+model mostly forgets to look up the last person. The local backend's reference job (job.local.toml)
+takes 2-3 people (0-0.49) instead: its tiny models' long scratchpad does not survive RL's update noise
+on 4-5 people, and what training fixes on the short questions carries over.
 Reference answers come from parsing the family's own `busy_slots` results. Reward: 1.0 for the right HH:MM
 after "Answer:", weighted 0.9, plus 0.1 for calling busy_slots at least once per person
 (a correct, tool-using transcript scores 1.0).
@@ -46,21 +45,14 @@ def earliest_slot(people: list[str], day: str, minutes: int) -> str | None:
     return None
 
 
-def every_step_counts(people: list[str], day: str, minutes: int, answer: str) -> bool:
-    """The eval's questions: without the last person, or for 30 minutes, the answer would differ."""
-    if earliest_slot(people[:-1], day, minutes) == answer:
-        return False
-    return minutes <= 30 or earliest_slot(people, day, 30) != answer
-
-
-def make_question(rng: random.Random, difficulty: float, every_step: bool = True) -> dict:
+def make_question(rng: random.Random, difficulty: float) -> dict:
     k = 2 + round(3 * difficulty)
     while True:
         people = [f"p{i}" for i in rng.sample(range(1, N_PEOPLE + 1), k)]
         day = rng.choice(DAYS)
         minutes = rng.choice(DURATIONS[k])
         answer = earliest_slot(people, day, minutes)
-        if answer is not None and (not every_step or every_step_counts(people, day, minutes, answer)):
+        if answer is not None:
             break
     names = ", ".join(people[:-1]) + " and " + people[-1]
     question = (f"When is the earliest {minutes}-minute slot on {day} when {names} "
@@ -69,16 +61,15 @@ def make_question(rng: random.Random, difficulty: float, every_step: bool = True
 
 
 def build_dataset(num_examples: int, seed: int, min_difficulty: float = 0.5,
-                  max_difficulty: float = 1.0, every_step: bool = True) -> Dataset:
+                  max_difficulty: float = 1.0) -> Dataset:
     """Questions with difficulty uniform in [min_difficulty, max_difficulty] (0.5-1: 4-5 people;
-    0-0.49: 2-3); with ``every_step`` only those the hidden eval asks (each needs the last call and the
-    meeting length)."""
+    0-0.49: 2-3)."""
     if not 0.0 <= min_difficulty <= max_difficulty <= 1.0:
         raise ValueError("need 0 <= min_difficulty <= max_difficulty <= 1, "
                          f"got {min_difficulty}, {max_difficulty}")
     rng = random.Random(seed)
     span = max_difficulty - min_difficulty
-    return Dataset.from_list([make_question(rng, min_difficulty + span * rng.random(), every_step)
+    return Dataset.from_list([make_question(rng, min_difficulty + span * rng.random())
                               for _ in range(num_examples)])
 
 
@@ -109,8 +100,8 @@ def tool_use(completion, info, **kwargs) -> float:
 
 
 def load_environment(num_examples: int = 4000, seed: int = 12345, min_difficulty: float = 0.5,
-                     max_difficulty: float = 1.0, every_step: bool = True, **kwargs) -> vf.Environment:
-    dataset = build_dataset(num_examples, seed, min_difficulty, max_difficulty, every_step)
+                     max_difficulty: float = 1.0, **kwargs) -> vf.Environment:
+    dataset = build_dataset(num_examples, seed, min_difficulty, max_difficulty)
     rubric = vf.Rubric(funcs=[correct_answer, tool_use], weights=[0.9, 0.1])
     # 6 turns: the longest solution is 5 tool calls + the answer; prompt + 6 x 256 tokens fits seq_len 2048
     return vf.ToolEnv(dataset=dataset, tools=TOOLS, rubric=rubric, system_prompt=SYSTEM_PROMPT, max_turns=6)
