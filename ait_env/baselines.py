@@ -91,23 +91,31 @@ class BaselineStore:
 
     def entries(self) -> dict[tuple[str, str, str], BaselineEntry]:
         """Every entry by (family, model, weights hash); the user store's replace the pinned ones."""
-        out = {_key(e): e for e in self._pinned().entries}
-        out.update({_key(e): e for e in self._user().entries})
-        return out
+        return {**{_key(e): e for e in self._pinned().entries}, **{_key(e): e for e in self._user().entries}}
 
-    def get(self, family: str, model: str, weights_hash: str = "", set_hash: str = "") -> BaselineEntry:
-        """The entry for ``model`` on ``family``: the one measured on ``weights_hash`` (and then on
-        ``set_hash``) when there is one, else the user store's, else the newest; its
-        :meth:`BaselineEntry.stale` says whether it holds."""
-        user = {_key(e) for e in self._user().entries}
-        found = [(k in user, e) for k, e in self.entries().items() if k[0] == family and k[1] == model]
+    def get(self, family: str, model: str, weights_hash: str = "") -> BaselineEntry:
+        """The entry for ``model`` on ``family``: the one measured on ``weights_hash`` when there is one,
+        else the user store's, else the newest (:meth:`lookup` says whether it holds)."""
+        user = [e for e in self._user().entries if e.family == family and e.model == model]
+        taken = {_key(e) for e in user}
+        found = [(True, e) for e in user] + [(False, e) for e in self._pinned().entries
+                                             if e.family == family and e.model == model and _key(e) not in taken]
         if not found:
             raise BaselinesNotSeeded(
                 f"no baseline for model {model!r} on family {family!r} with backend {self.backend!r}. "
                 f"Seed it with: {seed_command(self.backend, family)}")
-        return max(found, key=lambda ue: (bool(weights_hash) and ue[1].model_hash == weights_hash,
-                                          not ue[1].measured_on_other_set(set_hash), ue[0],
+        return max(found, key=lambda ue: (bool(weights_hash) and ue[1].model_hash == weights_hash, ue[0],
                                           ue[1].seeded_at))[1]
+
+    def lookup(self, family: str, model: str, weights_hash: str = "") -> tuple[BaselineEntry, str]:
+        """(:meth:`get`'s entry, why it does not hold for these weights and the current hidden set, or "")."""
+        entry = self.get(family, model, weights_hash)
+        set_hash = ""
+        if entry.n:  # a measurement, not a formula: it holds only for the set it was measured on
+            from ait_env.secrets import hidden_set_hash
+
+            set_hash = hidden_set_hash(family)
+        return entry, entry.stale(weights_hash, set_hash)
 
     def scores(self, family: str, models: list[str]) -> dict[str, float]:
         return {m: self.get(family, m).score for m in models}

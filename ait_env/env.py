@@ -33,7 +33,6 @@ from ait_env.probe import ValidationProbe
 from ait_env.probe.dynamic import DynamicProbe
 from ait_env.probe.sandbox import SandboxError
 from ait_env.reward import RewardBreakdown, compose as compose_reward
-from ait_env.secrets import hidden_set_hash
 from ait_env.spaces import UnicodeText
 from ait_env.spec import system_prompt, task_message
 from ait_env.tools import ToolBox, ToolOutcome, tool_schemas
@@ -258,17 +257,16 @@ class JobWritingEnv(gym.Env[str, str]):
 
     def _baseline_text(self) -> str:
         assert self._spec is not None
-        family = self._spec.family
-        set_hash = hidden_set_hash(family)
-        built = {m: self.backend.built_weights_hash(m) for m in self._spec.bounds.base_models}
         try:
-            entries = [self.baseline_store.get(family, m, built[m], set_hash) for m in self._spec.bounds.base_models]
+            pins = [self.baseline_store.lookup(self._spec.family, m, self.backend.built_weights_hash(m))
+                    for m in self._spec.bounds.base_models]
         except BaselinesNotSeeded as exc:
             return f"error: {exc}"
+        entries = [e for e, _ in pins]
         lines = [f"{e.model}: {e.score:.3f}" + (" (pinned on other weights than this machine built, or on "
                                                  "another hidden set: the job measures this model's base "
-                                                 "itself, and the reward uses that)"
-                                                 if e.stale(built[e.model], set_hash) else "") for e in entries]
+                                                 "itself, and the reward uses that)" if stale else "")
+                 for e, stale in pins]
         return ("Hidden-eval scores of the untrained base models (fraction correct):\n" + "\n".join(lines)
                 + f"\nYour reward compares the trained model with the best of these "
                 f"({max(e.score for e in entries):.3f}).")

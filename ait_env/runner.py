@@ -91,17 +91,12 @@ def pinned_baselines(store: BaselineStore, family: str, models: list[str], built
     or another CPU's float path, or on another hidden set), so the runner measures those models instead
     (the job's own on its endpoint, the others on a temporary one) and the env's ``best_pre`` compares
     with what this machine's models really score. Each stale pin is logged with the fix."""
-    from ait_env.secrets import hidden_set_hash
-
-    set_hash = hidden_set_hash(family)
     out: dict[str, float] = {}
     for name in models:
-        built = built_hashes.get(name, "")
         try:
-            entry = store.get(family, name, built, set_hash)
+            entry, reason = store.lookup(family, name, built_hashes.get(name, ""))
         except BaselinesNotSeeded:
             continue
-        reason = entry.stale(built, set_hash)
         if reason:
             log(f"the pinned {family} baseline of {name} was {reason}; measuring it (to pin this build: "
                 f"python scripts/seed_baselines.py backend=local pin=true)")

@@ -70,3 +70,18 @@ def test_store_keeps_one_pin_per_build_and_picks_the_matching_one(tmp_path):
     assert store.get("arithmetic", "m", "a").score == 0.1 and store.get("arithmetic", "m", "b").score == 0.2
     assert store.get("arithmetic", "m").score == 0.2            # weights unknown: the newest
     assert store.get("arithmetic", "m", "c").score == 0.2       # no pin of these weights: the newest (stale)
+
+
+def test_lookup_says_why_a_pin_does_not_hold(tmp_path):
+    from ait_env.secrets import hidden_set_hash
+
+    store = BaselineStore("local-test", user_dir=tmp_path)
+    store.put([BaselineEntry(backend="local-test", family="units", model="m", score=0.4, model_hash="a", n=300,
+                             hidden_set_hash=hidden_set_hash("units")),
+               BaselineEntry(backend="local-test", family="persona", model="m", score=0.3, model_hash="a", n=300,
+                             hidden_set_hash="an-old-set")])
+    assert store.lookup("units", "m", "a")[1] == ""
+    assert store.lookup("units", "m", "b")[1] == "measured on other weights (a, built here: b)"
+    assert store.lookup("persona", "m", "a")[1].startswith("measured on another hidden set (an-old-set, now: ")
+    stub = BaselineStore("stub", user_dir=tmp_path)   # formula entries (n = 0) hold for any hidden set
+    assert stub.lookup("arithmetic", "Qwen/Qwen3-0.6B")[1] == ""

@@ -330,10 +330,8 @@ def pinned_match(meta: dict[str, Any]) -> str:
         return "weights match the pinned baselines"
     stale = sorted({e.model_hash for e in pins})
     fp = meta.get("float_path") or {}
-    where = f" (built with {fp.get('cpu_capability')} kernels, torch {fp.get('torch')}" if fp else ""
-    if fp and fp.get("mkl_branch"):
-        where += f", MKL branch {fp['mkl_branch']}"
-    where += ")" if fp else ""
+    mkl = f", MKL branch {fp['mkl_branch']}" if fp.get("mkl_branch") else ""
+    where = f" (built with {fp.get('cpu_capability')} kernels, torch {fp.get('torch')}{mkl})" if fp else ""
     return (f"weights differ from the pinned baselines' ({', '.join(stale)}){where}: another corpus, or the "
             "same one built on a CPU with other vector instructions or of another vendor (README, "
             "'Reproducibility across machines'); jobs measure this model's base score themselves; python "
