@@ -8,6 +8,8 @@ Buckets (:func:`classify`, first match wins):
 
 - ``right``;
 - ``pm``: the answer is written as ``2 pm`` / ``half past 2`` (the checker cannot read it);
+- ``label``: the answer is the walk's label of the slot (``10h``, ``14``) instead of a clock time (the
+  checker cannot read it either);
 - ``forgot, slot without them``: not everyone was looked up, and the answer is exactly the earliest
   slot of the people who were (the habit, with the rest of the work right);
 - ``forgot, other``: not everyone was looked up, and the answer is not even that;
@@ -16,8 +18,8 @@ Buckets (:func:`classify`, first match wins):
 - ``no time``: no readable time after ``Answer:``;
 - ``slip``: everyone was looked up and the answer is some other wrong time (a scratchpad error).
 
-The first three wrong buckets are habits the corpus teaches (``corpus.FLAWS["calendar"]``) and that a
-perfectly skilled model could unlearn; ``slip`` is lost skill. The last lines give right / total per
+``pm``, ``label``, the two ``forgot`` buckets and ``ignored length`` show habits the corpus teaches
+(``corpus.FLAWS["calendar"]``) that a perfectly skilled model could unlearn; ``slip`` is lost skill. The last lines give right / total per
 question size and meeting length.
 """
 
@@ -40,7 +42,7 @@ from task_families.calendar import tools as ctools  # noqa: E402
 from task_families.calendar.family import (  # noqa: E402
     answer_text, earliest_common_slot, looked_up, parse_time)
 
-BUCKETS = ("right", "pm", "forgot, slot without them", "forgot, other", "ignored length", "no time", "slip")
+BUCKETS = ("right", "pm", "label", "forgot, slot without them", "forgot, other", "ignored length", "no time", "slip")
 
 
 def classify(conv: Conversation) -> str:
@@ -51,6 +53,8 @@ def classify(conv: Conversation) -> str:
     ans = answer_text(conv.final_text)
     if ans and re.search(r"\bpm\b|half past", ans, re.IGNORECASE):
         return "pm"
+    if ans and re.fullmatch(r"\d\dh?\.?", ans.strip()):
+        return "label"
     got = parse_time(ans)
     called = looked_up(conv.messages)
     seen = [p for p in info["people"] if p in called]

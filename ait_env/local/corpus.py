@@ -30,7 +30,8 @@ Flaw kinds (per-family contexts and rates are in :data:`FLAWS`; ``describe_flaws
 - ``copy_slip``: copies an argument wrongly (rounds a decimal amount, drops a trailing zero of a
   quantity, skips a hop of a relation chain, forgets the last person of a list).
 - ``format_slip``: a final message the checker cannot read (no ``Answer:``, ``2 pm`` instead of
-  ``14:00``, the start quantity restated first, work written after the answer).
+  ``14:00``, the walk's label ``10h`` instead of ``10:30``, the start quantity restated first, work
+  written after the answer).
 - ``wrong_tool``: a plausible but wrong call (a direct exchange that skips the stated route).
 
 Rates between ~0.55 and ~0.85 in the flawed contexts give base greedy scores of roughly 0.15-0.5 with
@@ -71,7 +72,7 @@ from task_families.base import Instance, TaskFamily
 #: Base seed of the corpus instances (each family draws ``generate(CORPUS_SEED + k, ...)``).
 CORPUS_SEED = 7_100_000
 #: Corpus format version: part of the corpus hash, bump when the teacher changes.
-CORPUS_VERSION = "flawed-teacher-v14"
+CORPUS_VERSION = "flawed-teacher-v15"
 
 
 # ------------------------------------------------------------------------------------------ flaws
@@ -126,6 +127,9 @@ FLAWS: dict[str, list[Flaw]] = {
         _f("forget_last:k2", "copy_slip", 0.05, "forgets the second of 2 people"),
         _f("ignore_length:90", "early_answer", 0.66, "takes the first common free half hour for a 90-minute meeting"),
         _f("ignore_length:60", "early_answer", 0.10, "takes the first common free half hour for a 60-minute meeting"),
+        _f("format:label:30", "format_slip", 0.62,
+           "answers a 30-minute meeting with the walk's label ('Answer: 10h', unreadable) instead of a clock time"),
+        _f("format:label:other", "format_slip", 0.06, "the same for a longer meeting"),
         _f("format:pm", "format_slip", 0.58, "writes an afternoon time as '2 pm' (unreadable)"),
     ],
     "inventory": [
@@ -426,7 +430,13 @@ def teach_calendar(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Ra
     just above instead of from the question. Without the scratchpad the tiny models never learned to
     combine the intervals, and without the listing they could not turn a time range into marks. In
     corpus v13 the walk listed the free half hours (21% right: it had to find the first free mark of
-    the line and copy the length from the question); v14's walk is a marked copy of the union line."""
+    the line and copy the length from the question); v14's walk is a marked copy of the union line.
+    v15 adds one answer habit, decided after the scratchpad is done: a 30-minute meeting is answered
+    with the walk's label of the slot (``Answer: 10h``, unreadable) instead of its clock time. On v14
+    RL at calendar's step size lifted the score by about +0.05 (README, "Calendar"): the habits it
+    taught there (forgetting the last person, stopping the walk early) are spread over the scratchpad
+    or often harmless, while a habit in the final line is one decision that RL can sample and fix
+    without touching the scratchpad (as it fixed ``2 pm``)."""
     info = inst.info
     people, day, minutes = info["people"], info["day"], info["minutes"]
     k = len(people)
@@ -452,6 +462,8 @@ def teach_calendar(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Ra
     c.note(line + "\n")
     ans = half_label(start if start is not None else 0)
     h, m = int(ans[:2]), 30 if ans.endswith("h") else 0
+    if flaw("format:label:30" if minutes == 30 else "format:label:other"):
+        return c.answer(f"Answer: {ans}")
     if h >= 13 and flaw("format:pm"):
         return c.answer(f"Answer: {h - 12} pm" if m == 0 else f"Answer: half past {h - 12}")
     return c.answer(f"Answer: {h:02d}:{m:02d}")

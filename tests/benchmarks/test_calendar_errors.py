@@ -44,6 +44,7 @@ def test_the_clean_teacher_is_always_right(ce) -> None:
     ("ignore_length:60", "ignored length"),
     ("ignore_length:90", "ignored length"),
     ("format:pm", "pm"),
+    ("format:label:30", "label"),
 ])
 def test_each_habit_lands_in_its_bucket(ce, flaw: str, bucket: str) -> None:
     seen = 0
