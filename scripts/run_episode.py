@@ -30,7 +30,7 @@ def main(cfg: DictConfig) -> None:
         from ait_env.local.catalog import cache_root
 
         console.print("[bold]local backend[/bold]: checking the base models (the first run builds them: "
-                      f"about 10 minutes on 2 cores, cached in {cache_root()})")
+                      f"5 to 10 minutes on 2 cores, cached in {cache_root()})")
         build([m["name"] for m in cfg.backend.models])
     env = JobWritingEnv(settings=settings_from_cfg(cfg))
     agent = AGENTS[cfg.agent]()
