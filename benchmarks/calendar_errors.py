@@ -19,8 +19,8 @@ Buckets (:func:`classify`, first match wins):
 - ``slip``: everyone was looked up and the answer is some other wrong time (a scratchpad error).
 
 ``pm``, ``label``, the two ``forgot`` buckets and ``ignored length`` show habits the corpus teaches
-(``corpus.FLAWS["calendar"]``) that a perfectly skilled model could unlearn; ``slip`` is lost skill. The last lines give right / total per
-question size and meeting length.
+(``corpus.FLAWS["calendar"]``) that a perfectly skilled model could unlearn; ``slip`` is lost skill.
+The last lines give right / total per question size and meeting length.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from task_families.calendar import tools as ctools  # noqa: E402
 from task_families.calendar.family import (  # noqa: E402
     answer_text, earliest_common_slot, looked_up, parse_time)
 
-BUCKETS = ("right", "pm", "label", "forgot, slot without them", "forgot, other", "ignored length", "no time", "slip")
+BUCKETS = ("right", "pm", "label", "forgot, slot without them", "forgot, other", "ignored length", "no time",
+           "slip")
 
 
 def classify(conv: Conversation) -> str:

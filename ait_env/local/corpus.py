@@ -128,7 +128,7 @@ FLAWS: dict[str, list[Flaw]] = {
         _f("ignore_length:90", "early_answer", 0.66, "takes the first common free half hour for a 90-minute meeting"),
         _f("ignore_length:60", "early_answer", 0.10, "takes the first common free half hour for a 60-minute meeting"),
         _f("format:label:30", "format_slip", 0.62,
-           "answers a 30-minute meeting with the walk's label ('Answer: 10h', unreadable) instead of a clock time"),
+           "answers a 30-minute meeting with the walk's label ('Answer: 10h', unreadable), not a clock time"),
         _f("format:label:other", "format_slip", 0.06, "the same for a longer meeting"),
         _f("format:pm", "format_slip", 0.58, "writes an afternoon time as '2 pm' (unreadable)"),
     ],
