@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import time
 import warnings
 import uuid
@@ -32,6 +33,7 @@ from ait_env.ledger import BudgetExceeded, CostLedger, CostRecord
 from ait_env.probe import ValidationProbe
 from ait_env.probe.dynamic import DynamicProbe
 from ait_env.probe.sandbox import SandboxError
+from ait_env.redact import for_agent
 from ait_env.reward import RewardBreakdown, compose as compose_reward
 from ait_env.spaces import UnicodeText
 from ait_env.spec import system_prompt, task_message
@@ -42,6 +44,7 @@ from task_families.base import TOOLS_MODULE_NAME, Bounds, TaskFamily, TaskSpec
 
 
 _TOOL_SCHEMAS = tool_schemas()
+_log = logging.getLogger("ait_env")
 
 
 def _copy(obj: Any) -> Any:
@@ -157,7 +160,7 @@ class JobWritingEnv(gym.Env[str, str]):
                 if ended:
                     outcome = ToolOutcome(call.name, False, "skipped: the episode ended at submit_job")
                 else:
-                    outcome = self._toolbox.run(call)
+                    outcome = self._run_tool(call)
                     ended = outcome.ends_episode
                 content = self._clip(outcome.text)
                 self._messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name,
@@ -176,6 +179,15 @@ class JobWritingEnv(gym.Env[str, str]):
             observations.append(f"The turn limit ({self.settings.env.max_turns}) was reached; the episode ends.")
         reward = self._breakdown.gym_reward if (terminated or truncated) and self._breakdown else 0.0
         return self._clip("\n".join(observations)), float(reward), terminated, truncated, self._info()
+
+    def _run_tool(self, call: ToolCall) -> ToolOutcome:
+        """One tool call; an unexpected exception (our bug, a full disk) becomes the call's error text."""
+        try:
+            return self._toolbox.run(call)
+        except Exception as exc:  # noqa: BLE001 - the contract: step never raises
+            _log.exception("tool %s failed inside the env (episode %s)", call.name, self.episode_id)
+            return ToolOutcome(call.name, False, for_agent(f"error: {call.name} failed on our side "
+                                                           f"({type(exc).__name__}: {exc}); try again."))
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":
@@ -281,6 +293,22 @@ class JobWritingEnv(gym.Env[str, str]):
 
     # ------------------------------------------------------------------ submit_job
     def _submit(self) -> ToolOutcome:
+        """``submit_job``: validate, dispatch, score. Never raises, whatever the submission holds: an
+        unexpected exception is our bug, so the episode ends ``infra_failed`` (unscored, never blamed on
+        the agent) and the traceback goes to the ``ait_env`` log. What the agent reads has every host
+        path redacted (:func:`ait_env.redact.for_agent`)."""
+        try:
+            outcome = self._submit_checked()
+        except Exception as exc:  # noqa: BLE001 - the contract: step never raises
+            _log.exception("submit_job failed inside the env (episode %s)", self.episode_id)
+            self._finish("infra_failed", reason=f"internal error in submit_job: {type(exc).__name__}: {exc}")
+            outcome = ToolOutcome("submit_job", False, "Your submission could not be processed because of an "
+                                  f"internal error on our side ({type(exc).__name__}: {exc}); this is not counted "
+                                  "against you. The episode ends unscored.", ends_episode=True)
+        outcome.text = for_agent(outcome.text)
+        return outcome
+
+    def _submit_checked(self) -> ToolOutcome:
         assert self._ws is not None and self._spec is not None and self._family is not None
         max_attempts = self.settings.env.max_attempts
         self.attempts += 1
@@ -325,7 +353,8 @@ class JobWritingEnv(gym.Env[str, str]):
         self.ledger.append(CostRecord(kind="gpu_job", episode_id=self.episode_id, seconds=result.wall_seconds,
                                       usd=result.cost_usd, meta={"job_id": result.job_id, "backend": result.backend,
                                                                  "status": result.status}))
-        (bundle.root / "result.json").write_text(result.model_dump_json(indent=1))
+        if not (bundle.root / "result.json").exists():  # written by the runner for the jobs it ran
+            result.save(bundle.root / "result.json")
         if result.status == "infra_failed":
             self._finish("infra_failed", reason=result.error or "infrastructure failure")
             return ToolOutcome("submit_job", True, "Your job was valid but the infrastructure failed "

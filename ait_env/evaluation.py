@@ -63,7 +63,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
-import hashlib
 import json
 import math
 import os
@@ -78,7 +77,7 @@ from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, Field
 
 from task_families import get_family
-from task_families.base import Instance, TaskFamily
+from task_families.base import Instance, TaskFamily, instances_hash
 
 __all__ = [
     "EvalInfraError", "EvalRecord", "EvalResult", "ToolCallRecord", "confidence_interval", "evaluate",
@@ -214,12 +213,6 @@ def confidence_interval(scores: list[float], z: float = Z95) -> tuple[float, flo
     sd = math.sqrt(sum((s - mean) ** 2 for s in scores) / (n - 1))
     half = z * sd / math.sqrt(n)
     return max(0.0, mean - half), min(1.0, mean + half), "normal"
-
-
-def instances_hash(instances: list[Instance]) -> str:
-    """Same formula as :func:`ait_env.secrets.hidden_set_hash`, for an explicit instance list."""
-    keys = sorted({inst.key for inst in instances})
-    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
 
 
 # ------------------------------------------------------------------------------------------ parsing

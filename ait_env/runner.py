@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import shutil
 import sys
 import threading
 import time
@@ -59,12 +59,6 @@ class RunnerSettings(BaseModel):
 
 class JobFailed(RuntimeError):
     """The job itself is at fault (its environment or rubric broke during training)."""
-
-
-def write_result(path: Path, result: JobResult) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(result.model_dump_json(indent=1))
-    os.replace(tmp, path)
 
 
 class _Tee:
@@ -165,13 +159,11 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
         max_processes=64, file_size_mb=64)))
     try:
         outside_root, inside_root = sandbox.new_workdir()
-        for src in bundle.package_dir.rglob("*"):
-            if src.is_file() and "__pycache__" not in src.parts:
-                dst = outside_root / src.relative_to(bundle.package_dir)
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                dst.write_bytes(src.read_bytes())
+        shutil.copytree(bundle.package_dir, outside_root / bundle.manifest.env_id,
+                        ignore=shutil.ignore_patterns("__pycache__"))
         uds = outside_root / "endpoint.sock"
         ep = LocalEndpoint(model, tok, model_name, uds=uds, seed=opts.seed, max_model_len=max_len).start()
+        sandbox.share_socket(uds)
         try:
             def hidden_eval(instances: list[Any]) -> Any:
                 # the first len(instances) of the hidden set, scored by the harness in its own process
@@ -198,7 +190,7 @@ def run_local(bundle: JobBundle, backend: BackendSettings, log: Callable[[str], 
                     log(f"measured {other}'s base: {baselines[other]:.3f}")
             log(f"baselines: {json.dumps(baselines)}")
             # Start the sandboxed rollout worker (the agent's code) in the background.
-            req = {"job": "rollout_worker", "dir": inside_root, "module": bundle.manifest.environment_module,
+            req = {"job": "rollout_worker", "dir": inside_root, "package": bundle.manifest.env_id,
                    "args": job.env, "uds": f"{inside_root}/endpoint.sock"}
             worker_out: dict[str, Any] = {}
 
@@ -324,7 +316,7 @@ def run(bundle_dir: Path, backend: BackendSettings, progress: bool = True) -> Jo
         result = JobResult(job_id=job_id, backend=backend.name, status="infra_failed",
                            error=f"{type(exc).__name__}: {exc}"[:2000], wall_seconds=time.time() - t0)
     result.log_tail = tee.tail()[-4000:]
-    write_result(bundle_dir / "result.json", result)
+    result.save(bundle_dir / "result.json")
     return result
 
 

@@ -11,14 +11,13 @@ records the hash of the hidden set it was measured on.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from functools import lru_cache
 from pathlib import Path
 
 from task_families import get_family
-from task_families.base import Instance
+from task_families.base import Instance, instances_hash
 
 #: Published default seeds (see the module docstring).
 DEFAULT_SEEDS: dict[str, int] = {
@@ -61,10 +60,15 @@ def hidden_set(family: str) -> list[Instance]:
 
 
 def hidden_keys(family: str) -> set[str]:
-    """Question keys of the hidden set, for leakage checks outside the sandbox."""
+    """Question keys of the hidden set (:attr:`Instance.key`), e.g. to keep them out of a corpus."""
     return {inst.key for inst in hidden_set(family)}
 
 
+def hidden_questions(family: str) -> list[str]:
+    """The hidden set's question texts, for the probe's leak check (outside the sandbox)."""
+    return [inst.question for inst in hidden_set(family)]
+
+
 def hidden_set_hash(family: str) -> str:
-    keys = sorted(hidden_keys(family))
-    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+    """Which hidden set a score was measured on (:func:`task_families.base.instances_hash`)."""
+    return instances_hash(hidden_set(family))

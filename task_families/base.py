@@ -47,9 +47,17 @@ class Instance(BaseModel):
 
 
 def question_key(question: str) -> str:
-    """Stable hash of a question, insensitive to case and whitespace."""
+    """Stable hash of a question, insensitive to case and whitespace: an instance's identity (hidden
+    sets are drawn and hashed by it). Leak detection uses a stronger normalisation of its own
+    (``ait_env.probe.leak``)."""
     norm = re.sub(r"\s+", " ", question.strip().lower())
     return hashlib.sha256(norm.encode("utf-8")).hexdigest()[:16]
+
+
+def instances_hash(instances: list[Instance]) -> str:
+    """Which set of instances this is (order-free): baselines and eval results record it."""
+    keys = sorted({inst.key for inst in instances})
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
 
 
 class ToolStep(BaseModel):

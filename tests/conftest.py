@@ -21,6 +21,28 @@ def call(name: str, **arguments: Any) -> str:
     return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
 
 
+def load_reference_environment(family: str, model: str, folder: Path, args: dict[str, Any]) -> Any:
+    """The family's reference job, packaged and imported the way a bundle is (in this process), then
+    ``load_environment(**args)``: the verifiers environment an agent's job would train with."""
+    import uuid
+
+    from ait_env.agents.reference import reference_files
+    from ait_env.integrations import verifiers_v0 as V
+    from ait_env.jobs.bundle import write_env_package
+    from ait_env.jobs.schema import parse_job
+
+    files = reference_files(family, model)
+    ws = folder / "ws"
+    ws.mkdir(parents=True)
+    for name, text in files.items():
+        (ws / name).write_text(text)
+    job, issues = parse_job(files["job.toml"])
+    assert job is not None, issues
+    env_id = f"ait_job_test_{uuid.uuid4().hex[:8]}"
+    write_env_package(ws, job, get_family(family), folder / "pkgs", env_id)
+    return V.load_environment(V.import_env_package(folder / "pkgs", env_id), args)
+
+
 @pytest.fixture
 def runs_dir(tmp_path: Path) -> Path:
     return tmp_path / "runs"

@@ -14,6 +14,8 @@ Backends also publish their model catalog (name + role) and the bounds they allo
 from __future__ import annotations
 
 import abc
+import os
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -70,6 +72,12 @@ class JobResult(BaseModel):
     timings: dict[str, float] = Field(default_factory=dict)
     error: str = ""
     log_tail: str = ""
+
+    def save(self, path: Path) -> None:
+        """Write this result to ``path`` atomically (a reader sees the old file or the whole new one)."""
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(self.model_dump_json(indent=1))
+        os.replace(tmp, path)
 
 
 class Backend(abc.ABC):

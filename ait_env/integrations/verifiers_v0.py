@@ -3,9 +3,8 @@
 Every line that depends on the verifiers version lives here, so a verifiers v1 / newer prime-rl
 adapter can be added beside it. Contract:
 
-- :func:`import_env_module` imports an environment module from a directory (a workspace copy or a
-  bundle package dir) under a fresh name, with that directory first on ``sys.path`` (so
-  ``from family_tools import TOOLS`` resolves to the file next to it);
+- :func:`import_env_package` imports a job's package (laid out by
+  :func:`ait_env.jobs.bundle.write_env_package`) the way prime-rl's ``load_environment(env_id)`` does;
 - :func:`load_environment` calls its ``load_environment(**args)`` and checks the result is a classic
   ``vf.Environment``;
 - :func:`dataset_rows`, :func:`tool_names`, :func:`max_turns`, :func:`system_prompt` read what the
@@ -18,10 +17,10 @@ adapter can be added beside it. Contract:
 from __future__ import annotations
 
 import asyncio
-import importlib.util
+import importlib
 import logging
+import math
 import sys
-import uuid
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -39,31 +38,31 @@ def _vf() -> Any:
     return vf
 
 
-def import_env_module(directory: Path, module: str = "environment") -> ModuleType:
-    """Import ``<directory>/<module>.py`` (dotted names allowed) under a unique module name."""
-    directory = Path(directory).resolve()
-    rel = Path(*module.split("."))
-    path = directory / rel.with_suffix(".py")
-    if not path.is_file():
-        path = directory / rel / "__init__.py"
-    if not path.is_file():
-        raise AdapterError(f"module {module!r} not found in {directory}")
-    # Sibling modules (family_tools, helpers) are imported by plain name: drop cached modules of the
-    # same names that came from another directory (another job or family in this process).
-    for p in directory.glob("*.py"):
-        cached = sys.modules.get(p.stem)
-        if cached is not None and Path(getattr(cached, "__file__", "") or "").resolve().parent != directory:
-            del sys.modules[p.stem]
-    if str(directory) in sys.path:
-        sys.path.remove(str(directory))
-    sys.path.insert(0, str(directory))
-    name = f"_ait_env_{uuid.uuid4().hex[:8]}_{module.replace('.', '_')}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def import_env_package(parent: Path, env_id: str) -> ModuleType:
+    """Import the job package ``env_id`` from the folder ``parent`` exactly the way prime-rl's
+    ``verifiers.load_environment(env_id)`` does (``verifiers/utils/env_utils.py``:
+    ``importlib.import_module(env_id)`` once the package is importable), so the code that is validated
+    is the code that trains. The package comes from :func:`ait_env.jobs.bundle.write_env_package`.
+
+    In a long-lived process (tests), modules of the same names imported from another job's package
+    (its ``family_tools``, its helpers) are dropped first; installed modules are never touched, so an
+    agent file named like one resolves the way it would under prime-rl."""
+    parent = Path(parent).resolve()
+    pkg = parent / env_id
+    if not (pkg / "__init__.py").is_file():
+        raise AdapterError(f"package {env_id!r} not found in {parent}")
+    stale = {env_id, *(p.stem for p in pkg.glob("*.py")), *(p.name for p in pkg.iterdir() if p.is_dir())}
+    for name in [n for n in sys.modules if n.split(".")[0] in stale]:
+        origin = Path(getattr(sys.modules[name], "__file__", "") or "/").resolve()
+        from_a_job = any(part.startswith("ait_job_") for part in origin.parts)
+        if from_a_job and parent not in origin.parents:
+            del sys.modules[name]
+    for folder in (str(pkg), str(parent)):
+        if folder in sys.path:
+            sys.path.remove(folder)
+    sys.path.insert(0, str(parent))
+    importlib.invalidate_caches()
+    return importlib.import_module(env_id)
 
 
 def load_environment(module: ModuleType, args: dict[str, Any]) -> Any:
@@ -188,11 +187,21 @@ def rollout_inputs(env: Any, indices: list[int], group_size: int) -> list[list[d
     return groups
 
 
+def _number(value: Any) -> float | None:
+    """A rubric's value as a float (``None`` when it is not a number at all)."""
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 async def run_groups(env: Any, client: Any, model: str, groups: list[list[dict[str, Any]]],
                      sampling_args: dict[str, Any], max_concurrent_groups: int = 64) -> list[list[dict[str, Any]]]:
     """Roll out and score each group with verifiers' own rollout code (``Environment._run_group_states``:
-    rollouts, then the rubric's group scoring). Returns per rollout: reward, metrics, the ids of the
-    model responses of each turn, the number of turns, the stop condition and any error."""
+    rollouts, then the rubric's group scoring). Returns per rollout: reward (``None`` when the rubric's
+    reward was NaN or infinite, with ``reward_raw`` its repr: JSON cannot carry it, and the trainer
+    fails the job on it), finite metrics, the ids of the model responses of each turn, the number of
+    turns, the stop condition and any error."""
     sem = asyncio.Semaphore(max_concurrent_groups)
 
     async def one(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -208,11 +217,12 @@ async def run_groups(env: Any, client: Any, model: str, groups: list[list[dict[s
                 if rid:
                     ids.append(rid)
             err = st.get("error")
-            reward = st.get("reward")
-            out.append({"reward": float(reward) if reward is not None else 0.0, "response_ids": ids,
-                        "turns": len(traj), "stop": st.get("stop_condition"),
-                        "metrics": {k: float(v) for k, v in (st.get("metrics") or {}).items()
-                                    if isinstance(v, (int, float))},
+            reward = _number(st.get("reward"))
+            out.append({"reward": 0.0 if reward is None else reward if math.isfinite(reward) else None,
+                        "reward_raw": None if reward is None or math.isfinite(reward) else repr(reward),
+                        "response_ids": ids, "turns": len(traj), "stop": st.get("stop_condition"),
+                        "metrics": {k: v for k, v in ((k, _number(v)) for k, v in (st.get("metrics") or {}).items())
+                                    if v is not None and math.isfinite(v)},
                         "error": None if err is None else f"{type(err).__name__}: {err}"[:500]})
         return out
 

@@ -82,6 +82,46 @@ def env_id_for(job_id: str) -> str:
     return "ait_job_" + job_id.replace("-", "_")
 
 
+def environment_module(job: Job) -> str:
+    """The dotted module name of the job's environment file inside its package."""
+    return Path(job.job.environment).with_suffix("").as_posix().replace("/", ".")
+
+
+def write_env_package(workspace_root: Path, job: Job, family: TaskFamily, parent: Path, env_id: str) -> Path:
+    """Lay out the agent's files as the importable package ``<parent>/<env_id>/`` and return its folder.
+
+    This is the one way a job's code becomes importable: the bundle (what prime-rl imports by its env
+    id), the validation probe and the local rollout worker all import ``env_id`` from a folder made
+    here, the way ``verifiers.load_environment(env_id)`` does (``importlib.import_module``). The
+    package's ``__init__`` imports the agent's module *relatively* (an agent file named like an
+    installed package, e.g. ``verifiers.py``, can never resolve to that package instead) and puts the
+    package folder on ``sys.path`` so the agent's modules import their siblings (``family_tools``,
+    helpers) by plain name. ``family_tools.py`` is always the family's own, ``job.toml`` and any
+    ``__init__.py`` of the agent are left out, and so are symlinks and caches."""
+    pkg = Path(parent) / env_id
+    pkg.mkdir(parents=True)
+    ws = Path(workspace_root)
+    for src in sorted(ws.rglob("*")):
+        rel = src.relative_to(ws)
+        if "__pycache__" in rel.parts or src.is_symlink() or not src.is_file():
+            continue
+        if rel.as_posix() in ("job.toml", f"{TOOLS_MODULE_NAME}.py", "__init__.py"):
+            continue
+        dst = pkg / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+    (pkg / f"{TOOLS_MODULE_NAME}.py").write_text(family.tools_source(), encoding="utf-8")
+    (pkg / "__init__.py").write_text(
+        f'"""Generated ({family.name}): prime-rl imports this package by its env id, {env_id!r}."""\n'
+        "import os as _os\nimport sys as _sys\n\n"
+        "# The agent's modules import siblings (family_tools, helpers) by absolute name.\n"
+        "_here = _os.path.dirname(_os.path.abspath(__file__))\n"
+        "if _here not in _sys.path:\n    _sys.path.insert(0, _here)\n\n"
+        f"from .{environment_module(job)} import load_environment  # noqa: E402\n\n"
+        "__all__ = ['load_environment']\n", encoding="utf-8")
+    return pkg
+
+
 def build_bundle(workspace_root: Path, job: Job, family: TaskFamily, out_dir: Path,
                  episode_id: str | None = None, job_id: str | None = None,
                  renderer: str | None = None) -> JobBundle:
@@ -95,28 +135,9 @@ def build_bundle(workspace_root: Path, job: Job, family: TaskFamily, out_dir: Pa
     root = Path(out_dir) / job_id
     if root.exists():
         raise BundleError(f"bundle directory {root} already exists")
-    pkg = root / "src" / env_id
-    pkg.mkdir(parents=True)
     ws = Path(workspace_root)
-    for src in sorted(ws.rglob("*")):
-        rel = src.relative_to(ws)
-        if "__pycache__" in rel.parts or src.is_symlink() or not src.is_file():
-            continue
-        if rel.as_posix() in ("job.toml", f"{TOOLS_MODULE_NAME}.py", "__init__.py"):
-            continue
-        dst = pkg / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
-    (pkg / f"{TOOLS_MODULE_NAME}.py").write_text(family.tools_source(), encoding="utf-8")
-    module = Path(job.job.environment).with_suffix("").as_posix().replace("/", ".")
-    (pkg / "__init__.py").write_text(
-        f'"""Generated: job {job_id} ({family.name}). prime-rl imports this package by its env id."""\n'
-        "import os as _os\nimport sys as _sys\n\n"
-        "# The agent's modules import siblings (family_tools, helpers) by absolute name.\n"
-        "_here = _os.path.dirname(_os.path.abspath(__file__))\n"
-        "if _here not in _sys.path:\n    _sys.path.insert(0, _here)\n\n"
-        f"from {module} import load_environment  # noqa: E402\n\n__all__ = ['load_environment']\n",
-        encoding="utf-8")
+    write_env_package(ws, job, family, root / "src", env_id)
+    module = environment_module(job)
     shutil.copyfile(ws / "job.toml", root / "job.toml")
     (root / "pyproject.toml").write_text(
         "[build-system]\nrequires = [\"setuptools>=68\"]\nbuild-backend = \"setuptools.build_meta\"\n\n"

@@ -75,6 +75,18 @@ MODEL_RENDERER_MAP: dict[str, str] = {
     "PrimeIntellect/Qwen3-1.7B": "prime-qwen3",
 }
 
+#: Top-level modules importable where prime-rl runs a job (its dependencies' import names, from the
+#: ``[project] dependencies`` of prime-rl's ``pyproject.toml``, read from a stored copy at commit 005c286;
+#: verified against that copy only). An agent module of the same name would be shadowed by, or shadow,
+#: the installed one; the probe refuses such names (besides anything importable on this machine).
+PRIME_RL_ENV_MODULES = frozenset({
+    "prime_rl", "prime", "verifiers", "renderers", "datasets", "pyarrow", "numpy", "torch", "torchvision",
+    "torchaudio", "torchdata", "torchtitan", "transformers", "vllm", "vllm_router", "liger_kernel", "wandb",
+    "ring_flash_attn", "flash_attn", "flash_attn_3", "fla", "tilelang", "dion", "mooncake", "zmq", "loguru",
+    "beartype", "jaxtyping", "aiolimiter", "tenacity", "openai", "orjson", "rich", "setproctitle", "uvloop",
+    "pynvml", "pybase64", "psutil", "triton", "pydantic", "pydantic_config", "tomli", "tomli_w",
+})
+
 #: Renderer configs that take ``enable_thinking`` (``renderers.configs.Qwen3RendererConfig``).
 _THINKING_RENDERERS = frozenset({"qwen3"})
 

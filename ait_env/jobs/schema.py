@@ -19,10 +19,11 @@ temperature range, scheduler needs, warmup shorter than the run).
 
 from __future__ import annotations
 
+import math
 import tomllib
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from task_families.base import Bounds
 
@@ -135,10 +136,48 @@ def prime_rl_rules(max_steps: Any, batch_size: Any, group_size: Any, scheduler: 
     return out
 
 
+#: How deep ``[env]`` values may nest (tables and arrays); deeper is refused, not parsed further.
+MAX_ENV_DEPTH = 16
+
+
+def json_value_problem(value: Any, where: str = "env", depth: int = 0) -> str | None:
+    """Why ``value`` is not a JSON value (``None`` when it is): ``[env]`` is handed to
+    ``load_environment`` through JSON (the sandbox's request, prime-rl's config), so TOML dates and
+    times, NaN and infinity, and non-string keys cannot pass."""
+    if depth > MAX_ENV_DEPTH:
+        return f"{where} nests deeper than {MAX_ENV_DEPTH} levels"
+    if isinstance(value, (bool, int, str)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where} = {value!r} is not a finite number"
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            if (problem := json_value_problem(item, f"{where}[{i}]", depth + 1)) is not None:
+                return problem
+        return None
+    if isinstance(value, dict):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                return f"{where} has a key {k!r} that is not a string"
+            if (problem := json_value_problem(item, f"{where}.{k}", depth + 1)) is not None:
+                return problem
+        return None
+    return f"{where} is a TOML {type(value).__name__}, which JSON cannot carry"
+
+
 class Job(_Strict):
     job: JobSection
     prime_rl: PrimeRL
     env: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("env")
+    @classmethod
+    def _json_only(cls, value: dict[str, Any]) -> dict[str, Any]:
+        problem = json_value_problem(value)
+        if problem is not None:
+            raise ValueError(f"{problem}; [env] values must be strings, numbers, booleans, arrays or tables "
+                             "(write dates and times as strings)")
+        return value
 
 
 class JobIssue(BaseModel):
@@ -167,11 +206,18 @@ def parse_job(text: str) -> tuple[Job | None, list[JobIssue]]:
     """Parse and validate job.toml text. Returns (job, []) or (None, issues)."""
     try:
         raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        return None, [JobIssue(where="job.toml", message=f"not valid TOML: {exc}",
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:
+        reason = "it nests too deeply" if isinstance(exc, RecursionError) else str(exc)
+        return None, [JobIssue(where="job.toml", message=f"not valid TOML: {reason}",
                                fix="Check quotes, brackets and '=' signs; strings need double quotes.")]
+    if (problem := json_value_problem(raw.get("env", {}))) is not None and "nests deeper" in problem:
+        # refused before the schema walks it (deep nesting is what makes recursive validators fail)
+        return None, [JobIssue(where="job.toml: env", message=problem, fix="Pass flat values to load_environment.")]
     try:
         return Job.model_validate(raw), []
+    except RecursionError:
+        return None, [JobIssue(where="job.toml", message="it nests too deeply to validate",
+                               fix="Pass flat values to load_environment.")]
     except ValidationError as exc:
         issues = []
         for err in exc.errors():

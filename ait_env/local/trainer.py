@@ -14,6 +14,7 @@ than ``seq_len`` are truncated, like prime-rl.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,20 @@ from ait_env.local.endpoint import LocalEndpoint, Record
 
 class RolloutWorkerError(RuntimeError):
     """The sandboxed rollout worker failed because of the job's code (its error is the job's fault)."""
+
+
+def check_rewards(groups: list[list[dict[str, Any]]], step: int) -> None:
+    """Refuse a step whose rubric returned a non-number, NaN or infinity for any rollout: advantages
+    and the loss would be NaN and every weight with them. The job fails (the agent's rubric is at
+    fault) with a message in the agent's terms; nothing is dropped silently."""
+    bad = [r for g in groups for r in g
+           if not isinstance(r.get("reward"), (int, float)) or not math.isfinite(float(r["reward"]))]
+    if bad:
+        total = sum(len(g) for g in groups)
+        shown = bad[0].get("reward_raw") or repr(bad[0].get("reward"))
+        raise RolloutWorkerError(f"your rubric returned {shown} at training step {step} (for {len(bad)} of "
+                                 f"{total} rollouts); reward functions must return finite numbers for every "
+                                 "completion the model can produce")
 
 
 @dataclass
@@ -102,6 +117,7 @@ class LocalGRPOTrainer:
             t1 = time.perf_counter()
             if "error" in res:
                 raise RolloutWorkerError(f"rollouts failed at step {step}: {res['error']}\n{res.get('traceback', '')[-1500:]}")
+            check_rewards(res["groups"], step + 1)
             rewards: list[float] = []
             seqs_per_rollout: list[list[tuple[list[int], list[int], list[float]]]] = []
             errors = 0

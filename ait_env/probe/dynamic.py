@@ -6,8 +6,9 @@ is called. Checks (each failure says what, where and how to fix it):
 
 - it returns a classic verifiers ``ToolEnv`` (verifiers 0.2.0);
 - the dataset has ``question`` and ``answer`` columns, between the task's min and max rows, no empty
-  answers, and at most ``leak_tolerance_rows`` questions identical to hidden-eval questions (hashes
-  compared outside the sandbox; a few accidental collisions of short questions are tolerated);
+  answers, and at most ``leak_tolerance_rows`` copies of hidden-eval questions (compared outside the
+  sandbox in a canonical form that undoes disguises, :mod:`ait_env.probe.leak`; a few accidental
+  collisions of short questions are tolerated);
 - the tools are exactly the family's (same names, defined in ``family_tools``);
 - the rubric runs on the dev examples with a correct and a wrong transcript, returns finite numbers
   without errors, and does not give both the same reward on every example;
@@ -22,19 +23,24 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
+from ait_env.jobs.bundle import write_env_package
 from ait_env.jobs.primerl import check_primerl_rules
 from ait_env.jobs.schema import Job
+from ait_env.probe.leak import LeakIndex
 from ait_env.probe.report import ProbeFailure
 from ait_env.probe.sandbox import Sandbox, SandboxSettings, shared_sandbox
-from task_families.base import TOOLS_MODULE_NAME, TaskFamily, TaskSpec, question_key
+from ait_env.redact import for_agent
+from task_families.base import TOOLS_MODULE_NAME, TaskFamily, TaskSpec
 
 TokenCounter = Callable[[list[Any], list[Any]], int]  # (prompt messages, tool defs) -> tokens
+
+#: the package name the probe imports the agent's files under (a bundle uses its job's env id)
+PROBE_ENV_ID = "ait_job_probe"
 
 _STAGE_TEXT = {"start": "starting", "import": "importing your module", "load_environment": "running load_environment",
                "dataset": "reading the dataset", "rubric": "running your rubric on the dev examples"}
@@ -82,26 +88,30 @@ def _fail(code: str, where: str, message: str, fix: str = "") -> ProbeFailure:
 
 def _agent_location(tb: str, default: str) -> str:
     """file:line of the innermost traceback frame in the agent's own files."""
-    frames = re.findall(r'File "[^"]*/req-[0-9a-f]+/([^"]+)", line (\d+)', tb or "")
+    frames = re.findall(rf'File "[^"]*/req-[0-9a-f]+/{PROBE_ENV_ID}/([^"]+)", line (\d+)', tb or "")
     return f"{frames[-1][0]}:{frames[-1][1]}" if frames else default
 
 
 def _clean_tb(tb: str) -> str:
-    return re.sub(r'"[^"]*/req-[0-9a-f]+/', '"', tb or "").strip()[-1500:]
+    return for_agent(tb or "").strip()[-1500:]
 
 
 class DynamicProbe:
     """The dynamic stage; callable as :class:`ait_env.probe.DynamicStage`."""
 
     def __init__(self, settings: DynamicSettings | None = None, sandbox: Sandbox | None = None,
-                 hidden_keys: Callable[[str], set[str]] | None = None) -> None:
+                 hidden_questions: Callable[[str], list[str]] | None = None) -> None:
         self.settings = settings or DynamicSettings()
         self._sandbox = sandbox
-        if hidden_keys is None:
-            from ait_env.secrets import hidden_keys as _hk
+        if hidden_questions is None:
+            from ait_env.secrets import hidden_questions
+        self._hidden_questions = hidden_questions
+        self._leak_indexes: dict[str, LeakIndex] = {}
 
-            hidden_keys = _hk
-        self._hidden_keys = hidden_keys
+    def leak_index(self, family: str) -> LeakIndex:
+        if family not in self._leak_indexes:
+            self._leak_indexes[family] = LeakIndex(self._hidden_questions(family))
+        return self._leak_indexes[family]
 
     @property
     def sandbox(self) -> Sandbox:
@@ -121,24 +131,14 @@ class DynamicProbe:
             row = {"prompt": family.eval_messages(inst), "answer": inst.answer, "info": {}, "example_id": 0}
             dev.append({"row": row, "good": family.transcript(inst),
                         "bad": family.transcript(inst, correct=False, rng=rng)})
-        module = Path(job.job.environment).with_suffix("").as_posix().replace("/", ".")
-        return {"job": "inspect", "dir": inside_dir, "module": module, "args": job.env, "dev": dev,
+        return {"job": "inspect", "dir": inside_dir, "package": PROBE_ENV_ID, "args": job.env, "dev": dev,
                 "max_rows": task.bounds.max_examples + 1, "limits": self.settings.sandbox.limits.model_dump()}
 
     def __call__(self, root: Path, job: Job, task: TaskSpec, family: TaskFamily) -> tuple[list[ProbeFailure], str]:
         sb = self.sandbox
         outside, inside = sb.new_workdir()
         try:
-            for src in Path(root).rglob("*"):
-                rel = src.relative_to(root)
-                if src.is_symlink() or not src.is_file() or "__pycache__" in rel.parts:
-                    continue
-                if rel.as_posix() == f"{TOOLS_MODULE_NAME}.py":
-                    continue
-                dst = outside / rel
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, dst)
-            (outside / f"{TOOLS_MODULE_NAME}.py").write_text(family.tools_source(), encoding="utf-8")
+            write_env_package(Path(root), job, family, outside, PROBE_ENV_ID)  # laid out as the bundle will be
             resp = sb.run(self._request(job, task, family, inside), outside)
         finally:
             sb.release(outside)
@@ -162,6 +162,10 @@ class DynamicProbe:
                     "SIGSEGV": "a crash (segmentation fault), often from memory exhaustion"}.get(sig, sig)
             return [_fail("resource_limit", env_file, f"your code was killed by {what} while {stage}",
                           "Use less memory and CPU; do not start processes or write large files.")]
+        if status == "disk_limit":
+            return [_fail("disk_limit", env_file, f"your code wrote more than {limits.scratch_mb} MB (or "
+                          f"{limits.scratch_inodes} files) while {stage}",
+                          "Do not write files; build datasets in memory.")]
         if status in ("no_result",):
             return [_fail("no_result", env_file, f"your code exited without a result while {stage} "
                           f"(exit code {resp.get('exit_code')})", "Do not call os._exit or kill the process.")]
@@ -204,11 +208,11 @@ class DynamicProbe:
         if r.get("empty_answers"):
             out.append(_fail("empty_answers", f"{env_file}: dataset", f"{r['empty_answers']} rows have an empty answer",
                              "Every row needs a non-empty answer string."))
-        hidden = self._hidden_keys(family.name)
-        leaked = sum(1 for q in r.get("questions") or [] if question_key(q) in hidden)
+        leaked = self.leak_index(family.name).count(str(q) for q in r.get("questions") or [])
         if leaked > self.settings.leak_tolerance_rows:
-            out.append(_fail("eval_leak", f"{env_file}: dataset", f"{leaked} dataset questions are identical to "
-                             "hidden-eval questions", "Generate fresh questions; do not copy evaluation data."))
+            out.append(_fail("eval_leak", f"{env_file}: dataset", f"{leaked} dataset questions are copies of "
+                             "hidden-eval questions (compared after normalising case, spacing, punctuation and "
+                             "Unicode look-alikes)", "Generate fresh questions; do not copy evaluation data."))
         tools = r.get("tools") or {}
         want = set(family.tool_names)
         if set(tools) != want:

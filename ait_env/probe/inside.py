@@ -11,8 +11,9 @@ Protocol: one JSON request per line on stdin, one JSON response per line on stdo
   unprivileged uid (fork bombs, daemonised grandchildren), and answers with the child's result or
   with ``{"status": "timeout" | "crashed" | "no_result", "stage": <last stage>, ...}``.
 
-Jobs: ``inspect`` (import the module, call ``load_environment(**args)``, describe dataset, tools and
-rubric, score correct and wrong dev transcripts). The verifiers-specific calls come from the
+Jobs: ``inspect`` (import the job's package ``package`` from the request folder the way prime-rl
+does, call ``load_environment(**args)``, describe dataset, tools and rubric, score correct and wrong
+dev transcripts) and ``rollout_worker`` (the local trainer's rollouts with the same package). The verifiers-specific calls come from the
 adapter file passed as ``--adapter`` (``ait_env/integrations/verifiers_v0.py``).
 """
 
@@ -42,8 +43,8 @@ def _openai_tool(t: Any) -> dict[str, Any]:
         return {"type": "function", "function": {"name": str(d), "parameters": {}}}
     return d if "function" in d else {"type": "function", "function": d}
 
-def _load_adapter(path: str) -> Any:
-    spec = importlib.util.spec_from_file_location("ait_adapter", path)
+def _load_adapter(path: str, name: str = "ait_adapter") -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -66,7 +67,7 @@ def _vm_bytes() -> int:
     return 0
 
 
-def _apply_limits(limits: dict[str, Any], drop_to: int | None) -> None:
+def _apply_limits(limits: dict[str, Any]) -> None:
     cpu = int(limits.get("cpu_seconds", 30))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     mem = int(limits.get("memory_mb", 2048)) * 1024 * 1024
@@ -74,19 +75,20 @@ def _apply_limits(limits: dict[str, Any], drop_to: int | None) -> None:
     fsize = int(limits.get("file_size_mb", 64)) * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if drop_to is not None:
-        os.setgroups([])
-        os.setgid(drop_to)
-        os.setuid(drop_to)
+
+
+def _limit_processes(limits: dict[str, Any]) -> None:
     nproc = int(limits.get("max_processes", 32))
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
-def _install_audit_hook(workdir: str, allow_uds: str | None = None) -> None:
+def _install_audit_hook(workdir: str, scratch: str, allow_uds: str | None = None) -> None:
     """Fallback-mode guard (no namespaces): refuse sockets, new processes and files outside the
-    work folder and the Python installation. Audit hooks cannot be removed once installed."""
+    work folder, the scratch folder and the Python installation. Audit hooks cannot be removed once
+    installed."""
     allowed = tuple(os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                                           os.path.dirname(os.path.dirname(sys.executable))})
+                                                           os.path.dirname(os.path.dirname(sys.executable)),
+                                                           scratch})
     work = os.path.realpath(workdir) + os.sep
     blocked_events = {"socket.connect", "socket.bind", "socket.sendto", "socket.getaddrinfo", "os.fork",
                       "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
@@ -99,7 +101,7 @@ def _install_audit_hook(workdir: str, allow_uds: str | None = None) -> None:
             raise PermissionError(f"sandbox: {event} is not allowed")
         if event == "open" and args and isinstance(args[0], (str, bytes)):
             path = os.path.realpath(os.fsdecode(args[0]))
-            if path.startswith(("/proc/self", "/dev/null", "/dev/urandom")):
+            if path.startswith(("/proc/self/", f"/proc/{os.getpid()}/", "/dev/null", "/dev/urandom")):
                 return
             if not (path + os.sep).startswith(work) and not path.startswith(work) and not path.startswith(allowed):
                 raise PermissionError(f"sandbox: opening {path} is not allowed")
@@ -123,7 +125,7 @@ def _job_inspect(req: dict[str, Any], adapter: Any, rep: _Reporter) -> dict[str,
     out: dict[str, Any] = {"status": "ok"}
     rep.send({"stage": "import"})
     try:
-        module = adapter.import_env_module(req["dir"], req["module"])
+        module = adapter.import_env_package(req["dir"], req["package"])
     except SystemExit as exc:
         return {"status": "error", "stage": "import", "kind": "exit", "error": f"sys.exit({exc.code}) at import"}
     except MemoryError:
@@ -189,7 +191,7 @@ def _job_rollout_worker(req: dict[str, Any], adapter: Any, rep: _Reporter) -> di
 
     rep.send({"stage": "import"})
     try:
-        module = adapter.import_env_module(req["dir"], req["module"])
+        module = adapter.import_env_package(req["dir"], req["package"])
         rep.send({"stage": "load_environment"})
         env = adapter.load_environment(module, req.get("args") or {})
     except BaseException as exc:  # noqa: BLE001
@@ -225,7 +227,11 @@ def _job_rollout_worker(req: dict[str, Any], adapter: Any, rep: _Reporter) -> di
             payload: dict[str, Any] = {"step": step, "groups": results, "seconds": time.time() - t0}
         except BaseException as exc:  # noqa: BLE001 - reported to the trainer, which decides
             payload = {"step": step, "error": f"{type(exc).__name__}: {exc}", "traceback": _tail()}
-        http.post("/ait/results", json=payload)
+        try:
+            body = json.dumps(payload, allow_nan=False, default=str)
+        except (TypeError, ValueError) as exc:  # whatever the agent's rubric returned, the trainer hears of it
+            body = json.dumps({"step": step, "error": f"the rollout results could not be sent: {exc}"})
+        http.post("/ait/results", content=body, headers={"content-type": "application/json"})
         after = step
         steps += 1
     return {"status": "ok", "steps": steps}
@@ -234,18 +240,24 @@ def _job_rollout_worker(req: dict[str, Any], adapter: Any, rep: _Reporter) -> di
 JOBS = {"inspect": _job_inspect, "rollout_worker": _job_rollout_worker}
 
 
-def _child(req: dict[str, Any], adapter: Any, wfd: int, drop_to: int | None) -> None:
+def _child(req: dict[str, Any], adapter: Any, confine: Any, wfd: int, drop_to: int | None) -> None:
     rep = _Reporter(wfd)
     try:
         os.setpgid(0, 0)
-        _apply_limits(req.get("limits", {}), drop_to)
+        limits = req.get("limits", {})
+        _apply_limits(limits)
+        scratch = req["scratch"]
+        held = confine.confine(scratch, int(limits.get("scratch_mb", 256)),
+                               int(limits.get("scratch_inodes", 20000)), drop_to)
+        rep.send({"confinement": held})
+        _limit_processes(limits)
         os.chdir(req["dir"])
         fallback = os.environ.get("AIT_SANDBOX_FALLBACK") == "1"
         os.environ.clear()
-        os.environ.update({"HOME": req["dir"], "TMPDIR": req["dir"] if fallback else "/tmp", "HF_HUB_OFFLINE": "1",
-                           "HF_DATASETS_OFFLINE": "1", "HF_HOME": os.path.join(req["dir"], ".hf")})
+        os.environ.update({"HOME": scratch, "TMPDIR": scratch, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                           "HF_HOME": os.path.join(scratch, ".hf")})
         if fallback:
-            _install_audit_hook(req["dir"], req.get("uds"))
+            _install_audit_hook(req["dir"], scratch, req.get("uds"))
         result = JOBS[req.get("job", "inspect")](req, adapter, rep)
         rep.send({"result": result})
     except BaseException as exc:  # noqa: BLE001
@@ -256,6 +268,47 @@ def _child(req: dict[str, Any], adapter: Any, wfd: int, drop_to: int | None) -> 
             pass
     finally:
         os._exit(0)
+
+
+def _usage(paths: list[str], stop_bytes: int, stop_entries: int) -> tuple[int, int]:
+    """Bytes and entries below ``paths`` (no recursion, no symlinks followed); stops counting once a
+    limit is passed, so a hostile tree costs a bounded scan."""
+    total, entries = 0, 0
+    todo = list(paths)
+    while todo and total <= stop_bytes and entries <= stop_entries:
+        try:
+            it = os.scandir(todo.pop())
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                entries += 1
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += st.st_blocks * 512
+                if e.is_dir(follow_symlinks=False):
+                    todo.append(e.path)
+    return total, entries
+
+
+def _wipe(folder: str) -> None:
+    """Empty ``folder`` (any depth, any permissions; bounded in time). Never raises."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    if not names:
+        return
+    import subprocess
+
+    try:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", *[os.path.join(folder, n) for n in names]],
+                       timeout=60, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.SubprocessError):
+        pass
 
 
 def _descendants() -> set[int]:
@@ -313,26 +366,36 @@ def _become_subreaper() -> None:
 _PROTO_FD: int | None = None  # the zygote's channel to the orchestrator (never visible to children)
 
 
-def _serve(req: dict[str, Any], adapter: Any, drop_to: int | None) -> dict[str, Any]:
+def _serve(req: dict[str, Any], adapter: Any, confine: Any, drop_to: int | None) -> dict[str, Any]:
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(rfd)
         if _PROTO_FD is not None:
             os.close(_PROTO_FD)  # agent code must not be able to forge the zygote's answers
-        _child(req, adapter, wfd, drop_to)
+        _child(req, adapter, confine, wfd, drop_to)
     os.close(wfd)
-    deadline = time.monotonic() + float(req.get("limits", {}).get("wall_seconds", 30))
+    limits = req.get("limits", {})
+    deadline = time.monotonic() + float(limits.get("wall_seconds", 30))
+    disk_cap = int(limits.get("scratch_mb", 256)) * 1024 * 1024
+    inode_cap = int(limits.get("scratch_inodes", 20000))
     buf = b""
     stage = "start"
     result: dict[str, Any] | None = None
-    timed_out = False
+    held: dict[str, Any] = {}
+    timed_out = over_disk = False
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             timed_out = True
             break
         ready, _, _ = select.select([rfd], [], [], min(left, 0.5))
+        if held.get("scratch") == "folder":
+            # no private tmpfs (no mount permission here): bound what the request can write by polling
+            used, entries = _usage([req["scratch"], req["dir"]], disk_cap, inode_cap)
+            if used > disk_cap or entries > inode_cap:
+                over_disk = True
+                break
         if not ready:
             continue
         chunk = os.read(rfd, 1 << 16)
@@ -347,8 +410,12 @@ def _serve(req: dict[str, Any], adapter: Any, drop_to: int | None) -> dict[str, 
                 msg = json.loads(line)
             except ValueError:
                 continue
+            if not isinstance(msg, dict):
+                continue
             if "stage" in msg:
                 stage = str(msg["stage"])
+            if "confinement" in msg and not held and isinstance(msg["confinement"], dict):
+                held = msg["confinement"]  # sent before any agent code runs
             if "result" in msg:
                 result = msg["result"]
     os.close(rfd)
@@ -362,9 +429,20 @@ def _serve(req: dict[str, Any], adapter: Any, drop_to: int | None) -> dict[str, 
     except ChildProcessError:
         pass
     _kill_strays()
+    if held.get("scratch") != "tmpfs":
+        _wipe(req["scratch"])  # a private tmpfs went with the request's processes; a folder is emptied
+    out = _outcome(result, status, stage, timed_out, over_disk)
+    if isinstance(out, dict):
+        out["confinement"] = held
+    return out
+
+
+def _outcome(result: Any, status: int, stage: str, timed_out: bool, over_disk: bool) -> dict[str, Any]:
     if timed_out:
         return {"status": "timeout", "stage": stage}
-    if result is not None:
+    if over_disk:
+        return {"status": "disk_limit", "stage": stage}
+    if isinstance(result, dict):
         return result
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -375,10 +453,12 @@ def _serve(req: dict[str, Any], adapter: Any, drop_to: int | None) -> dict[str, 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--adapter", required=True)
+    ap.add_argument("--confine", required=True)
     ap.add_argument("--preload", default="verifiers,datasets")
     args = ap.parse_args()
     _become_subreaper()
     adapter = _load_adapter(args.adapter)
+    confine = _load_adapter(args.confine, "ait_confine")
     for name in filter(None, args.preload.split(",")):
         __import__(name)
     if "datasets" in sys.modules:
@@ -399,7 +479,7 @@ def main() -> None:
             continue
         try:
             req = json.loads(line)
-            resp = _serve(req, adapter, drop_to)
+            resp = _serve(req, adapter, confine, drop_to)
         except Exception as exc:  # noqa: BLE001
             resp = {"status": "error", "stage": "zygote", "kind": "exception", "error": f"{type(exc).__name__}: {exc}"}
         out.write(json.dumps({"id": req.get("id") if isinstance(req, dict) else None, "response": resp},

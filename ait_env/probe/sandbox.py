@@ -1,26 +1,33 @@
 """Run untrusted agent code in isolation: a resident sandboxed process ("zygote") that forks one
-limited child per request (see :mod:`ait_env.probe.inside` for the inside half).
+limited child per request (see :mod:`ait_env.probe.inside` for the inside half and
+:mod:`ait_env.probe.confine` for what each request's child does before agent code runs).
 
 Isolation modes, strongest available first (``SandboxSettings.mode = "auto"``):
 
 ``bwrap`` (bubblewrap, `apt-get install bubblewrap`)
     New mount, pid, network, IPC and UTS namespaces. The filesystem holds only read-only binds of
-    /usr, /lib*, /bin, the Python installation and the virtualenv, a fresh /proc, /dev and /tmp,
-    and one writable work folder; no /etc, no home directory, no project checkout (so neither
+    /usr, /lib*, /bin, the Python installation and the virtualenv, a fresh /proc and /dev, and the
+    folder of request folders; no /etc, no home directory, no project checkout (so neither
     ``ait_env``, the secrets file nor the hidden sets are reachable). The environment is cleared.
     The network namespace has only an unconfigured loopback: nothing outside is reachable.
     Before running agent code the child drops to uid/gid 65534 (when the sandbox starts as root),
-    which makes the process-count limit effective and the bound files read-only to it.
-``fallback`` (no bubblewrap, or it cannot start)
+    which makes the process-count limit effective and its request folder read-only to it.
+``fallback`` (no bubblewrap, or bubblewrap itself refuses to start)
     A plain subprocess with a cleared environment and the same rlimits; when running as root it also
     enters a new network namespace (``unshare``); in any case the child installs a Python audit hook
     that refuses socket connections, process creation and opening files outside its work folder and
     the Python installation. This is weaker (same uid as the orchestrator; a native extension could
-    bypass the audit hook) and is reported in every probe result.
+    bypass the audit hook), is announced on stderr with its reason and is reported in every probe
+    result. Only bubblewrap's own refusal (it exits with a message) leads here; a slow start or a
+    start interrupted by :meth:`Sandbox.close` is an error, never a weaker sandbox.
 
-In both modes a pids cgroup (v1 or v2, when writable) caps the number of processes, the child has
-CPU-time, address-space, file-size and process-count rlimits, and the zygote kills every leftover
-process after each request.
+In both modes each request gets a fresh, size-limited scratch space (a private tmpfs where mounts are
+permitted, else a folder the zygote bounds and wipes) that is its only writable place and is gone when
+the request ends; capabilities are dropped and a seccomp filter refuses namespaces, mounts, chroot and
+other host administration calls (``confine.py``). A pids cgroup (v1 or v2, when writable) caps the
+number of processes, the child has CPU-time, address-space, file-size and process-count rlimits, and
+the zygote kills every leftover process after each request. Request folders are deleted whatever
+they hold (:func:`remove_tree`).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import os
 import queue
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -44,6 +52,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 INSIDE = Path(__file__).with_name("inside.py")
+CONFINE = Path(__file__).with_name("confine.py")
 ADAPTER = Path(__file__).resolve().parents[1] / "integrations" / "verifiers_v0.py"
 SANDBOX_UID = 65534
 
@@ -58,6 +67,10 @@ class SandboxLimits(BaseModel):
     file_size_mb: int = Field(64, ge=1)
     max_processes: int = Field(32, ge=4)
     wall_seconds: float = Field(30.0, gt=0)
+    #: the request's only writable space: a fresh tmpfs of this size (and inode count), gone when the
+    #: request ends (see ``confine.py``)
+    scratch_mb: int = Field(256, ge=1)
+    scratch_inodes: int = Field(20000, ge=16)
 
 
 class SandboxSettings(BaseModel):
@@ -84,12 +97,12 @@ def _python_roots() -> list[Path]:
 def _descendants(pid: int) -> list[int]:
     """The live processes below ``pid``, parents first (Linux ``/proc``; empty where it is missing)."""
     children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
         try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            ppid = int(stat_file.read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        children.setdefault(ppid, []).append(int(stat.parent.name))
+        children.setdefault(ppid, []).append(int(stat_file.parent.name))
     out: list[int] = []
     todo = [pid]
     while todo:
@@ -99,20 +112,58 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
+def remove_tree(path: Path, timeout_s: float = 60.0) -> bool:
+    """Delete ``path`` whatever agent code left in it: any depth (no recursion in this process, no
+    path-length limit: coreutils' ``rm`` walks by file descriptor), folders without permissions, and
+    bounded in time. Never raises; returns whether the path is gone."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return True
+    try:
+        subprocess.run(["chmod", "-R", "u+rwx", "--", str(path)], timeout=timeout_s / 2, check=False,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], timeout=timeout_s / 2, check=False,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        pass
+    if os.path.lexists(path) and _shallow(path):  # no `rm` here: Python's recursive rmtree, where it is safe
+        shutil.rmtree(path, ignore_errors=True)
+    gone = not os.path.lexists(path)
+    if not gone:
+        sys.stderr.write(f"ait sandbox: could not remove {path} within {timeout_s:g} s; remove it by hand\n")
+    return gone
+
+
+def _shallow(path: Path, depth: int = 200) -> bool:
+    """Whether ``path`` is shallow enough for shutil.rmtree (a fallback where ``rm`` is missing)."""
+    todo = [(str(path), 0)]
+    while todo:
+        cur, d = todo.pop()
+        if d > depth:
+            return False
+        try:
+            with os.scandir(cur) as it:
+                todo += [(e.path, d + 1) for e in it if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+    return True
+
+
 def _bwrap_argv(work: Path, runtime: Path) -> list[str]:
     # No --die-with-parent: its PR_SET_PDEATHSIG fires when the *thread* that started bwrap exits (the
     # sandbox is warmed up from a short-lived thread). The zygote exits at EOF on stdin instead, which
     # happens when the orchestrator exits or dies, and the pid namespace takes every child with it.
     argv = [bwrap_path() or "bwrap", "--new-session",
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
+            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/scratch",
             "--setenv", "PYTHONDONTWRITEBYTECODE", "1"]
     for d in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin"):
         if Path(d).exists():
             argv += ["--ro-bind", d, d]
     # the private /tmp first: an interpreter under /tmp (a checkout's .venv there) is bound on top of it
-    # below; mounted last, the tmpfs hid it and bubblewrap could not start
-    argv += ["--perms", "1777", "--tmpfs", "/tmp"]
+    # below; mounted last, the tmpfs hid it and bubblewrap could not start. Only the zygote may write
+    # there: a request writes to its own scratch tmpfs (/scratch, mounted per request by confine.py).
+    argv += ["--perms", "0755", "--tmpfs", "/tmp", "--perms", "0755", "--dir", "/scratch"]
     made: set[str] = {"/tmp"}
     for root in _python_roots():
         # bwrap would create missing parents with mode 0700, unreadable after the uid drop.
@@ -152,55 +203,95 @@ def _cgroup_for(pid: int, max_pids: int) -> tuple[Path | None, str]:
     return None, "no pids cgroup (not writable here)"
 
 
+class _Closed(SandboxError):
+    """The sandbox was closed while it was starting (never a reason to fall back)."""
+
+
 class Sandbox:
-    """A resident sandboxed process. Thread-safe (one request at a time); restarts after failures."""
+    """A resident sandboxed process. Thread-safe (one request at a time); restarts after failures.
+
+    Every request runs in a fresh child with its own scratch space (see ``confine.py``); its folder
+    is readable but not writable by the agent's code where the sandbox drops to another uid."""
 
     def __init__(self, settings: SandboxSettings | None = None) -> None:
         self.settings = settings or SandboxSettings()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()          # one request (or start) at a time
+        self._state = threading.Lock()         # guards _proc and _generation against close()
+        self._generation = 0                   # bumped by close(): a start in progress is abandoned
+        self._destroyed = False
         self._proc: subprocess.Popen[str] | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._root = Path(tempfile.mkdtemp(prefix="ait-sandbox-"))
         self._work = self._root / "work"
         self._runtime = self._root / "runtime"
+        self._scratch = self._root / "scratch"
         self._cgroup: Path | None = None
         self._ids = itertools.count()
+        self._log_path = self._root / "sandbox.log"
         self.description = ""
         self.mode = ""
+        self.fallback_reason = ""
         atexit.register(self.destroy)  # the process and its temporary folder go when the interpreter exits
 
     # ------------------------------------------------------------------ lifecycle
     def _prepare_runtime(self) -> None:
-        self._work.mkdir(parents=True, exist_ok=True)
-        self._runtime.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(INSIDE, self._runtime / "inside.py")
+        for d in (self._work, self._runtime, self._scratch):
+            d.mkdir(parents=True, exist_ok=True)
+        for src in (INSIDE, CONFINE):
+            shutil.copyfile(src, self._runtime / src.name)
         shutil.copyfile(ADAPTER, self._runtime / "verifiers_v0.py")
+        for p in self._runtime.iterdir():
+            os.chmod(p, 0o644)
         os.chmod(self._root, 0o755)
-        os.chmod(self._work, 0o755)
         os.chmod(self._runtime, 0o755)
+        os.chmod(self._scratch, 0o755)
+        # request folders are reachable by their (random) names only: nobody inside can list them
+        os.chmod(self._work, 0o711)
+
+    def _drop_bwrap(self, reason: str) -> None:
+        """Give up on bubblewrap for this sandbox, loudly, with the reason."""
+        self.fallback_reason = reason.strip() or "no reason given"
+        sys.stderr.write(f"ait sandbox: bubblewrap failed to start ({self.fallback_reason[-300:]}); "
+                         "FALLING BACK to the weaker subprocess sandbox\n")
+        self.settings = self.settings.model_copy(update={"mode": "fallback"})
 
     def _start(self) -> None:
-        self._prepare_runtime()
+        with self._state:
+            generation = self._generation
+            if self._destroyed:
+                raise _Closed("the sandbox was destroyed")
+        try:
+            self._prepare_runtime()
+            self._launch(generation)
+        except OSError as exc:
+            with self._state:
+                closed = self._generation != generation
+            raise (_Closed("the sandbox was closed while it was starting") if closed
+                   else SandboxError(f"the sandbox could not be started: {exc}")) from None
+
+    def _launch(self, generation: int) -> None:
         mode = self.settings.mode
         if mode == "auto":
             mode = "bwrap" if bwrap_path() else "fallback"
+            if mode == "fallback":
+                self.fallback_reason = "bubblewrap (bwrap) is not installed"
         preload = ",".join(self.settings.preload)
         if mode == "bwrap":
             if not bwrap_path():
                 raise SandboxError("sandbox mode 'bwrap' requested but bubblewrap is not installed "
                                    "(apt-get install bubblewrap)")
             argv = _bwrap_argv(self._work, self._runtime) + [
-                sys.executable, "/opt/ait/inside.py", "--adapter", "/opt/ait/verifiers_v0.py", "--preload", preload]
-            env = {}
-            work_inside = "/sandbox"
+                sys.executable, "/opt/ait/inside.py", "--adapter", "/opt/ait/verifiers_v0.py",
+                "--confine", "/opt/ait/confine.py", "--preload", preload]
+            env: dict[str, str] = {}
+            self._work_inside, self._scratch_inside = "/sandbox", "/scratch"
         else:
             argv = [sys.executable, str(self._runtime / "inside.py"), "--adapter",
-                    str(self._runtime / "verifiers_v0.py"), "--preload", preload]
-            env = {"PATH": "/usr/bin:/bin", "HOME": str(self._work), "AIT_SANDBOX_NO_SETUID": "1",
+                    str(self._runtime / "verifiers_v0.py"), "--confine", str(self._runtime / "confine.py"),
+                    "--preload", preload]
+            env = {"PATH": "/usr/bin:/bin", "HOME": str(self._scratch), "AIT_SANDBOX_NO_SETUID": "1",
                    "AIT_SANDBOX_FALLBACK": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-            work_inside = str(self._work)
-        self._work_inside = work_inside
-        netns = ""
+            self._work_inside, self._scratch_inside = str(self._work), str(self._scratch)
 
         def _pre() -> None:
             os.setsid()
@@ -211,34 +302,49 @@ class Sandbox:
                     pass
 
         # stderr goes to a file: an undrained pipe would fill up (progress bars, logs) and block the zygote.
-        self._log_path = self._root / "sandbox.log"
         log = open(self._log_path, "w")  # noqa: SIM115 - owned by the child process
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                 text=True, env=env, cwd=str(self._work), preexec_fn=_pre, bufsize=1)
         log.close()
-        self._proc = proc
+        with self._state:
+            if self._generation != generation:  # close() ran while we were starting it
+                _kill_tree(proc)
+                raise _Closed("the sandbox was closed while it was starting")
+            self._proc = proc
         self._lines = queue.Queue()
         threading.Thread(target=self._reader, args=(proc, self._lines), daemon=True).start()
         self._cgroup, cg_text = _cgroup_for(proc.pid, self.settings.limits.max_processes + 8)
         ready = self._readline(self.settings.startup_timeout_s)
         if ready is None or not ready.get("ready"):
+            with self._state:
+                closed = self._generation != generation
+            exited = proc.poll() is not None
             err = self.log_tail()
             self.close()
-            if mode == "bwrap" and self.settings.mode == "auto":
-                sys.stderr.write(f"ait sandbox: bubblewrap failed to start ({err.strip()[-300:]}); "
-                                 "FALLING BACK to the weaker subprocess sandbox\n")
-                self.settings = self.settings.model_copy(update={"mode": "fallback"})
-                return self._start()
-            raise SandboxError(f"the sandbox did not start ({mode}): {err.strip()[-1000:]}")
+            if closed:
+                raise _Closed("the sandbox was closed while it was starting")
+            # Fall back only on bubblewrap's own refusal (it exits with a "bwrap: ..." message); a zygote
+            # that fails or is merely slow (a loaded machine) is an infrastructure error, never a weaker
+            # sandbox.
+            refusal = [ln for ln in err.splitlines() if ln.startswith("bwrap: ")]
+            if mode == "bwrap" and self.settings.mode == "auto" and exited and refusal:
+                self._drop_bwrap(refusal[-1])
+                with self._state:
+                    generation = self._generation
+                return self._launch(generation)
+            state = "exited" if exited else f"did not answer within {self.settings.startup_timeout_s:g} s"
+            raise SandboxError(f"the sandbox did not start ({mode}: {state}): {err.strip()[-1000:] or 'no output'}")
         if mode == "fallback":
             netns = "new network namespace" if os.getuid() == 0 else "no network namespace (not root)"
-            self.description = (f"fallback (no bubblewrap): same uid, cleared env, rlimits, Python audit hook "
-                                f"blocking sockets/processes/outside files, {netns}, {cg_text}")
+            self.description = (f"fallback (no bubblewrap: {self.fallback_reason or 'requested'}): same uid, "
+                                f"cleared env, rlimits, Python audit hook blocking sockets/processes/outside "
+                                f"files, {netns}, {cg_text}")
             sys.stderr.write(f"ait sandbox: WEAKER MODE in force: {self.description}\n")
         else:
             drop = ready.get("drop_to")
             self.description = (f"bwrap: mount/pid/net/ipc/uts namespaces, read-only system binds, no network, "
-                                f"{'uid ' + str(drop) if drop is not None else 'same uid (not root)'}, rlimits, {cg_text}")
+                                f"{'uid ' + str(drop) if drop is not None else 'same uid (not root)'}, rlimits, "
+                                f"{cg_text}")
         self.mode = mode
 
     def _readline(self, timeout: float) -> dict[str, Any] | None:
@@ -262,41 +368,29 @@ class Sandbox:
 
     def _reader(self, proc: "subprocess.Popen[str]", q: "queue.Queue[str | None]") -> None:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            q.put(line)
+        try:
+            for line in proc.stdout:
+                q.put(line)
+        except (OSError, ValueError):
+            pass  # the stream was closed by close()
         q.put(None)
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
             return self._log_path.read_text(errors="replace")[-limit:]
-        except (OSError, AttributeError):
+        except OSError:
             return ""
 
     def close(self) -> None:
-        """Stop the resident process and everything it started. bubblewrap's process inside the pid
-        namespace starts a session of its own, so the outer process's group does not reach it: its
-        descendants are killed one by one (the namespace's processes go with its first), and stdin is
-        closed, which ends the zygote as well."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            tree = _descendants(proc.pid)
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                proc.kill()
-            for pid in tree:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            proc.wait(timeout=10)
+        """Stop the resident process and everything it started (a start in progress is abandoned, never
+        turned into a fallback). bubblewrap's process inside the pid namespace starts a session of its
+        own, so the outer process's group does not reach it: its descendants are killed one by one (the
+        namespace's processes go with its first), and stdin is closed, which ends the zygote as well."""
+        with self._state:
+            self._generation += 1
+            proc, self._proc = self._proc, None
         if proc is not None:
-            for stream in (proc.stdin, proc.stdout):
-                try:
-                    if stream is not None:
-                        stream.close()
-                except OSError:
-                    pass
+            _kill_tree(proc)
         if self._cgroup is not None:
             try:
                 self._cgroup.rmdir()
@@ -305,11 +399,15 @@ class Sandbox:
             self._cgroup = None
 
     def destroy(self) -> None:
+        """Close the sandbox for good and delete its folder (a later request raises SandboxError)."""
+        with self._state:
+            self._destroyed = True
         self.close()
-        shutil.rmtree(self._root, ignore_errors=True)
+        remove_tree(self._root)
 
-    def warm(self) -> None:
-        """Start the resident process in the background (it takes seconds to import verifiers)."""
+    def warm(self) -> threading.Thread:
+        """Start the resident process in the background (it takes seconds to import verifiers); returns
+        the starting thread."""
         def _go() -> None:
             with self._lock:
                 if self._proc is None or self._proc.poll() is not None:
@@ -317,60 +415,121 @@ class Sandbox:
                         self._start()
                     except SandboxError:
                         pass  # reported on the first real request
-        threading.Thread(target=_go, daemon=True).start()
+        thread = threading.Thread(target=_go, name="ait-sandbox-warm", daemon=True)
+        thread.start()
+        return thread
 
     # ------------------------------------------------------------------ requests
+    def _ensure_started(self) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            self._start()
+
     def new_workdir(self) -> tuple[Path, str]:
         """A fresh folder for one request: (path outside, path inside the sandbox)."""
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._start()
+            self._ensure_started()
         name = f"req-{uuid.uuid4().hex[:10]}"
         outside = self._work / name
         outside.mkdir()
         return outside, f"{self._work_inside}/{name}"
 
+    def request_folders(self) -> list[Path]:
+        """The request folders that exist on the host now (each is deleted when its request ends)."""
+        try:
+            return sorted(self._work.iterdir())
+        except OSError:
+            return []
+
+    @staticmethod
+    def share_socket(path: Path) -> None:
+        """Let the request's code connect to the Unix socket ``path`` (in its folder) after the uid drop."""
+        os.chmod(path, 0o666)
+
+    def _seal(self, workdir: Path) -> None:
+        """Make the request's folder readable and not writable by the agent's code (which runs as another
+        uid when the sandbox starts as root): root-owned, folders 0755, files 0644, whatever the umask."""
+        if self.mode != "bwrap" or os.getuid() != 0:
+            return
+        for dirpath, dirnames, filenames in os.walk(workdir):
+            os.chmod(dirpath, 0o755)
+            for name in filenames:
+                p = os.path.join(dirpath, name)
+                if not os.path.islink(p) and not stat.S_ISSOCK(os.lstat(p).st_mode):
+                    os.chmod(p, 0o644)
+
     def run(self, request: dict[str, Any], workdir: Path) -> dict[str, Any]:
         """Send one request (its ``dir`` must be the inside path of ``workdir``); returns the response."""
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._start()
-            assert self._proc is not None and self._proc.stdin is not None
-            if self.mode == "bwrap" and os.getuid() == 0:
-                for p in [workdir, *workdir.rglob("*")]:
-                    os.lchown(p, SANDBOX_UID, SANDBOX_UID)
+            self._ensure_started()
+            with self._state:
+                proc = self._proc
+            if proc is None or proc.stdin is None:
+                raise SandboxError("the sandbox was shut down before the request started")
+            self._seal(workdir)
             req = dict(request)
             req["id"] = next(self._ids)
+            req["scratch"] = self._scratch_inside
             req.setdefault("limits", self.settings.limits.model_dump())
             try:
-                self._proc.stdin.write(json.dumps(req) + "\n")
-                self._proc.stdin.flush()
-            except (BrokenPipeError, OSError) as exc:
+                line_out = json.dumps(req, allow_nan=False) + "\n"
+            except (TypeError, ValueError) as exc:
+                raise SandboxError(f"the request cannot be sent to the sandbox as JSON: {exc}") from None
+            try:
+                proc.stdin.write(line_out)
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError, ValueError) as exc:
                 self.close()
                 raise SandboxError(f"the sandbox died: {exc}") from None
             wall = float(req["limits"].get("wall_seconds", 30))
-            deadline = time.monotonic() + wall + 30
+            deadline = time.monotonic() + wall + 90  # + the zygote's own cleanup of the request
             line = None
             while time.monotonic() < deadline:
                 line = self._readline(max(0.1, deadline - time.monotonic()))
                 if line is None or line.get("id") == req["id"]:
                     break  # (answers to earlier, abandoned requests are skipped)
                 line = None
-            if line is None:
-                proc = self._proc
-                if proc is None:  # closed by another thread (e.g. the job ended while this request ran)
+            if line is None or not isinstance(line.get("response"), dict):
+                with self._state:
+                    closed = self._proc is not proc
+                if closed:  # closed by another thread (e.g. the job ended while this request ran)
                     raise SandboxError("the sandbox was shut down while the request was running")
                 tail = self.log_tail(800)
                 alive = proc.poll() is None
                 code = proc.returncode
                 self.close()
-                raise SandboxError(f"the sandbox stopped answering within {wall + 30:.0f} s (process "
+                raise SandboxError(f"the sandbox stopped answering within {wall + 90:.0f} s (process "
                                    f"{'alive' if alive else f'exited with code {code}'}); it will be restarted. "
                                    f"Log tail: {tail}")
             return line["response"]
 
     def release(self, workdir: Path) -> None:
-        shutil.rmtree(workdir, ignore_errors=True)
+        """Delete a request's folder (never raises, bounded in time, any tree the request left)."""
+        remove_tree(workdir)
+
+
+def _kill_tree(proc: "subprocess.Popen[str]") -> None:
+    """Kill ``proc``, its process group and every process below it; close its pipes. Never raises."""
+    if proc.poll() is None:
+        tree = _descendants(proc.pid)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            proc.kill()
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
 
 
 _SHARED: dict[str, Sandbox] = {}

@@ -6,15 +6,21 @@ Checks, in order, collecting every failure (not only the first):
 3. the environment module defines a top-level ``load_environment``;
 4. imports are on the allow-list: a stdlib subset, ``verifiers``, ``datasets``, the family's tool
    module and the workspace's own modules; obviously dangerous builtins and dunder escapes are refused;
-5. file sizes and counts are within the workspace quotas.
+5. file sizes and counts are within the workspace quotas;
+6. no top-level module or package of the workspace is named like an importable module (the standard
+   library, installed packages, prime-rl's dependencies): the code prime-rl imports must be the code
+   that was validated.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.machinery
+import os
+import sys
 from pathlib import Path
 
-from ait_env.jobs.primerl import static_rules
+from ait_env.jobs.primerl import PRIME_RL_ENV_MODULES, static_rules
 from ait_env.jobs.schema import Job, check_bounds, parse_job
 from ait_env.probe.report import ProbeFailure
 from ait_env.workspace import WorkspaceQuota
@@ -27,6 +33,9 @@ ALLOWED_STDLIB = frozenset({
     "typing_extensions", "unicodedata",
 })
 ALLOWED_THIRD_PARTY = frozenset({"verifiers", "datasets"})
+_OWN_PACKAGES = frozenset({"ait_env", "task_families", "gpu", "trainers", "benchmarks", "research", "scripts",
+                           "tests", "examples"})
+_CHECKOUT = Path(__file__).resolve().parents[2]
 FORBIDDEN_CALLS = frozenset({"__import__", "eval", "exec", "compile", "open", "breakpoint", "input",
                              "globals", "vars", "memoryview"})
 FORBIDDEN_ATTRS = frozenset({"__subclasses__", "__globals__", "__builtins__", "__code__", "__closure__",
@@ -68,6 +77,45 @@ def _check_module(path: str, tree: ast.AST, local_modules: set[str]) -> list[Pro
         if isinstance(node, ast.Name) and node.id in {"__builtins__", "__loader__", "__spec__"}:
             out.append(_fail("forbidden_attribute", f"{path}:{node.lineno}",
                              f"use of {node.id!r} is not allowed", "Remove the introspection."))
+    return out
+
+
+def _importable(name: str) -> bool:
+    """Whether ``import name`` finds something where the job runs: the standard library, anything
+    installed in this interpreter (the current folder and the project checkout left out), prime-rl's
+    own dependencies, and this project's packages."""
+    if name in sys.stdlib_module_names or name in sys.builtin_module_names or name in PRIME_RL_ENV_MODULES:
+        return True
+    if name in _OWN_PACKAGES or name.startswith("ait_"):
+        return True
+    here = {"", os.getcwd(), str(_CHECKOUT)}
+    # a job package imported in this process (tests) puts its own folder on sys.path: not an install
+    path = [p for p in sys.path if p not in here and not Path(p).name.startswith("ait_job_")]
+    try:
+        return importlib.machinery.PathFinder.find_spec(name, path) is not None
+    except (ImportError, ValueError):
+        return True
+
+
+def _shadowing(rel: dict[str, Path]) -> list[ProbeFailure]:
+    """Top-level module and package names of the workspace that an installed module also has: prime-rl
+    imports the job's package next to its own dependencies, so which of the two an import reaches
+    would depend on what was imported first."""
+    out: list[ProbeFailure] = []
+    tops: dict[str, str] = {}
+    for name in rel:
+        first = name.split("/")[0]
+        if "/" in name:
+            tops.setdefault(first, first + "/")
+        elif name.endswith(".py"):
+            tops.setdefault(name[:-3], name)
+    for module, where in sorted(tops.items()):
+        if module == TOOLS_MODULE_NAME or not module.isidentifier():
+            continue
+        if _importable(module):
+            out.append(_fail("module_name", where, f"{module!r} is also the name of an installed module; an "
+                             "import of it could load that module instead of your file (or the reverse)",
+                             f"Rename it, e.g. to 'my_{module}', and update job.environment and your imports."))
     return out
 
 
@@ -128,6 +176,8 @@ def run_static(root: Path, bounds: Bounds, family: str,
                 for iss in static_rules(job, renderer_override=override):
                     if not any(f.where == iss.where and f.code == "bounds" for f in failures):
                         failures.append(_fail("prime_rl", iss.where, iss.message, iss.fix))
+
+    failures.extend(_shadowing(rel))
 
     # 2-4. Python sources
     local_modules = {Path(n).stem for n in rel if n.endswith(".py") and "/" not in n}

@@ -6,10 +6,9 @@ import random
 
 import pytest
 
-from ait_env.agents.reference import reference_files
 from ait_env.secrets import hidden_set
 from task_families import FAMILY_NAMES, get_family
-from task_families.base import TOOLS_MODULE_NAME
+from conftest import load_reference_environment
 
 FAMILIES = list(FAMILY_NAMES)
 
@@ -72,11 +71,7 @@ def test_reference_job_loads_with_real_verifiers_and_rubric_separates(name, tmp_
     from ait_env.integrations import verifiers_v0 as V
 
     fam = get_family(name)
-    files = reference_files(name, "some/model")
-    for fname, text in files.items():
-        (tmp_path / fname).write_text(text)
-    (tmp_path / f"{TOOLS_MODULE_NAME}.py").write_text(fam.tools_source())
-    env = V.load_environment(V.import_env_module(tmp_path, "environment"), {"num_examples": 64})
+    env = load_reference_environment(name, "some/model", tmp_path, {"num_examples": 64})
     assert V.is_tool_env(env)
     assert sorted(V.tool_names(env)) == sorted(fam.tool_names)
     rows = V.dataset_rows(env)

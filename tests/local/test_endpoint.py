@@ -12,6 +12,7 @@ from ait_env.evaluation import evaluate
 from ait_env.local.chat import parse_output
 from ait_env.local.endpoint import LocalEndpoint
 from ait_env.secrets import hidden_set
+from conftest import load_reference_environment
 from task_families import get_family
 
 
@@ -53,13 +54,9 @@ def test_hidden_eval_harness_against_the_endpoint(micro_model, micro_tokenizer):
 def test_verifiers_rollouts_over_a_unix_socket(micro_model, micro_tokenizer, tmp_path):
     """verifiers' own rollout + rubric code, talking to the endpoint over its Unix socket."""
     pytest.importorskip("verifiers")
-    from ait_env.agents.reference import reference_files
     from ait_env.integrations import verifiers_v0 as V
 
-    for name, text in reference_files("arithmetic", "micro").items():
-        (tmp_path / name).write_text(text)
-    (tmp_path / "family_tools.py").write_text(get_family("arithmetic").tools_source())
-    env = V.load_environment(V.import_env_module(tmp_path, "environment"), {"num_examples": 20})
+    env = load_reference_environment("arithmetic", "micro", tmp_path, {"num_examples": 20})
     sock = tmp_path / "ep.sock"
     with LocalEndpoint(micro_model, micro_tokenizer, "micro", host=None, uds=sock) as ep:
         client = V.make_client(uds=str(sock))

@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("verifiers")
 
-from ait_env.agents.reference import reference_files  # noqa: E402
 from ait_env.probe import ValidationProbe  # noqa: E402
+from hostile import LOAD, MODEL, reference, with_env, with_job  # noqa: E402
 from ait_env.probe.dynamic import DynamicProbe, DynamicSettings  # noqa: E402
 from ait_env.probe.sandbox import Sandbox, SandboxLimits, SandboxSettings  # noqa: E402
 from ait_env.secrets import hidden_set  # noqa: E402
@@ -23,7 +23,6 @@ from task_families.base import TOOLS_MODULE_NAME, Bounds  # noqa: E402
 
 WALL = 6.0
 FAMILY = get_family("arithmetic")
-MODEL = "Qwen/Qwen3-1.7B"
 SECRET = "sk-test-SECRET-0123456789"
 HIDDEN_TEXT = "HIDDEN-EVAL-CONTENT-7f3a"
 
@@ -85,32 +84,8 @@ def listener():
     srv.close()
 
 
-def ref() -> dict[str, str]:
-    return reference_files("arithmetic", MODEL)
-
-
-def with_env(prefix: str = "", suffix: str = "", replace: tuple[str, str] | None = None) -> dict[str, str]:
-    files = ref()
-    text = files["environment.py"]
-    if replace:
-        assert replace[0] in text, replace[0]
-        text = text.replace(*replace)
-    if prefix:
-        head, sep, rest = text.partition("from __future__ import annotations\n")
-        text = head + sep + prefix + rest
-    files["environment.py"] = text + suffix
-    return files
-
-
-def with_job(old: str, new: str) -> dict[str, str]:
-    files = ref()
-    assert old in files["job.toml"], old
-    files["job.toml"] = files["job.toml"].replace(old, new)
-    return files
-
-
 RUBRIC = ("rubric = vf.Rubric(funcs=[correct_answer, calculator_use], weights=[0.9, 0.1])",)
-LOAD = "    dataset = build_dataset(num_examples, seed)\n"
+
 
 
 def rubric_returning(expr: str) -> dict[str, str]:
@@ -228,7 +203,7 @@ def test_reference_passes_and_sandbox_survives(probe, task, tmp_path):
     # after every attack above (module-scoped sandbox), a good job still validates
     ws = tmp_path / "ok"
     ws.mkdir()
-    for fname, text in ref().items():
+    for fname, text in reference().items():
         (ws / fname).write_text(text)
     report, job = probe.run(ws, task, FAMILY)
     assert report.ok and job is not None, report.render()
@@ -250,7 +225,7 @@ def test_prompt_tokens_are_counted_with_the_models_tokenizer_on_openai_tool_sche
     try:
         ws = tmp_path / "count"
         ws.mkdir()
-        for fname, text in ref().items():
+        for fname, text in reference().items():
             (ws / fname).write_text(text)
         report, job = probe.run(ws, task, FAMILY)
     finally:
