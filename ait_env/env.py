@@ -1,6 +1,6 @@
 """``JobWritingEnv``: one episode = one agent writing and submitting one RL training job.
 
-The env only orchestrates: actions are parsed by :mod:`ait_env.actions`, tools run through
+The env only orchestrates: actions are parsed by :mod:`ait_env.toolcalls`, tools run through
 :class:`ait_env.tools.ToolBox` on a :class:`ait_env.workspace.Workspace`, submissions go through the
 :class:`ait_env.probe.ValidationProbe`, valid jobs are bundled (:mod:`ait_env.jobs.bundle`) and run by
 a backend, and :mod:`ait_env.reward` turns the result into the reward.
@@ -24,7 +24,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from ait_env.actions import CALL_FORMAT, ToolCall, parse_action
+from ait_env.toolcalls import CALL_FORMAT, ToolCall, parse_action
 from ait_env.backends import Backend, JobResult, make_backend
 from ait_env.baselines import BaselinesNotSeeded, BaselineStore
 from ait_env.config import Settings, compose, split_families

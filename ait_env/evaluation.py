@@ -12,7 +12,8 @@ For each instance (the family's hidden set, or the first ``limit`` of it):
    request carries ``family.tool_schemas()`` as ``tools``, ``temperature=0`` and
    ``max_tokens=family.eval_max_tokens``, plus any ``extra_body`` (e.g.
    ``{"chat_template_kwargs": {"enable_thinking": False}}``) and ``tool_choice`` when given.
-2. Tool loop, at most ``family.eval_max_turns`` model turns (one turn = one request):
+2. Tool loop, at most ``family.eval_max_turns`` model turns (one turn = one request; calls are read
+   by :func:`ait_env.toolcalls.structured_tool_calls` and :func:`ait_env.toolcalls.parse_text_tool_calls`):
    - structured ``tool_calls`` in the reply are executed with ``family.call_tool``;
    - when the reply has no structured calls, ``<tool_call>{"name": .., "arguments": {..}}</tool_call>``
      blocks in ``content`` (outside ``<think>`` blocks) are executed instead (a server without a tool
@@ -46,8 +47,8 @@ score is 0 or 1 (``ci_method="wilson"``), otherwise the **normal approximation**
 ``mean ± 1.96·s/√n`` with the sample standard deviation ``s``, clipped to [0, 1]
 (``ci_method="normal"``). ``ci95`` is the half-width ``(ci_high - ci_low) / 2``.
 
-This module imports only :mod:`task_families` and :mod:`ait_env.secrets` (never agent code or an
-agent-written environment module), ``openai`` and ``pydantic``. The API key defaults to ``"EMPTY"``
+This module imports only :mod:`task_families`, :mod:`ait_env.secrets` and :mod:`ait_env.toolcalls`
+(never agent code or an agent-written environment module), ``openai`` and ``pydantic``. The API key defaults to ``"EMPTY"``
 (vLLM ignores it); ``OPENAI_API_KEY`` is deliberately not read, so a real key never goes to a pod.
 
 CLI::
@@ -66,7 +67,6 @@ import concurrent.futures
 import json
 import math
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -76,6 +76,7 @@ import openai
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, Field
 
+from ait_env.toolcalls import CallAttempt, final_text, parse_text_tool_calls, strip_think, structured_tool_calls
 from task_families import get_family
 from task_families.base import Instance, TaskFamily, instances_hash
 
@@ -86,7 +87,6 @@ __all__ = [
 
 Z95 = 1.959963984540054
 _RETRY_STATUS = {408, 409, 429}
-_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _CONTEXT_HINTS = ("context length", "context_length", "maximum context", "too long", "max_model_len",
                   "maximum model length")
 
@@ -215,91 +215,7 @@ def confidence_interval(scores: list[float], z: float = Z95) -> tuple[float, flo
     return max(0.0, mean - half), min(1.0, mean + half), "normal"
 
 
-# ------------------------------------------------------------------------------------------ parsing
-def strip_think(text: str) -> str:
-    """Drop reasoning: everything up to the last ``</think>`` and any unclosed ``<think>`` tail."""
-    text = text or ""
-    if "</think>" in text:
-        text = text.rsplit("</think>", 1)[1]
-    return text.split("<think>", 1)[0]
-
-
-def strip_tool_calls(text: str) -> str:
-    return _TOOL_CALL_RE.sub("", text or "")
-
-
-def final_text(content: str) -> str:
-    """What the checker sees: no reasoning, no tool-call blocks."""
-    return strip_tool_calls(strip_think(content)).strip()
-
-
-class _Call(BaseModel):
-    id: str
-    source: Literal["structured", "text"]
-    name: str | None
-    raw_arguments: str
-    arguments: dict[str, Any] | None = None
-    error: str | None = None
-
-
-def _parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
-    if isinstance(raw, dict):
-        return raw, None
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}, None
-    try:
-        val = json.loads(raw)
-    except (TypeError, ValueError) as exc:
-        return None, f"tool call arguments are not valid JSON ({exc}); send a JSON object"
-    if not isinstance(val, dict):
-        return None, f"tool call arguments must be a JSON object, got {type(val).__name__}"
-    return val, None
-
-
-def parse_text_tool_calls(content: str, turn: int = 0) -> list[_Call]:
-    """``<tool_call>{"name": .., "arguments": {..}}</tool_call>`` blocks outside ``<think>``.
-
-    An unclosed trailing block (cut off by ``max_tokens``) counts as a call attempt."""
-    calls: list[_Call] = []
-    for j, m in enumerate(_TOOL_CALL_RE.finditer(strip_think(content))):
-        raw = m.group(1).strip()
-        cid = f"call_{turn}_{j}"
-        try:
-            obj = json.loads(raw)
-        except ValueError as exc:
-            calls.append(_Call(id=cid, source="text", name=None, raw_arguments=raw,
-                               error=f"invalid JSON in <tool_call> block ({exc}); write "
-                                     '<tool_call>{"name": "...", "arguments": {...}}</tool_call>'))
-            continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            calls.append(_Call(id=cid, source="text", name=None, raw_arguments=raw,
-                               error='a <tool_call> block must be a JSON object with a "name" string '
-                                     'and an "arguments" object'))
-            continue
-        raw_args = obj.get("arguments", obj.get("parameters", {}))
-        args, err = _parse_arguments(raw_args)
-        calls.append(_Call(id=cid, source="text", name=obj["name"], arguments=args, error=err,
-                           raw_arguments=raw_args if isinstance(raw_args, str) else json.dumps(raw_args)))
-    return calls
-
-
-def _structured_calls(message: Any) -> list[_Call]:
-    calls: list[_Call] = []
-    for j, tc in enumerate(getattr(message, "tool_calls", None) or []):
-        fn = getattr(tc, "function", None)
-        cid = getattr(tc, "id", None) or f"call_{j}"
-        if fn is None:
-            calls.append(_Call(id=cid, source="structured", name=getattr(tc, "type", None), raw_arguments="",
-                               error="only function tool calls are supported"))
-            continue
-        raw = getattr(fn, "arguments", None)
-        args, err = _parse_arguments(raw)
-        calls.append(_Call(id=cid, source="structured", name=getattr(fn, "name", None), arguments=args,
-                           error=err, raw_arguments=raw if isinstance(raw, str) else json.dumps(raw)))
-    return calls
-
-
-def _run_call(family: TaskFamily, call: _Call) -> tuple[str, str | None]:
+def _run_call(family: TaskFamily, call: CallAttempt) -> tuple[str, str | None]:
     """(tool message content, harness error) of one call; never raises."""
     if call.error is not None:
         return f"error: {call.error}", call.error
@@ -406,7 +322,7 @@ async def _run_instance(client: openai.AsyncOpenAI, family: TaskFamily, inst: In
                 rec.completion_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
             msg = resp.choices[0].message
             content = msg.content or ""
-            calls = _structured_calls(msg)
+            calls = structured_tool_calls(msg)
             if calls:
                 tool_calls = []
                 for c in calls:

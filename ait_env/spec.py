@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ait_env.actions import CALL_FORMAT
+from ait_env.toolcalls import CALL_FORMAT
 from ait_env.backends.base import ModelInfo
 from ait_env.tools import tool_schemas
 from task_families.base import TaskSpec

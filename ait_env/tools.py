@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ait_env.actions import ToolCall
+from ait_env.toolcalls import ToolCall
 from ait_env.workspace import Workspace, WorkspaceError
 
 

@@ -61,9 +61,14 @@ def main(cfg: DictConfig) -> None:
         console.print(f"job bundle and result: {job_dir}")
         from ait_env.backends.base import JobResult
         from ait_env.plots import plot_job_curves
+        from task_families import get_family
 
+        opts = cfg.backend.get("options") or {}  # the local runner's eval_limit / eval_subset, when set
+        full = int(opts.get("eval_limit") or get_family(info["family"]).hidden_eval_size)
+        subset = min(int(opts["eval_subset"]), full) if opts.get("eval_subset") else None
         chart = plot_job_curves(JobResult.model_validate(info["job"]), job_dir / "training_curve.png",
-                                title=f"{info['family']} on {info['backend']}: {info['job']['job_id']}")
+                                title=f"{info['family']} on {info['backend']}: {info['job']['job_id']}",
+                                full_size=full, subset_size=subset)
         if chart:
             console.print(f"inner training curve: {chart}")
     env.close()

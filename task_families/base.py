@@ -123,6 +123,33 @@ def tool_schema(fn: Callable[..., Any]) -> dict[str, Any]:
             "parameters": {"type": "object", "properties": props, "required": required}}}
 
 
+# ---------------------------------------------------------------- reading a response
+def strip_think(text: str | None) -> str:
+    """Drop reasoning: everything up to the last ``</think>`` and any unclosed ``<think>`` tail.
+
+    Every checker reads a response through this, and so does the hidden eval's tool-call reader
+    (:mod:`ait_env.toolcalls`)."""
+    text = text or ""
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    return text.split("<think>", 1)[0]
+
+
+def answer_text(response: str | None) -> str | None:
+    """The first line after the last "Answer:" (any case; reasoning removed), or None without one."""
+    text = strip_think(response)
+    idx = text.lower().rfind("answer:")
+    if idx < 0:
+        return None
+    rest = text[idx + len("answer:"):].strip()
+    return rest.splitlines()[0].strip() if rest else ""
+
+
+def and_list(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``: items as a question names them."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 class TaskFamily(ABC):
     """Base class of every task family. Subclasses set the class attributes and implement the
     generator and checker; everything else (spec text, dev examples, hidden set) is derived."""
@@ -140,7 +167,7 @@ class TaskFamily(ABC):
     #: Tool-loop turns the hidden eval allows the inner model.
     eval_max_turns: ClassVar[int] = 8
     #: Sampling max tokens per turn in the hidden eval.
-    eval_max_tokens: ClassVar[int] = 512
+    eval_max_tokens: ClassVar[int] = 256
     hidden_eval_size: ClassVar[int] = 300
     dev_pool_seed: ClassVar[int] = 1_000_003
     dev_examples_shown: ClassVar[int] = 3
@@ -148,7 +175,7 @@ class TaskFamily(ABC):
     # ---------------------------------------------------------------- to implement
     @abstractmethod
     def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
-        """One instance drawn with ``rng`` at ``difficulty`` in [0, 1]."""
+        """One instance drawn with ``rng`` at ``difficulty`` in [0, 1] (:meth:`generate` clamps it)."""
 
     @abstractmethod
     def check(self, instance: Instance, response: str) -> float:
@@ -247,7 +274,7 @@ class TaskFamily(ABC):
         rng = random.Random(f"{self.name}:{seed}")
         out = []
         for _ in range(n):
-            d = rng.random() if difficulty is None else float(difficulty)
+            d = rng.random() if difficulty is None else min(1.0, max(0.0, float(difficulty)))
             out.append(self.generate_one(rng, d, **options))
         return out
 

@@ -15,6 +15,7 @@ chart, skipping a chart whose metrics are absent (and saying so):
 - ``status_mix``: job status mix per step (stacked) and the infra-dropped share;
 - ``cost``: LLM USD and tokens per episode.
 
+Every chart follows :mod:`ait_env.plots`' conventions: integer step ticks, the legend below the axes.
 Returns (and prints) the written paths. Uses matplotlib's Agg backend (no display needed).
 """
 
@@ -25,6 +26,12 @@ import json
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ait_env.plots import finish_figure, save_figure, step_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 STATUSES = ("scored", "job_failed", "invalid", "unparsable", "aborted")
 
@@ -53,38 +60,24 @@ def _xy(series: dict[str, list[tuple[int, float]]], key: str) -> tuple[list[int]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def render(metrics: Path, out_dir: Path, fmt: str = "png") -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    series = load_series(metrics)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
+def figures(series: dict[str, list[tuple[int, float]]], source: str = "metrics") -> dict[str, Figure]:
+    """One finished figure per chart whose metrics are present (see the module docstring)."""
+    out: dict[str, Figure] = {}
 
     def chart(name: str, title: str, lines: list[tuple[str, str]], ylabel: str, *, marker: str = "o",
               ylim: tuple[float, float] | None = None) -> None:
         present = [(k, label) for k, label in lines if series.get(k)]
         if not present:
-            print(f"skip {name}: none of {', '.join(k for k, _ in lines)} in {metrics}", file=sys.stderr)
+            print(f"skip {name}: none of {', '.join(k for k, _ in lines)} in {source}", file=sys.stderr)
             return
-        fig, ax = plt.subplots(figsize=(7, 4))
+        fig, ax = step_figure(title, ylabel)
         for k, label in present:
             x, y = _xy(series, k)
             ax.plot(x, y, marker=marker, label=label)
-        ax.set_title(title)
-        ax.set_xlabel("training step")
-        ax.set_ylabel(ylabel)
         if ylim:
             ax.set_ylim(*ylim)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = out_dir / f"{name}.{fmt}"
-        fig.savefig(path)
-        plt.close(fig)
-        written.append(path)
+        finish_figure(fig)
+        out[name] = fig
 
     chart("reward", "Batch reward per step", [("env/all/ait/reward", "mean episode reward"),
                                                ("env/all/ait/validated", "validation rate")], "value")
@@ -92,10 +85,13 @@ def render(metrics: Path, out_dir: Path, fmt: str = "png") -> list[Path]:
           [("env/all/ait/post", "post score"), ("env/all/ait/best_pre", "best untrained baseline"),
            ("env/all/ait/uplift", "uplift")], "score")
     if series.get("test/env/heldout/ait/reward"):
-        arms = [("test/env/heldout/ait/reward", "held-out reward"), ("test/env/train/ait/reward", "train-family reward"),
-                ("test/env/heldout/ait/post", "held-out post score"), ("test/env/train/ait/post", "train-family post")]
+        arms = [("test/env/heldout/ait/reward", "held-out reward"),
+                ("test/env/train/ait/reward", "train-family reward"),
+                ("test/env/heldout/ait/post", "held-out post score"),
+                ("test/env/train/ait/post", "train-family post")]
     else:  # no comparison arm: the cookbook reports a tag shared by every group only under env/all
-        arms = [("test/env/all/ait/reward", "held-out reward"), ("test/env/all/ait/post", "held-out post score")]
+        arms = [("test/env/all/ait/reward", "held-out reward"),
+                ("test/env/all/ait/post", "held-out post score")]
     chart("heldout", "Evaluation at checkpoints: held-out vs training families", arms, "value", marker="s")
     models = sorted(k for k in series if k.startswith("env/all/ait/model/"))
     chart("model_share", "Base model chosen (share of validated jobs)",
@@ -109,7 +105,7 @@ def render(metrics: Path, out_dir: Path, fmt: str = "png") -> list[Path]:
     keys = [f"env/all/ait/status/{s}" for s in STATUSES]
     if any(series.get(k) for k in keys):
         steps = sorted({s for k in keys for s, _ in series.get(k, [])})
-        fig, ax = plt.subplots(figsize=(7, 4))
+        fig, ax = step_figure("Job status mix per step", "share of kept episodes")
         bottom = [0.0] * len(steps)
         for s, k in zip(STATUSES, keys):
             vals = dict(series.get(k, []))
@@ -119,16 +115,15 @@ def render(metrics: Path, out_dir: Path, fmt: str = "png") -> list[Path]:
         x, y = _xy(series, "env/all/ait/infra_dropped_frac")
         if x:
             ax.plot(x, y, color="black", marker="x", label="infra_failed (dropped)")
-        ax.set_title("Job status mix per step")
-        ax.set_xlabel("training step")
-        ax.set_ylabel("share of kept episodes")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = out_dir / f"status_mix.{fmt}"
-        fig.savefig(path)
-        plt.close(fig)
-        written.append(path)
-    return written
+        finish_figure(fig)
+        out["status_mix"] = fig
+    return out
+
+
+def render(metrics: Path, out_dir: Path, fmt: str = "png") -> list[Path]:
+    """Write every chart of ``metrics`` as ``<out_dir>/<chart>.<fmt>``; returns the written paths."""
+    charts = figures(load_series(metrics), str(metrics))
+    return [save_figure(fig, out_dir / f"{name}.{fmt}") for name, fig in charts.items()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
-"""The local models' chat format: rendering OpenAI-style messages (+ tools) to text, and parsing the
-model's output back into content and tool calls.
+"""The local models' chat format: rendering OpenAI-style messages (+ tools) to text, and splitting the
+model's output back into content and tool calls (read by :mod:`ait_env.toolcalls`).
 
 The same format is shipped as a Jinja ``chat_template`` in ``tokenizer_config.json`` so transformers
 and vLLM render identically (checked by ``tests/local/test_chat.py``). It is ChatML with compact
@@ -20,9 +20,9 @@ tool declarations (names and parameter names only, to keep prompts short for tin
 from __future__ import annotations
 
 import json
-import re
-import uuid
 from typing import Any
+
+from ait_env.toolcalls import split_completion
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 PAD = "<|endoftext|>"
@@ -109,28 +109,7 @@ def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = 
     return "".join(out)
 
 
-_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-
-
 def parse_output(text: str) -> tuple[str, list[dict[str, Any]]]:
-    """Split generated assistant text into (content, OpenAI tool_calls). Unparsable calls stay in content."""
-    text = text.split(IM_END, 1)[0]
-    calls: list[dict[str, Any]] = []
-    kept: list[str] = []
-    pos = 0
-    for m in _CALL.finditer(text):
-        kept.append(text[pos:m.start()])
-        pos = m.end()
-        try:
-            obj = json.loads(m.group(1))
-            name = obj["name"]
-            args = obj.get("arguments", {})
-            if not isinstance(name, str) or not isinstance(args, dict):
-                raise ValueError
-        except (ValueError, KeyError, TypeError):
-            kept.append(m.group(0))
-            continue
-        calls.append({"id": "call_" + uuid.uuid4().hex[:12], "type": "function",
-                      "function": {"name": name, "arguments": json.dumps(args)}})
-    kept.append(text[pos:])
-    return "".join(kept), calls
+    """Split generated assistant text (up to ``<|im_end|>``) into (content, OpenAI tool_calls), by
+    :func:`ait_env.toolcalls.split_completion`: unparsable calls stay in content."""
+    return split_completion(text.split(IM_END, 1)[0])

@@ -48,7 +48,8 @@ from typing import Any, Callable
 
 import torch
 
-from ait_env.evaluation import _Call, _run_call, confidence_interval, final_text, parse_text_tool_calls
+from ait_env.evaluation import _run_call, confidence_interval
+from ait_env.toolcalls import CallAttempt as _Call, final_text, parse_text_tool_calls
 from ait_env.local.chat import parse_output
 from ait_env.local.kv_reuse import TurnCache, generate_cached
 from ait_env.local.model import TinyLM, generate

@@ -11,20 +11,13 @@ import random
 import re
 
 from task_families.arithmetic import tools
-from task_families.base import Instance, TaskFamily, ToolStep
+from task_families.base import Instance, TaskFamily, ToolStep, strip_think
 
 _INT = re.compile(r"-?\d+")
 
 
-def strip_think(text: str) -> str:
-    """Drop reasoning: everything up to the last ``</think>`` and any unclosed ``<think>`` tail."""
-    if "</think>" in text:
-        text = text.rsplit("</think>", 1)[1]
-    return text.split("<think>", 1)[0]
-
-
 def last_integer(text: str) -> int | None:
-    found = _INT.findall(re.sub(r"(?<=\d),(?=\d{3})", "", strip_think(text or "")))
+    found = _INT.findall(re.sub(r"(?<=\d),(?=\d{3})", "", strip_think(text)))
     return int(found[-1]) if found else None
 
 
@@ -40,14 +33,11 @@ class ArithmeticFamily(TaskFamily):
                           "then reply with the final result as 'Answer: <integer>'.")
     answer_format = ("the last integer in the model's final message (after any <think> block) must equal "
                      "the exact value; score 1 or 0 per question, averaged.")
-    eval_max_turns = 8
-    eval_max_tokens = 256
 
     def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
-        d = min(1.0, max(0.0, difficulty))
-        n_ops = 2 + round(3 * d)
-        add_hi = 20 + round(80 * d)
-        mul_hi = 6 + round(6 * d)
+        n_ops = 2 + round(3 * difficulty)
+        add_hi = 20 + round(80 * difficulty)
+        mul_hi = 6 + round(6 * difficulty)
         value = rng.randint(1, 20)
         expr = str(value)
         steps = []
@@ -59,7 +49,7 @@ class ArithmeticFamily(TaskFamily):
             expr = f"({expr}{op}{b})" if i < n_ops - 1 else f"{expr}{op}{b}"
             value = new
         return Instance(question=f"What is {expr}?", answer=str(value),
-                        info={"expression": expr, "steps": steps, "n_ops": n_ops}, difficulty=d)
+                        info={"expression": expr, "steps": steps, "n_ops": n_ops}, difficulty=difficulty)
 
     def solution(self, instance: Instance) -> list[ToolStep]:
         return [ToolStep(name="calculator", arguments={"expression": e}) for e in instance.info["steps"]]

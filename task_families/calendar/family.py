@@ -14,21 +14,10 @@ import json
 import random
 import re
 
-from task_families.arithmetic.family import strip_think
-from task_families.base import Instance, TaskFamily, ToolStep
+from task_families.base import Instance, TaskFamily, ToolStep, and_list, answer_text
 from task_families.calendar import tools
 
 _TIME = re.compile(r"(\d{1,2})\s*[:.h]\s*(\d{2})\s*(am|pm|a\.m\.|p\.m\.)?", re.IGNORECASE)
-
-
-def answer_text(response: str) -> str | None:
-    """The first line after the last "Answer:" (reasoning removed), or None without one."""
-    text = strip_think(response or "")
-    idx = text.lower().rfind("answer:")
-    if idx < 0:
-        return None
-    rest = text[idx + len("answer:"):].strip()
-    return rest.splitlines()[0].strip() if rest else ""
 
 
 def parse_time(text: str | None) -> str | None:
@@ -92,10 +81,6 @@ def shortcuts(masks: list[list[bool]], minutes: int, answer: str) -> tuple[bool,
 RULES = ("natural", "balanced", "shortcuts_wrong")
 
 
-def _join(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
 class CalendarFamily(TaskFamily):
     name = "calendar"
     title = "Earliest common free slot with a calendar tool"
@@ -111,15 +96,12 @@ class CalendarFamily(TaskFamily):
     answer_format = ("the first time after the last 'Answer:' in the model's final message (after any <think> "
                      "block), read as HH:MM, must equal the start of the earliest common free slot; "
                      "score 1 or 0 per question, averaged.")
-    eval_max_turns = 8
-    eval_max_tokens = 256
 
     def generate_one(self, rng: random.Random, difficulty: float, rule: str = "natural") -> Instance:
         """One question; ``rule`` (:data:`RULES`) other than the eval's ``natural`` is for experiments."""
         if rule not in RULES:
             raise ValueError(f"unknown calendar rule {rule!r}; known: {', '.join(RULES)}")
-        d = min(1.0, max(0.0, difficulty))
-        k = 2 + round(3 * d)
+        k = 2 + round(3 * difficulty)
         durations = {2: [60, 90], 3: [30, 60], 4: [30, 60], 5: [30]}[k]
         want = (rng.random() < 0.5, rng.random() < 0.5) if rule == "balanced" else None
         while True:
@@ -137,9 +119,9 @@ class CalendarFamily(TaskFamily):
                 if want is not None and (skip != want[0] or (minutes > tools.SLOT and ignore != want[1])):
                     continue
             break
-        question = (f"When is the earliest {minutes}-minute slot on {day} when {_join(people)} "
+        question = (f"When is the earliest {minutes}-minute slot on {day} when {and_list(people)} "
                     f"are {'both' if k == 2 else 'all'} free?")
-        return Instance(question=question, answer=answer, difficulty=d,
+        return Instance(question=question, answer=answer, difficulty=difficulty,
                         info={"people": people, "day": day, "minutes": minutes, "n_calls": k})
 
     def solution(self, instance: Instance) -> list[ToolStep]:

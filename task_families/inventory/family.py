@@ -13,23 +13,12 @@ from __future__ import annotations
 import random
 import re
 
-from task_families.arithmetic.family import strip_think
-from task_families.base import Instance, TaskFamily, ToolStep
+from task_families.base import Instance, TaskFamily, ToolStep, and_list, answer_text
 from task_families.inventory import tools
 
 _SUPPLIER = re.compile(r"supplier\s*[=:]?\s*(s\d+)", re.IGNORECASE)
 _COST = re.compile(r"cost\s*[=:]?\s*\$?\s*(\d+)", re.IGNORECASE)
 _ANSWER = re.compile(r"supplier=(s\d+);cost=(\d+)")
-
-
-def answer_text(response: str) -> str | None:
-    """The first line after the last "Answer:" (reasoning removed), or None without one."""
-    text = strip_think(response or "")
-    idx = text.lower().rfind("answer:")
-    if idx < 0:
-        return None
-    rest = text[idx + len("answer:"):].strip()
-    return rest.splitlines()[0].strip() if rest else ""
 
 
 def parse_answer(text: str | None) -> tuple[str | None, int | None]:
@@ -42,10 +31,6 @@ def parse_answer(text: str | None) -> tuple[str | None, int | None]:
 def order_text(items: list[str], quantities: list[int]) -> str:
     """The order as the question and ``quote`` write it: "30 bolt, 12 nut"."""
     return ", ".join(f"{q} {i}" for i, q in zip(items, quantities))
-
-
-def _join(parts: list[str]) -> str:
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 class InventoryFamily(TaskFamily):
@@ -63,12 +48,9 @@ class InventoryFamily(TaskFamily):
     answer_format = ("after the last 'Answer:' in the model's final message (after any <think> block), "
                      "'supplier=<id>;cost=<integer>' must name the cheapest supplier able to fill the whole "
                      "order and its exact total; score 1 or 0 per question, averaged.")
-    eval_max_turns = 8
-    eval_max_tokens = 256
 
     def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
-        d = min(1.0, max(0.0, difficulty))
-        n_candidates = 1 + round(3 * d)
+        n_candidates = 1 + round(3 * difficulty)
         while True:
             k = rng.randint(2, 3)
             items = rng.sample(tools.ITEMS, k)
@@ -84,9 +66,9 @@ class InventoryFamily(TaskFamily):
         suppliers = candidates.split(", ")
         best = suppliers[quotes.index(f"cost={costs[0]}")]
         lines = [f"{q} {i}" for i, q in zip(items, quantities)]
-        question = (f"Buy {_join(lines)} from one supplier. "
+        question = (f"Buy {and_list(lines)} from one supplier. "
                     f"Which supplier is cheapest, and what is the total cost?")
-        return Instance(question=question, answer=f"supplier={best};cost={costs[0]}", difficulty=d,
+        return Instance(question=question, answer=f"supplier={best};cost={costs[0]}", difficulty=difficulty,
                         info={"items": items, "quantities": quantities, "candidates": suppliers, "quotes": quotes,
                               "n_calls": 1 + len(suppliers)})
 

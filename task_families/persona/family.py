@@ -12,8 +12,7 @@ from __future__ import annotations
 import random
 import re
 
-from task_families.arithmetic.family import strip_think
-from task_families.base import Instance, TaskFamily, ToolStep
+from task_families.base import Instance, TaskFamily, ToolStep, answer_text
 from task_families.persona import tools
 
 _QUESTIONS = {
@@ -22,16 +21,6 @@ _QUESTIONS = {
     "hobby": "What is the hobby of {who}?",
     "pet": "What pet does {who} have?",
 }
-
-
-def answer_text(response: str) -> str | None:
-    """The first line after the last "Answer:" (reasoning removed), or None without one."""
-    text = strip_think(response or "")
-    idx = text.lower().rfind("answer:")
-    if idx < 0:
-        return None
-    rest = text[idx + len("answer:"):].strip()
-    return rest.splitlines()[0].strip() if rest else ""
 
 
 def _norm(value: str) -> str:
@@ -53,12 +42,9 @@ class PersonaFamily(TaskFamily):
     answer_format = ("the text after the last 'Answer:' in the model's final message (after any <think> block) "
                      "must equal the looked-up value (a city, job, hobby or pet), ignoring case and spaces; "
                      "score 1 or 0 per question, averaged.")
-    eval_max_turns = 8
-    eval_max_tokens = 256
 
     def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
-        d = min(1.0, max(0.0, difficulty))
-        hops = 1 + round(3 * d)
+        hops = 1 + round(3 * difficulty)
         start = f"p{rng.randint(1, tools.N_PEOPLE)}"
         relations = [rng.choice(tools.RELATIONS) for _ in range(hops)]  # applied in this order
         attribute = rng.choice(sorted(tools.ATTRIBUTES))
@@ -70,7 +56,7 @@ class PersonaFamily(TaskFamily):
         for rel in relations:
             who = f"the {rel} of {who}"
         question = _QUESTIONS[attribute].format(who=who)
-        return Instance(question=question, answer=answer, difficulty=d,
+        return Instance(question=question, answer=answer, difficulty=difficulty,
                         info={"start": start, "relations": relations, "attribute": attribute,
                               "chain": chain, "hops": hops, "n_calls": hops + 1})
 

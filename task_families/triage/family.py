@@ -18,24 +18,13 @@ import random
 import re
 import string
 
-from task_families.arithmetic.family import strip_think
-from task_families.base import Instance, TaskFamily, ToolStep
+from task_families.base import Instance, TaskFamily, ToolStep, answer_text
 from task_families.triage import tools
 
 _SERVICE = re.compile(r"service\s*[=:]?\s*([a-z]+)", re.IGNORECASE)
 _ACTION = re.compile(r"action\s*[=:]?\s*([a-z][a-z _-]*)", re.IGNORECASE)
 _ANSWER = re.compile(r"service=([a-z]+);action=([a-z_]+)")
 _NEEDS_DEPLOYS = ("rollback", "fix_config")
-
-
-def answer_text(response: str) -> str | None:
-    """The first line after the last "Answer:" (reasoning removed), or None without one."""
-    text = strip_think(response or "")
-    idx = text.lower().rfind("answer:")
-    if idx < 0:
-        return None
-    rest = text[idx + len("answer:"):].strip()
-    return rest.splitlines()[0].strip() if rest else ""
 
 
 def parse_answer(text: str | None) -> tuple[str | None, str | None]:
@@ -73,12 +62,9 @@ class TriageFamily(TaskFamily):
     answer_format = ("after the last 'Answer:' in the model's final message (after any <think> block), "
                      "'service=<name>;action=<action>' is read: 0.5 for the right root-cause service plus 0.5 "
                      "for the right action (rollback, restart, scale_up or fix_config); averaged over questions.")
-    eval_max_turns = 8
-    eval_max_tokens = 256
 
     def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
-        d = min(1.0, max(0.0, difficulty))
-        target = 2 + round(3 * d)
+        target = 2 + round(3 * difficulty)
         alphabet = string.ascii_lowercase + string.digits
         while True:
             incident = "inc-" + "".join(rng.choice(alphabet) for _ in range(4))
@@ -87,7 +73,7 @@ class TriageFamily(TaskFamily):
                 break
         question = f"Incident {incident} is open. Find the root-cause service and the fix."
         return Instance(question=question, answer=f"service={facts['root']};action={facts['action']}",
-                        difficulty=d,
+                        difficulty=difficulty,
                         info={"incident": incident, "chain": facts["chain"], "action": facts["action"],
                               "n_calls": target})
 

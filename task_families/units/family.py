@@ -14,22 +14,11 @@ from __future__ import annotations
 import random
 import re
 
-from task_families.arithmetic.family import strip_think
-from task_families.base import Instance, TaskFamily, ToolStep
+from task_families.base import Instance, TaskFamily, ToolStep, answer_text
 from task_families.units import tools
 
 _NUM = re.compile(r"-?\d+(?:\.\d+)?")
 _LO, _HI = 0.01, 1e6
-
-
-def answer_text(response: str) -> str | None:
-    """The first line after the last "Answer:" (reasoning removed), or None without one."""
-    text = strip_think(response or "")
-    idx = text.lower().rfind("answer:")
-    if idx < 0:
-        return None
-    rest = text[idx + len("answer:"):].strip()
-    return rest.splitlines()[0].strip() if rest else ""
 
 
 def answer_number(response: str) -> float | None:
@@ -63,12 +52,9 @@ class UnitsFamily(TaskFamily):
     answer_format = ("the first number after the last 'Answer:' in the model's final message (after any <think> "
                      "block) must match the result of the stated route within 0.05% (or 0.011); "
                      "score 1 or 0 per question, averaged.")
-    eval_max_turns = 8
-    eval_max_tokens = 256
 
     def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
-        d = min(1.0, max(0.0, difficulty))
-        legs = 2 + round(3 * d)
+        legs = 2 + round(3 * difficulty)
         kind = rng.choice(["unit", "money"])
         while True:
             if kind == "unit":
@@ -104,7 +90,7 @@ class UnitsFamily(TaskFamily):
         else:
             question = f"Exchange {start} {route[0]} to {route[1]}" + "".join(f", then to {c}" for c in route[2:]) + "."
         answer = str(values[-1])
-        return Instance(question=question, answer=answer, difficulty=d,
+        return Instance(question=question, answer=answer, difficulty=difficulty,
                         info={"kind": kind, "tool": tool, "arg_names": list(keys), "route": route,
                               "values": [str(v) for v in values], "legs": legs, "n_calls": legs})
 

@@ -67,6 +67,19 @@ def _rate(from_currency: str, to_currency: str) -> float:
     return float(f"{raw:.5g}")
 
 
+def _leg(quantity: object, what: str, ends: tuple[str, str], known: tuple[str, ...], kind: str,
+         kinds: str) -> float | str:
+    """The quantity of one leg as a number, or the error message when it is not a number or an end of
+    the leg is not one of ``known``; not a tool."""
+    x = _number(quantity)
+    if x is None:
+        return f"error: {what} must be a number, got {str(quantity)[:20]!r}"
+    for end in ends:
+        if end not in known:
+            return f"error: unknown {kind} {end[:12]!r}; {kinds}: {' '.join(known)}"
+    return x
+
+
 def convert(value: float, from_unit: str, to_unit: str) -> str:
     """Convert a quantity between two directly related units (e.g. ft to in).
 
@@ -78,13 +91,10 @@ def convert(value: float, from_unit: str, to_unit: str) -> str:
     Returns:
         The converted quantity with its unit, e.g. "144 in", or a message starting with "error:".
     """
-    x = _number(value)
-    if x is None:
-        return f"error: value must be a number, got {str(value)[:20]!r}"
     a, b = str(from_unit).strip().lower(), str(to_unit).strip().lower()
-    for u in (a, b):
-        if u not in NEIGHBORS:
-            return f"error: unknown unit {u[:12]!r}; units: {' '.join(UNITS)}"
+    x = _leg(value, "value", (a, b), UNITS, "unit", "units")
+    if isinstance(x, str):
+        return x
     if (a, b) not in FACTORS:
         return f"error: no direct conversion {a} to {b}; {a} converts to: {', '.join(NEIGHBORS[a])}"
     y = x * FACTORS[(a, b)]
@@ -102,13 +112,10 @@ def exchange(amount: float, from_currency: str, to_currency: str) -> str:
     Returns:
         The amount received with its currency, e.g. "271.53 USD", or a message starting with "error:".
     """
-    x = _number(amount)
-    if x is None:
-        return f"error: amount must be a number, got {str(amount)[:20]!r}"
     a, b = str(from_currency).strip().upper(), str(to_currency).strip().upper()
-    for c in (a, b):
-        if c not in _USD_VALUE:
-            return f"error: unknown currency {c[:12]!r}; currencies: {' '.join(CURRENCIES)}"
+    x = _leg(amount, "amount", (a, b), CURRENCIES, "currency", "currencies")
+    if isinstance(x, str):
+        return x
     if a == b:
         return f"error: {a} to {a} is not an exchange"
     return f"{_fmt(x * _rate(a, b), 2)} {b}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -42,3 +43,23 @@ def test_cli_on_a_run_dir(tmp_path):
     assert len(list((run / "charts").glob("*.png"))) == len(CHARTS)
     bad = subprocess.run([sys.executable, str(script), str(tmp_path / "nope")], capture_output=True, text=True)
     assert bad.returncode == 2 and "metrics.jsonl" in bad.stderr
+
+
+def test_a_two_step_run_has_integer_ticks_and_legends_below_the_charts(plot_run, tmp_path):
+    import matplotlib.pyplot as plt
+
+    rows = [line for line in FIXTURE.read_text().splitlines() if line.strip()]
+    two = tmp_path / "metrics.jsonl"
+    two.write_text("\n".join(r for r in rows if json.loads(r).get("step") in (0, 1)) + "\n")
+    charts = plot_run.figures(plot_run.load_series(two))
+    assert {"reward", "status_mix"} <= set(charts)
+    for name, fig in charts.items():
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        lo, hi = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+        assert ticks and all(float(t).is_integer() for t in ticks), (name, ticks)
+        renderer = fig.canvas.get_renderer()
+        legend, frame = fig.legends[0].get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert legend.y1 <= frame.y0, name  # below the axes, never over the bars
+        plt.close(fig)
