@@ -19,7 +19,7 @@ Buckets (:func:`classify`, first match wins):
 - ``slip``: everyone was looked up and the answer is some other wrong time (a scratchpad error).
 
 ``pm``, ``label``, the two ``forgot`` buckets and ``ignored length`` show habits the corpus teaches
-(``corpus.FLAWS["calendar"]``) that a perfectly skilled model could unlearn; ``slip`` is lost skill.
+(``task_families/calendar/teacher.py``) that a perfectly skilled model could unlearn; ``slip`` is lost skill.
 The last lines give right / total per question size and meeting length.
 """
 
@@ -34,13 +34,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ait_env.local.corpus import teacher_completion  # noqa: E402
 from ait_env.local.probe_cli import load_model_arg  # noqa: E402
 from ait_env.local.quick_eval import Conversation, evaluate  # noqa: E402
 from task_families.base import Instance  # noqa: E402
 from task_families.calendar import tools as ctools  # noqa: E402
 from task_families.calendar.family import (  # noqa: E402
     answer_text, earliest_common_slot, looked_up, parse_time)
+from task_families.teacher import teacher_completion  # noqa: E402
 
 BUCKETS = ("right", "pm", "label", "forgot, slot without them", "forgot, other", "ignored length", "no time",
            "slip")

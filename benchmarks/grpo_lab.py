@@ -63,7 +63,7 @@ def scratchpad_accuracy(c: Conversation) -> float:
     """Calendar: the share of the rollout's scratchpad lines (each person's listing, the running union
     ``busy M:`` and the walk ``free M:``) that equal what the teacher would write from the tool results
     the rollout has seen so far (1.0 when it wrote none)."""
-    from ait_env.local.corpus import _mask_of, free_note, listing_note, mask_note
+    from task_families.calendar.teacher import _mask_of, free_note, listing_note, mask_note
 
     minutes = int(c.instance.info["minutes"])
     results: list[str] = []

@@ -1,13 +1,13 @@
 """Which of the teacher's flaws a built model shows, and how firmly: a per-flaw calibration probe.
 
-The base models learn the flawed teacher's habits (:mod:`ait_env.local.corpus`), but not exactly at the
+The base models learn the flawed teachers' habits (:mod:`task_families.teacher`), but not exactly at the
 teacher's rates: a flaw taught at 0.58 may or may not appear under greedy decoding, and which ones do
 varies from build to build. The base score, and how much RL can add, follow from that, so a model
 build is tuned by knowing, per flaw, where the model stands.
 
 Contract of :func:`flaw_calibration`: for each instance it renders the teacher's clean transcript
 (no flaw taken) and notes every flaw decision the teacher made on the way
-(:attr:`corpus.Policy.decisions`). For decision k it re-runs the teacher taking that one flaw
+(:attr:`task_families.teacher.Policy.decisions`). For decision k it re-runs the teacher taking that one flaw
 (``mode="clean", force=k``). The two transcripts agree up to the first token where they differ, which
 is the decision made visible (``left`` vs ``Answer``, a tool call vs a mental step, ``.`` vs ``"``); it
 must be a token the model writes (never a tool result). One teacher-forced forward pass of the clean
@@ -36,12 +36,13 @@ from typing import Any
 
 import torch
 
-from ait_env.local.corpus import encode_transcript, flaw_rates, teacher_completion
+from ait_env.local.corpus import encode_transcript
 from ait_env.local.model import TinyLM
 from ait_env.local.probe_cli import run_probe
 from ait_env.local.tokenizer import ChatTokenizer
 from task_families import get_family
 from task_families.base import Instance
+from task_families.teacher import flaw_rates, teacher_completion
 
 #: Seed of the probe's instances (apart from the corpus's and the hidden sets' seeds).
 PROBE_SEED = 5_300_000

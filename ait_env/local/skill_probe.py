@@ -22,11 +22,12 @@ from typing import Any
 import torch
 
 from ait_env.local.chat import IM_END
-from ait_env.local.corpus import assistant_spans, teacher_completion
+from ait_env.local.corpus import assistant_spans
 from ait_env.local.model import TinyLM
 from ait_env.local.probe_cli import run_probe
 from ait_env.local.tokenizer import ChatTokenizer
 from task_families import get_family
+from task_families.teacher import teacher_completion
 
 #: Seed of the probe's instances (apart from the corpus's and the hidden sets').
 SKILL_SEED = 5_400_000

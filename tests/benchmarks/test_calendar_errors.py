@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ait_env.evaluation import final_text
-from ait_env.local.corpus import final_content, teacher_completion
+from task_families.teacher import final_content, teacher_completion
 from ait_env.local.quick_eval import Conversation
 from task_families import get_family
 from tests.benchmarks.loader import load_benchmark

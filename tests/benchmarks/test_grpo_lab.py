@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from ait_env.local.corpus import teacher_completion
+from task_families.teacher import teacher_completion
 from ait_env.local.quick_eval import Conversation
 from task_families import get_family
 from tests.benchmarks.loader import load_benchmark

@@ -9,6 +9,7 @@ from ait_env.local import corpus as C
 from ait_env.local.flaw_probe import decision_points, flaw_calibration, format_table
 from ait_env.local.tokenizer import ChatTokenizer
 from task_families import FAMILY_NAMES, get_family
+from task_families.teacher import get_teacher
 from tests.fakes.scripted_lm import FixedLM, PeekingLM
 
 
@@ -26,7 +27,7 @@ def test_every_visible_flaw_has_decision_points_the_model_writes(family: str, to
         for d in decisions:
             assert 0 < d.position < len(ids) and ids[d.position] == d.clean_token != d.flaw_token
             seen.add(d.key)
-    visible = {f.key for f in C.FLAWS[family] if f.rate > 0.5}
+    visible = {f.key for f in get_teacher(family).flaws if f.rate > 0.5}
     assert visible <= seen, f"{family}: no decision point found for {sorted(visible - seen)}"
 
 
