@@ -72,7 +72,7 @@ BUILD = BuildSettings()
 #: Environment settings that fix the code path of torch's CPU kernels and of MKL's matrix products in
 #: the build's worker processes. Pretraining amplifies last-bit differences into another model, so the
 #: weights are bit-identical only where the path is (README, "Reproducibility across machines";
-#: ``benchmarks/float_path.py`` measures it).
+#: ``research/float_path.py`` measures it).
 FLOAT_PATHS: dict[str, dict[str, str]] = {
     # whatever the CPU offers: AVX512 kernels on an AVX512 CPU, AVX2 on an AVX2 one
     "native": {},

@@ -105,15 +105,10 @@ def teach(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> 
     counting free runs, until one is long enough for the meeting (:func:`free_note`) and answers that
     run's start. Every scratchpad line carries the meeting length, so the walk copies it from the line
     just above instead of from the question. Without the scratchpad the tiny models never learned to
-    combine the intervals, and without the listing they could not turn a time range into marks. In
-    corpus v13 the walk listed the free half hours (21% right: it had to find the first free mark of
-    the line and copy the length from the question); v14's walk is a marked copy of the union line.
-    v15 adds one answer habit, decided after the scratchpad is done: a 30-minute meeting is answered
-    with the walk's label of the slot (``Answer: 10h``, unreadable) instead of its clock time. On v14
-    RL at calendar's step size lifted the score by about +0.05 (README, "Calendar"): the habits it
-    taught there (forgetting the last person, stopping the walk early) are spread over the scratchpad
-    or often harmless, while a habit in the final line is one decision that RL can sample and fix
-    without touching the scratchpad (as it fixed ``2 pm``)."""
+    combine the intervals, and without the listing they could not turn a time range into marks. The
+    answer habits (the walk's label ``Answer: 10h`` for a 30-minute meeting, ``2 pm``) are decided after
+    the scratchpad is done: one decision in the final line, which RL can sample and fix without touching
+    the scratchpad (how the teacher got here: ``research/corpus_history.md``)."""
     info = inst.info
     people, day, minutes = info["people"], info["day"], info["minutes"]
     k = len(people)

@@ -30,7 +30,7 @@ FLAWS = (
 def best_note(best: tuple[int, str] | None) -> str:
     """Inventory's scratchpad line after each quote: the cheapest feasible quote so far (``best: s3 412``,
     or ``best: none``). Each line compares one new cost with the line before, and the answer copies the
-    last line, instead of comparing every quote at the end (37% right in corpus v13)."""
+    last line, instead of comparing every quote at the end."""
     return f"best: {best[1]} {best[0]}" if best else "best: none"
 
 

@@ -12,7 +12,7 @@ cosine schedule, warmup 5, min_lr lr/10, no weight decay) with ``--steps`` steps
 ``lr * lr_scale``. Controls: ``--control constant`` (every reward 1: zero advantages, no update),
 ``--control lr0`` (lr 0), ``--control high_lr`` (lr x 30).
 
-    python scripts/local_rl_probe.py --model ait-tiny-s --families arithmetic,units --steps 40 \\
+    python -m research.local_rl_probe --model ait-tiny-s --families arithmetic,units --steps 40 \\
         --eval-at 0,10,20,30,40 --out /tmp/probe.jsonl
 
 Each family's result is one JSON line: the config, per-step training reward, and the eval curve.
@@ -23,19 +23,16 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ait_env.jobs.schema import PrimeRL  # noqa: E402
-from ait_env.local import grpo, quick_eval  # noqa: E402
-from ait_env.local.model import TinyLM  # noqa: E402
-from ait_env.local.tokenizer import ChatTokenizer  # noqa: E402
-from task_families import FAMILY_NAMES, get_family  # noqa: E402
+from ait_env.jobs.schema import PrimeRL
+from ait_env.local import grpo, quick_eval
+from ait_env.local.model import TinyLM
+from ait_env.local.tokenizer import ChatTokenizer
+from task_families import FAMILY_NAMES, get_family
 
 PROBE_SEED = 4_242_000
 

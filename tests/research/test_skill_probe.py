@@ -7,8 +7,8 @@ import re
 import pytest
 
 from ait_env.local import corpus as C
-from ait_env.local.skill_probe import SKILL_SEED, format_table, line_accuracy, line_spans, score_lines, transcripts
 from ait_env.local.tokenizer import ChatTokenizer
+from research.skill_probe import SKILL_SEED, format_table, line_accuracy, line_spans, score_lines, transcripts
 from task_families import get_family
 from task_families.teacher import teacher_completion
 from tests.fakes.scripted_lm import PeekingLM

@@ -8,11 +8,11 @@ person" (calendar, ``--shape``) or with the share of scratchpad lines the rollou
 ``--process``: :func:`scratchpad_accuracy`). Use it to try recipes in minutes, then confirm with a real job
 (``benchmarks/local_jobs.py``); its numbers are not job results.
 
-    python benchmarks/grpo_lab.py train --family calendar --steps 30 --lr 1e-6 --sched constant --min-people 4
-    python benchmarks/grpo_lab.py train --family calendar --steps 10 --random-adv     # noise-only control
-    python benchmarks/grpo_lab.py explore --family calendar --min-people 4 --temps 0,0.7,1.0,1.3
-    python benchmarks/grpo_lab.py train --min-people 2 --max-people 3 --long-share 0.5 --lr 1e-6 \
-        --sched constant --steps 30 --save /tmp/w        # then: benchmarks/calendar_errors.py --model /tmp/w
+    python -m research.grpo_lab train --family calendar --steps 30 --lr 1e-6 --sched constant --min-people 4
+    python -m research.grpo_lab train --family calendar --steps 10 --random-adv     # noise-only control
+    python -m research.grpo_lab explore --family calendar --min-people 4 --temps 0,0.7,1.0,1.3
+    python -m research.grpo_lab train --min-people 2 --max-people 3 --long-share 0.5 --lr 1e-6 \
+        --sched constant --steps 30 --save /tmp/w        # then: research/calendar_errors.py --model /tmp/w
 
 Calendar's training questions can be narrowed by size (``--min-people``, ``--max-people``), by meeting
 length (``--min-minutes``), drawn with a set share of meetings over 30 minutes (``--long-share``), or
@@ -41,9 +41,9 @@ import torch
 from ait_env.config import load_group
 from ait_env.jobs.schema import PrimeRL
 from ait_env.local import grpo
-from ait_env.local.probe_cli import load_model_arg
 from ait_env.local.quick_eval import Conversation, evaluate, rollout_sequences, run_conversations
 from ait_env.secrets import hidden_set
+from research.probe_cli import load_model_arg
 from task_families import get_family
 from task_families.calendar.family import looked_up
 

@@ -2,8 +2,8 @@
 ait-tiny-m's architecture on a small corpus under several environment settings, each in its own
 single-threaded process, printing the weights hash and the seconds it took.
 
-    python benchmarks/float_path.py                    # 150 steps (30 of them copy drills)
-    python benchmarks/float_path.py --steps 30 --drill-steps 10 --repeat 1
+    python -m research.float_path                    # 150 steps (30 of them copy drills)
+    python -m research.float_path --steps 30 --drill-steps 10 --repeat 1
 
 Settings (environment variables read by torch and MKL when they start):
 

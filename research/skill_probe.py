@@ -1,6 +1,6 @@
 """Where a built model's *skill* fails: teacher-forced accuracy of each kind of line it writes.
 
-The flaw probe (:mod:`ait_env.local.flaw_probe`) measures habits; this measures skills. Contract of
+The flaw probe (:mod:`research.flaw_probe`) measures habits; this measures skills. Contract of
 :func:`line_accuracy`: for ``n`` generated instances of a family it renders the teacher's clean
 transcript (no flaw), splits every assistant message into lines (a tool call is one line, kind
 ``<tool_call>``) and names each line by its first word (``left:``, ``busy:``, ``Answer:``; calendar's
@@ -10,7 +10,7 @@ one of its tokens is the most likely one given the clean prefix. A kind's accura
 its lines that are right: what greedy decoding reproduces of that step when everything before it was
 correct. Low accuracy on one kind points at the sub-skill the corpus should make easier.
 
-CLI: ``python -m ait_env.local.skill_probe --model ait-tiny-m --families calendar [--n 150]``.
+CLI: ``python -m research.skill_probe --model ait-tiny-m --families calendar [--n 150]``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import torch
 from ait_env.local.chat import IM_END
 from ait_env.local.corpus import assistant_spans
 from ait_env.local.model import TinyLM
-from ait_env.local.probe_cli import run_probe
 from ait_env.local.tokenizer import ChatTokenizer
+from research.probe_cli import run_probe
 from task_families import get_family
 from task_families.teacher import teacher_completion
 
@@ -152,7 +152,7 @@ def _measure(model: TinyLM, tok: ChatTokenizer, family: str, n: int) -> tuple[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_probe("python -m ait_env.local.skill_probe", __doc__.split("\n\n")[0], 150, _measure, argv)
+    return run_probe("python -m research.skill_probe", __doc__.split("\n\n")[0], 150, _measure, argv)
 
 
 if __name__ == "__main__":

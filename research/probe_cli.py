@@ -1,4 +1,4 @@
-"""The command line the model probes share (:mod:`ait_env.local.flaw_probe`, :mod:`ait_env.local.skill_probe`).
+"""The command line the model probes share (:mod:`research.flaw_probe`, :mod:`research.skill_probe`).
 
 Contract of :func:`run_probe`: ``--model`` is a catalog name (built first when missing or stale) or a
 model directory (:func:`load_model_arg`, which the benchmarks that take ``--model`` share); for each

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from ait_env.local import corpus as C
-from ait_env.local.flaw_probe import decision_points, flaw_calibration, format_table
 from ait_env.local.tokenizer import ChatTokenizer
+from research.flaw_probe import decision_points, flaw_calibration, format_table
 from task_families import FAMILY_NAMES, get_family
 from task_families.teacher import get_teacher
 from tests.fakes.scripted_lm import FixedLM, PeekingLM

@@ -24,7 +24,7 @@ A context counts for the flaw it decides. Decisions made before it on the clean 
 choices, which is where a greedy model's path runs as long as it has not erred. Instances come from
 the families' generators with their own seed (``seed``), not the hidden sets.
 
-CLI: ``python -m ait_env.local.flaw_probe --model ait-tiny-m [--families calendar,triage] [--n 200]``
+CLI: ``python -m research.flaw_probe --model ait-tiny-m [--families calendar,triage] [--n 200]``
 prints, per family and flaw, the teacher's rate, the number of contexts, mean ``p`` and the share of
 contexts where greedy shows the flaw or stays clean.
 """
@@ -38,8 +38,8 @@ import torch
 
 from ait_env.local.corpus import encode_transcript
 from ait_env.local.model import TinyLM
-from ait_env.local.probe_cli import run_probe
 from ait_env.local.tokenizer import ChatTokenizer
+from research.probe_cli import run_probe
 from task_families import get_family
 from task_families.base import Instance
 from task_families.teacher import flaw_rates, teacher_completion
@@ -138,7 +138,7 @@ def _measure(model: TinyLM, tok: ChatTokenizer, family: str, n: int) -> tuple[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_probe("python -m ait_env.local.flaw_probe", __doc__.split("\n\n")[0], 200, _measure, argv)
+    return run_probe("python -m research.flaw_probe", __doc__.split("\n\n")[0], 200, _measure, argv)
 
 
 if __name__ == "__main__":
