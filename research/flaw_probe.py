@@ -122,7 +122,8 @@ def flaw_calibration(model: TinyLM, tok: ChatTokenizer, family: str, n: int = 20
 
 
 def format_table(family: str, stats: dict[str, FlawCalibration]) -> str:
-    lines = [f"{family + ':':<11s}{'flaw':<22} rate  contexts  p(flaw)  1-p(clean)  greedy shows  greedy clean"]
+    head = "rate  contexts  p(flaw)  1-p(clean)  greedy shows  greedy clean"
+    lines = [f"{family + ':':<11s}{'flaw':<22} {head}"]
     for s in sorted(stats.values(), key=lambda s: -s.rate):
         if s.contexts:
             lines.append(f"{'':11s}{s.key:<22} {s.rate:.2f}  {s.contexts:8d}  {s.p:7.2f}  {s.leave:10.2f}  "

@@ -43,7 +43,8 @@ import torch
 torch.set_num_threads(1)
 from ait_env.local import catalog
 from ait_env.local.chat import IM_START
-from ait_env.local.corpus import CORPUS_SEED, FAMILY_WEIGHTS, build_corpus, encode_corpus, train_corpus_tokenizer
+from ait_env.local.corpus import (CORPUS_SEED, FAMILY_WEIGHTS, build_corpus, encode_corpus,
+                                  train_corpus_tokenizer)
 from ait_env.local.pretrain import float_path, pretrain, weights_hash
 from ait_env.local.tokenizer import ChatTokenizer
 steps, drill = int(sys.argv[1]), int(sys.argv[2])

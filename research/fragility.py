@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from pathlib import Path
 
 import torch
 

@@ -36,7 +36,8 @@ def load_model_arg(model: str) -> tuple[TinyLM, ChatTokenizer, Path]:
     return loaded, ChatTokenizer.load(path), path
 
 
-def run_probe(prog: str, description: str, default_n: int, measure: Measure, argv: list[str] | None = None) -> int:
+def run_probe(prog: str, description: str, default_n: int, measure: Measure,
+              argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=prog, description=description)
     ap.add_argument("--model", required=True, help="catalog name (ait-tiny-m) or a model directory")
     ap.add_argument("--families", default=",".join(FAMILY_NAMES))

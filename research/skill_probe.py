@@ -4,11 +4,12 @@ The flaw probe (:mod:`research.flaw_probe`) measures habits; this measures skill
 :func:`line_accuracy`: for ``n`` generated instances of a family it renders the teacher's clean
 transcript (no flaw), splits every assistant message into lines (a tool call is one line, kind
 ``<tool_call>``) and names each line by its first word (``left:``, ``busy:``, ``Answer:``; calendar's
-``busy 60:`` is ``busy:``) and by whether it is the first line of that kind in the transcript or a later one. One teacher-forced forward pass
-per transcript gives the model's most likely token at every position; a line is *right* when every
-one of its tokens is the most likely one given the clean prefix. A kind's accuracy is the share of
-its lines that are right: what greedy decoding reproduces of that step when everything before it was
-correct. Low accuracy on one kind points at the sub-skill the corpus should make easier.
+``busy 60:`` is ``busy:``) and by whether it is the first line of that kind in the transcript or a later
+one. One teacher-forced forward pass per transcript gives the model's most likely token at every
+position; a line is *right* when every one of its tokens is the most likely one given the clean prefix.
+A kind's accuracy is the share of its lines that are right: what greedy decoding reproduces of that
+step when everything before it was correct. Low accuracy on one kind points at the sub-skill the
+corpus should make easier.
 
 CLI: ``python -m research.skill_probe --model ait-tiny-m --families calendar [--n 150]``.
 """

@@ -1,8 +1,7 @@
-"""The fragility benchmark's perturbations and shares (``research/fragility.py``), on the micro model."""
+"""The fragility tool's perturbations and shares (``research/fragility.py``), on the micro model."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from research import fragility as frag
