@@ -13,6 +13,9 @@ Contract:
 - :meth:`TinyLM.forward` takes ``input_ids [B, T]``, ``positions [B, T]``, a boolean ``key_mask [B, S]``
   (which cached + new positions are real tokens) and an optional :class:`KVCache`; returns logits.
 - :meth:`TinyLM.sequence_logprobs` (training) and :func:`generate` (sampling) build on it.
+- :meth:`TinyLM.rope`, :meth:`Attention.qkv` / :meth:`Attention.repeat_kv` and
+  :meth:`TinyLM.residual_stream` are the pieces of it that pretraining's faster losses
+  (:mod:`ait_env.local.pretrain`) reuse, so the Llama arithmetic exists once.
 """
 
 from __future__ import annotations
@@ -253,8 +256,8 @@ class TinyLM(nn.Module):
         x = self.model.norm(self.residual_stream(input_ids, positions, mask, cache))
         return x if hidden_only else self.lm_head(x)
 
-    def residual_stream(self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None = None,
-                        cache: KVCache | None = None) -> torch.Tensor:
+    def residual_stream(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                        mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
         """The residual stream ``[B, T, hidden]`` after the last block, before the final norm: what
         :meth:`forward` computes with an attention ``mask [B, 1, T, S]`` built from its key mask (``None``:
         plain causal attention over right-padded sequences). Pretraining's loss reads it directly

@@ -264,7 +264,8 @@ def shared_prefix_loss_fn(model: TinyLM, ids: torch.Tensor, att: torch.Tensor, m
     xp = model.model.embed_tokens(ids[:1, :P])
     xs = model.model.embed_tokens(ids[:, P:])
 
-    def qkv(a: Attention, h: torch.Tensor, cos_: torch.Tensor, sin_: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def qkv(a: Attention, h: torch.Tensor, cos_: torch.Tensor, sin_: torch.Tensor,
+            ) -> tuple[torch.Tensor, ...]:
         q, k, v = a.qkv(h, cos_, sin_)
         return (q, *a.repeat_kv(k, v))
 

@@ -84,8 +84,8 @@ class LocalGRPOTrainer:
             advs = grpo.advantages(rewards, self.p.group_size, self.p.algo.type)
             metrics: dict[str, float] = {"rollout_errors": float(errors)}
             with self.ep.lock:   # sampling sees whole weight updates
-                lr, trained = grpo.rl_step(self.ep.model, self.opt, rollouts, advs, self.p, step, self.lr_scale,
-                                           self.ep.tok.pad_id, self.micro_batch)
+                lr, trained = grpo.rl_step(self.ep.model, self.opt, rollouts, advs, self.p, step,
+                                           self.lr_scale, self.ep.tok.pad_id, self.micro_batch)
                 if trained:
                     self.ep.weights_updated()
             metrics.update(trained)

@@ -7,7 +7,7 @@ import json
 
 from ait_env.secrets import hidden_set
 from task_families import FAMILY_NAMES, get_family
-from task_families.calendar import teacher as calendar_teacher
+from task_families.calendar import teacher as cal
 from task_families.teacher import (FLAW_KINDS, describe_flaws, final_content, get_teacher, oracle_ladder,
                                    teacher_completion)
 
@@ -60,14 +60,15 @@ def test_calendar_scratchpad_lists_unions_and_walks_to_the_answer() -> None:
     from task_families.calendar import tools as ctools
 
     fam = get_family("calendar")
-    assert calendar_teacher.mask_note([False] * 15 + [True], 60) == "busy 60: 09..10..11..12..13..14..15..16.x"
-    assert (calendar_teacher.listing_note("09:00-10:00, 13:00-14:30, 16:30-17:00")
+    assert cal.mask_note([False] * 15 + [True], 60) == "busy 60: 09..10..11..12..13..14..15..16.x"
+    assert (cal.listing_note("09:00-10:00, 13:00-14:30, 16:30-17:00")
             == "09-10 09 09h; 13-14h 13 13h 14; 16h-17 16h")
     union = [True, False, True, True, False, False, False] + [True] * 9
-    assert calendar_teacher.free_note(union, 60, 2) == ("free 60: 09xa10xx11ab", 4)
-    assert calendar_teacher.free_note(union, 30, 1) == ("free 30: 09xa", 1)
-    assert calendar_teacher.free_note(union, 90, 3) == ("free 90: 09xa10xx11ab12c", 4)
-    assert calendar_teacher.free_note([True] * 16, 30, 1) == ("free 30: " + "".join(f"{h:02d}xx" for h in range(9, 17)), None)
+    assert cal.free_note(union, 60, 2) == ("free 60: 09xa10xx11ab", 4)
+    assert cal.free_note(union, 30, 1) == ("free 30: 09xa", 1)
+    assert cal.free_note(union, 90, 3) == ("free 90: 09xa10xx11ab12c", 4)
+    full = "free 30: " + "".join(f"{h:02d}xx" for h in range(9, 17))
+    assert cal.free_note([True] * 16, 30, 1) == (full, None)
     for i, inst in enumerate(fam.generate(12, 40)):
         comp, _ = teacher_completion("calendar", inst, mode="clean", seed=i)
         people, day, minutes = inst.info["people"], inst.info["day"], inst.info["minutes"]
@@ -76,16 +77,16 @@ def test_calendar_scratchpad_lists_unions_and_walks_to_the_answer() -> None:
         for j, lines in enumerate(after):
             mine = ctools.busy_mask(people[j], day)
             listed = [x for part in lines[0].split("; ") for x in part.split()[1:]] if lines[0] != "free" else []
-            assert listed == [calendar_teacher.half_label(k) for k in range(ctools.N_SLOTS) if mine[k]]
+            assert listed == [cal.half_label(k) for k in range(ctools.N_SLOTS) if mine[k]]
             union = [any(col) for col in zip(*(ctools.busy_mask(p, day) for p in people[:j + 1]))]
-            assert lines[1] == calendar_teacher.mask_note(union, minutes)
+            assert lines[1] == cal.mask_note(union, minutes)
         walk = after[-1][2]
         assert walk.startswith(f"free {minutes}: ")
         # the walk copies the union line, free marks counting the run, and ends on the run it answers
         union_marks = after[-1][1].split(": ")[1]
         assert [c == "x" for c in walk.split(": ")[1] if not c.isdigit()] == [
             c == "x" for c in union_marks if not c.isdigit()][:sum(not c.isdigit() for c in walk.split(": ")[1])]
-        assert walk.endswith(calendar_teacher.RUN_MARKS[minutes // 30 - 1])
+        assert walk.endswith(cal.RUN_MARKS[minutes // 30 - 1])
         calls = [m for m in comp if m.get("tool_calls")]
         assert [m["content"].split("\n")[-2] for m in calls] == [
             f"left {minutes}: " + (" ".join(people[j + 1:]) or "none") for j in range(len(people))]
