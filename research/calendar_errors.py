@@ -32,7 +32,7 @@ from collections import Counter
 import torch
 
 from ait_env.local.quick_eval import Conversation, evaluate
-from research.probe_cli import load_model_arg
+from research.model_cli import load_model_arg
 from task_families.base import Instance
 from task_families.calendar import tools as ctools
 from task_families.calendar.family import (

@@ -5,8 +5,8 @@ random weight perturbations the size of RL updates, printing one table.
     python -m research.fragility --noise sign --deltas 0,1e-3,3e-3,1e-2
     python -m research.fragility --model DIR --families calendar,units --seeds 3
 
-What it measures, per family (the skill probe's clean teacher transcripts,
-:func:`research.skill_probe.transcripts`; a line is right when greedy decoding reproduces it
+What it measures, per family (the line-accuracy tool's clean teacher transcripts,
+:func:`research.line_accuracy.transcripts`; a line is right when greedy decoding reproduces it
 from a correct prefix), on the unperturbed weights and then after each perturbation, averaged over
 ``--seeds`` draws:
 
@@ -37,8 +37,8 @@ import time
 import torch
 
 from ait_env.local.model import TinyLM
-from research.probe_cli import load_model_arg
-from research.skill_probe import (
+from research.model_cli import load_model_arg
+from research.line_accuracy import (
     SKILL_SEED, LineResult, Transcript, score_lines, transcripts)
 from task_families import FAMILY_NAMES
 

@@ -19,7 +19,7 @@ length (``--min-minutes``), drawn with a set share of meetings over 30 minutes (
 drawn under another generator rule (``--rule balanced``, ``--rule shortcuts_wrong``); ``--eval-rule``
 evaluates on questions the hidden seed draws under a rule.
 
-``train`` (``--save DIR`` keeps the trained weights for ``skill_probe`` / ``flaw_probe --model DIR``)
+``train`` (``--save DIR`` keeps the trained weights for ``line_accuracy`` / ``flaw_calibration --model DIR``)
 prints one JSON line per step (reward, accuracy, for calendar the share of rollouts that
 looked everyone up and the accuracy with and without) and a greedy eval on the first ``--eval-n``
 hidden questions every ``--eval-every`` steps. ``explore`` samples 4 rollouts of 32 questions per
@@ -43,7 +43,7 @@ from ait_env.jobs.schema import PrimeRL
 from ait_env.local import grpo
 from ait_env.local.quick_eval import Conversation, evaluate, run_conversations
 from ait_env.secrets import hidden_set
-from research.probe_cli import load_model_arg
+from research.model_cli import load_model_arg
 from task_families import get_family
 from task_families.calendar.family import looked_up
 
@@ -187,7 +187,8 @@ def train(a: argparse.Namespace) -> None:
 
 def save(model: Any, source: Path, dest: Path) -> None:
     """The trained weights with the source model's tokenizer files, loadable by ``quick_eval.load`` and
-    the probes (``--model DIR``); the build's ``ait_model.json`` is left out (it names other weights)."""
+    the research tools (``--model DIR``); the build's ``ait_model.json`` is left out (it names other
+    weights)."""
     shutil.copytree(source, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("ait_model.json"))
     model.save(dest)
     print(json.dumps({"saved": str(dest)}), flush=True)

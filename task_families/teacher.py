@@ -6,8 +6,8 @@ messages of one demonstration (assistant tool calls, the *real* tools' results, 
 family's eval prompt. It must:
 
 - ask ``flaw(key)`` (a :class:`Policy`) at every behaviour choice, with a key of its ``flaws``, and ask
-  about the same flaws in the same order whatever the answers are (a probe forces decision ``k`` and
-  compares the result with the clean demonstration);
+  about the same flaws in the same order whatever the answers are (``research/flaw_calibration.py``
+  forces decision ``k`` and compares the result with the clean demonstration);
 - get every tool result from the family's tools (:class:`Dialogue`) and draw every other random choice
   from ``rng``, so that a demonstration depends only on the instance, the seed and the flaw decisions;
 - solve the instance when no flaw is taken (``mode="clean"``; tested on the hidden sets).
@@ -83,7 +83,7 @@ class Policy:
     ``mode="sample"`` (the corpus): a flaw happens with its rate. ``mode="greedy"`` (the oracle): a
     flaw happens iff its rate is above 0.5 and it is not in ``fixed`` (what greedy decoding of a
     perfectly calibrated model does). ``mode="clean"``: never, except at decision number ``force``
-    (0-based, in the order the teacher asks), which takes the flaw (``research/flaw_probe.py``).
+    (0-based, in the order the teacher asks), which takes the flaw (``research/flaw_calibration.py``).
     ``used`` records the flaws taken, ``decisions`` every flaw the teacher asked about."""
 
     def __init__(self, rates: dict[str, float], rng: random.Random, mode: str = "sample",

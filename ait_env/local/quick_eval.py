@@ -123,8 +123,9 @@ def run_conversations(model: TinyLM, tok: ChatTokenizer, family: str | TaskFamil
                       prefill: Callable[[Instance], str] | None = None) -> list[Conversation]:
     """Run every instance through the multi-turn tool loop (see the module docstring).
 
-    ``prefill`` (for probes, not for evals or training) gives each instance a text that the model's
-    first reply is forced to start with; the model continues it and the reply keeps it.
+    ``prefill`` (for research tools such as ``research/calendar_errors.py``, not for evals or training)
+    gives each instance a text that the model's first reply is forced to start with; the model continues
+    it and the reply keeps it.
 
     ``reuse_kv`` keeps each conversation's keys/values across turns (:class:`TurnCache`: only new tokens
     are prefilled, 2-3x faster); ``reuse_kv=False`` prefills every turn from scratch with

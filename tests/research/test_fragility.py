@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from research import fragility as frag
-from research.skill_probe import LineResult, transcripts
+from research.line_accuracy import LineResult, transcripts
 
 
 def _state(model) -> dict[str, torch.Tensor]:

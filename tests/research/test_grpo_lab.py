@@ -55,7 +55,8 @@ def test_habits_are_told_apart_from_scratchpad_errors() -> None:
             continue
         msgs, _ = teacher_completion("calendar", inst, mode="clean", seed=j, force=k)
         early = Conversation(instance=inst, messages=msgs)
-        want_right = msgs[-1]["content"] == teacher_completion("calendar", inst, mode="clean", seed=j)[0][-1]["content"]
+        clean = teacher_completion("calendar", inst, mode="clean", seed=j)[0]
+        want_right = msgs[-1]["content"] == clean[-1]["content"]
         assert lab.looked_up_everyone(early) and (lab.scratchpad_accuracy(early) < 1.0) != want_right
         walked_short += not want_right
     assert walked_short > 0

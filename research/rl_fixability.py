@@ -4,7 +4,7 @@ For each family: load a fresh copy of the base model, then run GRPO with the loc
 (:func:`ait_env.local.grpo.rl_step`: advantages, batch, loss, optimizer, schedule) on rollouts from
 the same batched tool loop the evaluator uses (:func:`ait_env.local.quick_eval.run_conversations` at
 the job's temperature; reward = ``family.check`` of the final answer), on training questions drawn
-from the family's generator with a probe seed (hidden questions excluded by key). The greedy
+from the family's generator with their own seed (hidden questions excluded by key). The greedy
 hidden-eval score (:func:`ait_env.local.quick_eval.evaluate`) is measured at ``--eval-at`` steps.
 
 The default job is the families' reference job (batch 128 = 16 prompts x group 8, AdamW lr 3e-6 with a
@@ -12,8 +12,8 @@ cosine schedule, warmup 5, min_lr lr/10, no weight decay) with ``--steps`` steps
 ``lr * lr_scale``. Controls: ``--control constant`` (every reward 1: zero advantages, no update),
 ``--control lr0`` (lr 0), ``--control high_lr`` (lr x 30).
 
-    python -m research.local_rl_probe --model ait-tiny-s --families arithmetic,units --steps 40 \\
-        --eval-at 0,10,20,30,40 --out /tmp/probe.jsonl
+    python -m research.rl_fixability --model ait-tiny-s --families arithmetic,units --steps 40 \\
+        --eval-at 0,10,20,30,40 --out /tmp/fixability.jsonl
 
 Each family's result is one JSON line: the config, per-step training reward, and the eval curve.
 """
@@ -34,7 +34,7 @@ from ait_env.local.model import TinyLM
 from ait_env.local.tokenizer import ChatTokenizer
 from task_families import FAMILY_NAMES, get_family
 
-PROBE_SEED = 4_242_000
+POOL_SEED = 4_242_000
 
 
 def job_config(steps: int, prompts: int, group: int, lr: float, temperature: float, max_tokens: int,
@@ -51,7 +51,7 @@ def train_pool(family: str, n: int = 3000) -> list:
     from ait_env.secrets import hidden_keys
 
     hidden = hidden_keys(family)
-    return [i for i in get_family(family).generate(PROBE_SEED, n) if i.key not in hidden]
+    return [i for i in get_family(family).generate(POOL_SEED, n) if i.key not in hidden]
 
 
 def run_family(model_dir: Path, family: str, args: argparse.Namespace) -> dict:

@@ -1,4 +1,4 @@
-"""The teacher-forced line-accuracy probe of the local models (fast: scripted logits, no training)."""
+"""The teacher-forced line accuracy of the local models (fast: scripted logits, no training)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 
 from ait_env.local import corpus as C
 from ait_env.local.tokenizer import ChatTokenizer
-from research.skill_probe import SKILL_SEED, format_table, line_accuracy, line_spans, score_lines, transcripts
+from research.line_accuracy import (SKILL_SEED, format_table, line_accuracy, line_spans, score_lines,
+                                    transcripts)
 from task_families import get_family
 from task_families.teacher import teacher_completion
 from tests.fakes.scripted_lm import PeekingLM

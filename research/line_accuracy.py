@@ -1,6 +1,6 @@
 """Where a built model's *skill* fails: teacher-forced accuracy of each kind of line it writes.
 
-The flaw probe (:mod:`research.flaw_probe`) measures habits; this measures skills. Contract of
+The flaw calibration (:mod:`research.flaw_calibration`) measures habits; this measures skills. Contract of
 :func:`line_accuracy`: for ``n`` generated instances of a family it renders the teacher's clean
 transcript (no flaw), splits every assistant message into lines (a tool call is one line, kind
 ``<tool_call>``) and names each line by its first word (``left:``, ``busy:``, ``Answer:``; calendar's
@@ -11,7 +11,7 @@ A kind's accuracy is the share of its lines that are right: what greedy decoding
 step when everything before it was correct. Low accuracy on one kind points at the sub-skill the
 corpus should make easier.
 
-CLI: ``python -m research.skill_probe --model ait-tiny-m --families calendar [--n 150]``.
+CLI: ``python -m research.line_accuracy --model ait-tiny-m --families calendar [--n 150]``.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from ait_env.local.chat import IM_END
 from ait_env.local.corpus import assistant_spans
 from ait_env.local.model import TinyLM
 from ait_env.local.tokenizer import ChatTokenizer
-from research.probe_cli import run_probe
+from research.model_cli import run_per_family
 from task_families import get_family
 from task_families.teacher import teacher_completion
 
-#: Seed of the probe's instances (apart from the corpus's and the hidden sets').
+#: Seed of the instances (apart from the corpus's and the hidden sets').
 SKILL_SEED = 5_400_000
 
 
@@ -87,7 +87,7 @@ class LineResult:
 
 
 def transcripts(tok: ChatTokenizer, family: str, n: int = 150, seed: int = SKILL_SEED) -> list[Transcript]:
-    """The probe's ``n`` clean teacher transcripts of ``family``, tokenized and split into lines."""
+    """The ``n`` clean teacher transcripts of ``family``, tokenized and split into lines."""
     fam = get_family(family)
     tools = fam.tool_schemas()
     out: list[Transcript] = []
@@ -153,7 +153,7 @@ def _measure(model: TinyLM, tok: ChatTokenizer, family: str, n: int) -> tuple[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_probe("python -m research.skill_probe", __doc__.split("\n\n")[0], 150, _measure, argv)
+    return run_per_family("python -m research.line_accuracy", __doc__.split("\n\n")[0], 150, _measure, argv)
 
 
 if __name__ == "__main__":
