@@ -10,6 +10,12 @@ A family is one module folder ``task_families/<name>/`` with:
   from a secret seed that never enters a workspace.
 - ``template/``: the workspace the agent starts from (``INSTRUCTIONS.md``, ``job.toml``,
   ``environment.py``).
+- ``teacher.py``: the family's flawed teacher for the local backend's pretraining corpus, a
+  ``TEACHER = Teacher(flaws, teach)`` (contract in :mod:`task_families.teacher`): the flaw table (each
+  habit, the context it depends on and its rate) and a function that demonstrates one instance with the
+  real tools, asking the policy at every habit. The local base models learn the family from it.
+- ``reference/``: the family's reference job (``environment.py``, ``job.toml``, and ``job.local.toml``
+  for the local backend), which the scripted reference agent (:mod:`ait_env.agents.reference`) submits.
 
 Instances are plain records (question, answer, info). Their ``key`` is a hash of the normalised
 question, used to keep dev examples, training data and pretraining data apart from the hidden set.

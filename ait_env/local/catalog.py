@@ -72,7 +72,7 @@ BUILD = BuildSettings()
 #: Environment settings that fix the code path of torch's CPU kernels and of MKL's matrix products in
 #: the build's worker processes. Pretraining amplifies last-bit differences into another model, so the
 #: weights are bit-identical only where the path is (README, "Reproducibility across machines";
-#: ``benchmarks/float_path.py`` measures it).
+#: ``research/float_path.py`` measures it).
 FLOAT_PATHS: dict[str, dict[str, str]] = {
     # whatever the CPU offers: AVX512 kernels on an AVX512 CPU, AVX2 on an AVX2 one
     "native": {},
@@ -118,9 +118,10 @@ def fingerprint(name: str) -> str:
     """Hash of everything that determines the model's weights (spec, corpus, flaw table, build settings,
     and the hidden sets, whose questions the corpus leaves out: a secrets file of other seeds makes
     another corpus, which must not reuse a model pretrained on questions now hidden)."""
-    from ait_env.local.corpus import CORPUS_VERSION, FAMILY_WEIGHTS, FLAWS
+    from ait_env.local.corpus import CORPUS_VERSION, FAMILY_WEIGHTS
     from ait_env.secrets import hidden_set_hash
     from task_families import FAMILY_NAMES
+    from task_families.teacher import get_teacher
 
     spec = asdict(CATALOG[name])
     for k in ("name", "role", "description"):  # labels, not weights
@@ -132,7 +133,7 @@ def fingerprint(name: str) -> str:
     if b.float_path != "native":  # native builds keep the fingerprints they had before the setting existed
         build["float_path"] = b.float_path
     payload = {"spec": spec, "build": build, "corpus": CORPUS_VERSION, "weights": FAMILY_WEIGHTS,
-               "flaws": {k: [(f.key, f.rate) for f in v] for k, v in FLAWS.items()},
+               "flaws": {k: [(f.key, f.rate) for f in get_teacher(k).flaws] for k in FAMILY_NAMES},
                "hidden_sets": {f: hidden_set_hash(f) for f in FAMILY_NAMES}}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 

@@ -15,17 +15,36 @@ that honour a job's ``[prime_rl]`` surface.
 - Learning-rate mapping: jobs are written at Qwen scale (lr ~1e-6..1e-5); a ~0.1–1M-parameter model
   needs a larger step. The trainer multiplies ``lr`` and ``min_lr`` by ``lr_scale`` (config, logged in
   the result) — a documented, monotone mapping, so a job's lr ranking is preserved.
+- Training sequences (:func:`rollout_sequences`): a multi-turn rollout is one sequence when each turn's
+  prompt + completion is a prefix of the next turn's prompt (the usual case), else one sequence per turn;
+  only the sampled tokens are trained.
+
+:func:`rl_step` is the one GRPO update every caller takes (the local trainer, and the in-process labs in
+``research/``): scored rollouts and their advantages in, one optimizer step of the job's schedule out.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from ait_env.jobs.schema import PrimeRL
+
+#: A training sequence: (token ids, 0/1 mask of the tokens the policy sampled, behaviour logprobs aligned
+#: with the ids).
+TrainSeq = tuple[list[int], list[int], list[float]]
+
+
+class Turn(Protocol):
+    """One sampled turn of a rollout (the endpoint's record, or the in-process evaluator's turn)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
 
 
 def advantages(rewards: list[float], group_size: int, algo: str = "grpo") -> list[float]:
@@ -53,8 +72,25 @@ class Batch:
     advantages: torch.Tensor     # [B]
 
 
-def make_batch(seqs: list[tuple[list[int], list[int], list[float]]], advs: list[float], pad_id: int,
-               max_len: int) -> Batch:
+def rollout_sequences(turns: Sequence[Turn]) -> list[TrainSeq]:
+    """Training sequences of one rollout from its turns (module docstring)."""
+    if not turns:
+        return []
+    if all((b.prompt_ids[:len(a.prompt_ids) + len(a.completion_ids)] == a.prompt_ids + a.completion_ids)
+           for a, b in zip(turns, turns[1:])):
+        last = turns[-1]
+        ids = last.prompt_ids + last.completion_ids
+        mask, lps = [0] * len(ids), [0.0] * len(ids)
+        for t in turns:
+            s = len(t.prompt_ids)
+            for j, lp in enumerate(t.logprobs):
+                mask[s + j], lps[s + j] = 1, lp
+        return [(ids, mask, lps)]
+    return [(t.prompt_ids + t.completion_ids, [0] * len(t.prompt_ids) + [1] * len(t.completion_ids),
+             [0.0] * len(t.prompt_ids) + list(t.logprobs)) for t in turns]
+
+
+def make_batch(seqs: list[TrainSeq], advs: list[float], pad_id: int, max_len: int) -> Batch:
     """``seqs``: (token ids, 0/1 sampled mask, logprobs aligned with ids); truncated to ``max_len``."""
     T = min(max_len, max(len(s[0]) for s in seqs))
     B = len(seqs)
@@ -223,3 +259,20 @@ def train_step(model: Any, opt: Any, batch: Batch, p: PrimeRL, lr: float, micro_
     opt.step()
     agg.update({"grad_norm": gnorm, "lr": lr, "tokens": total_tokens, "live_seqs": float(len(live))})
     return agg
+
+
+def rl_step(model: Any, opt: Any, rollouts: list[list[TrainSeq]], advs: list[float], p: PrimeRL, step: int,
+            lr_scale: float, pad_id: int, micro_batch: int = 32) -> tuple[float, dict[str, float]]:
+    """One GRPO update: ``rollouts[i]`` (the training sequences of rollout ``i``, :func:`rollout_sequences`)
+    trained with advantage ``advs[i]`` (:func:`advantages`) at step ``step`` of the job's schedule
+    (:func:`lr_at`), sequences truncated to the job's ``seq_len``. Returns (learning rate,
+    :func:`train_step`'s metrics); when every advantage is 0 no step is taken and the metrics are empty.
+    The model is left in eval mode, ready to sample."""
+    lr = lr_at(step, p, lr_scale)
+    pairs = [(s, a) for r, a in zip(rollouts, advs, strict=True) for s in r]
+    if not any(a != 0 for _, a in pairs):
+        return lr, {}
+    seqs, seq_advs = [s for s, _ in pairs], [a for _, a in pairs]
+    metrics = train_step(model, opt, make_batch(seqs, seq_advs, pad_id, p.seq_len), p, lr, micro_batch)
+    model.eval()
+    return lr, metrics

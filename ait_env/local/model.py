@@ -13,6 +13,9 @@ Contract:
 - :meth:`TinyLM.forward` takes ``input_ids [B, T]``, ``positions [B, T]``, a boolean ``key_mask [B, S]``
   (which cached + new positions are real tokens) and an optional :class:`KVCache`; returns logits.
 - :meth:`TinyLM.sequence_logprobs` (training) and :func:`generate` (sampling) build on it.
+- :meth:`TinyLM.rope`, :meth:`Attention.qkv` / :meth:`Attention.repeat_kv` and
+  :meth:`TinyLM.residual_stream` are the pieces of it that pretraining's faster losses
+  (:mod:`ait_env.local.pretrain`) reuse, so the Llama arithmetic exists once.
 """
 
 from __future__ import annotations
@@ -123,8 +126,10 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(h, cfg.num_key_value_heads * d, bias=False)
         self.o_proj = nn.Linear(cfg.num_attention_heads * d, h, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                cache: KVCache | None, layer: int) -> torch.Tensor:
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values ``[B, heads, T, head_dim]`` of ``x [B, T, hidden]``, queries and keys
+        rotated by RoPE (``cos``/``sin`` from :meth:`TinyLM.rope`); keys and values per KV head."""
         B, T, _ = x.shape
         c = self.cfg
         q = self.q_proj(x).view(B, T, c.num_attention_heads, c.head_dim).transpose(1, 2)
@@ -132,6 +137,21 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, T, c.num_key_value_heads, c.head_dim).transpose(1, 2)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
+        return q, k, v
+
+    def repeat_kv(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values repeated for every query head (grouped-query attention); as they are otherwise."""
+        c = self.cfg
+        if c.num_key_value_heads != c.num_attention_heads:
+            rep = c.num_attention_heads // c.num_key_value_heads
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        return k, v
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                cache: KVCache | None, layer: int) -> torch.Tensor:
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x, cos, sin)
         if cache is not None and cache.cols is not None:  # one token per row, at each row's own column
             rows = torch.arange(B, device=x.device)
             cache.k[layer][rows, :, cache.cols] = k[:, :, 0]
@@ -144,10 +164,7 @@ class Attention(nn.Module):
             cache.v[layer][:, :, start:start + T] = v
             k = cache.k[layer][:, :, :start + T]
             v = cache.v[layer][:, :, :start + T]
-        if c.num_key_value_heads != c.num_attention_heads:
-            rep = c.num_attention_heads // c.num_key_value_heads
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
+        k, v = self.repeat_kv(k, v)
         if mask is None:  # right-padded full sequences: causal attention alone never lets real tokens see pads
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
@@ -200,7 +217,9 @@ class TinyLM(nn.Module):
         """Where the parameters live (``TinyLM.to(device)`` moves them; every input follows)."""
         return self.lm_head.weight.device
 
-    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE's cos and sin ``[B, 1, T, head_dim]`` at ``positions [B, T]``, read from a table of every
+        position up to ``max_position_embeddings`` (grown when a position lies beyond it)."""
         need = int(positions.max()) + 1 if positions.numel() else 1
         table = getattr(self, "_rope_cache", None)
         if table is None or table[0].shape[0] < need or table[0].device != positions.device:
@@ -234,15 +253,23 @@ class TinyLM(nn.Module):
             diag = torch.zeros(T, S, dtype=torch.bool, device=dev)
             diag[torch.arange(T, device=dev), torch.arange(T, device=dev) + past] = True
             mask = mask | diag[None, None]
-        cos, sin = self._rope(positions)
+        x = self.model.norm(self.residual_stream(input_ids, positions, mask, cache))
+        return x if hidden_only else self.lm_head(x)
+
+    def residual_stream(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                        mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        """The residual stream ``[B, T, hidden]`` after the last block, before the final norm: what
+        :meth:`forward` computes with an attention ``mask [B, 1, T, S]`` built from its key mask (``None``:
+        plain causal attention over right-padded sequences). Pretraining's loss reads it directly
+        (:func:`ait_env.local.pretrain.fast_loss_fn`), to apply the LM head only where it is trained."""
+        cos, sin = self.rope(positions)
         x = self.model.embed_tokens(input_ids)
         for i, layer in enumerate(self.model.layers):
             x = x + layer.self_attn(layer.input_layernorm(x), cos, sin, mask, cache, i)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         if cache is not None and cache.cols is None:
-            cache.length += T
-        x = self.model.norm(x)
-        return x if hidden_only else self.lm_head(x)
+            cache.length += input_ids.shape[1]
+        return x
 
     def sequence_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                           temperature: float = 1.0, only: torch.Tensor | None = None) -> torch.Tensor:

@@ -44,7 +44,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from ait_env.local.model import TinyConfig, TinyLM
+from ait_env.local.model import Attention, TinyConfig, TinyLM
 from ait_env.local.tokenizer import ChatTokenizer
 
 
@@ -200,41 +200,13 @@ def loss_fn(model: TinyLM, ids: torch.Tensor, att: torch.Tensor, msk: torch.Tens
     return (ce * m.reshape(-1)).sum() / m.sum().clamp(min=1.0)
 
 
-def _rope(positions: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-    freqs = positions.to(torch.float32)[..., None] * inv
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos()[:, None], emb.sin()[:, None]
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat([-b, a], dim=-1)
-
-
 def fast_loss_fn(model: TinyLM, ids: torch.Tensor, att: torch.Tensor, msk: torch.Tensor) -> torch.Tensor:
     """:func:`loss_fn` for right-padded batches, ~15-20% faster: plain causal attention (real tokens
     only ever see earlier real tokens, so the padding mask is not needed) and the LM head only at the
-    masked positions. Same Llama math on the same weights (``tests/local/test_pretrain.py`` checks it
-    against :meth:`TinyLM.forward`)."""
-    c = model.cfg
+    masked positions. The model's own forward pass (:meth:`TinyLM.residual_stream`) up to the final norm
+    (``tests/local/test_pretrain.py`` checks the loss against :meth:`TinyLM.forward`)."""
     B, T = ids.shape
-    cos, sin = _rope(torch.arange(T)[None].expand(B, T), c.head_dim, c.rope_theta)
-    x = model.model.embed_tokens(ids)
-    rep = c.num_attention_heads // c.num_key_value_heads
-    for layer in model.model.layers:
-        a = layer.self_attn
-        h = layer.input_layernorm(x)
-        q = a.q_proj(h).view(B, T, c.num_attention_heads, c.head_dim).transpose(1, 2)
-        k = a.k_proj(h).view(B, T, c.num_key_value_heads, c.head_dim).transpose(1, 2)
-        v = a.v_proj(h).view(B, T, c.num_key_value_heads, c.head_dim).transpose(1, 2)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
-        if rep > 1:
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + a.o_proj(o.transpose(1, 2).reshape(B, T, -1))
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    x = model.residual_stream(ids, torch.arange(T)[None].expand(B, T))
     sel = (msk[:, 1:] > 0) & (att[:, 1:] > 0)
     if not bool(sel.any()):
         return x.sum() * 0.0
@@ -278,34 +250,29 @@ def common_prefix(ids: torch.Tensor, att: torch.Tensor) -> int:
 def shared_prefix_loss_fn(model: TinyLM, ids: torch.Tensor, att: torch.Tensor, msk: torch.Tensor) -> torch.Tensor:
     """:func:`fast_loss_fn` computing the prefix that all rows share (a family's system prompt, tool list
     and user header: ~30% of a transcript) once instead of once per row; the rows attend to the shared
-    keys/values, and gradients through them add up exactly as for per-row copies. Same loss (tested)."""
+    keys/values, and gradients through them add up exactly as for per-row copies. Each layer's projections
+    and RoPE are the model's own (:meth:`Attention.qkv`); only the attention is arranged around the
+    shared prefix. Same loss (tested)."""
     B, T = ids.shape
     P = common_prefix(ids, att)
     if B == 1 or P < 8 or P >= T - 1:
         return fast_loss_fn(model, ids, att, msk)
-    c = model.cfg
     S = T - P
-    cos, sin = _rope(torch.arange(T)[None], c.head_dim, c.rope_theta)      # [1, 1, T, hd]
+    cos, sin = model.rope(torch.arange(T)[None])                            # [1, 1, T, hd]
     cp, sp, cs, ss = cos[..., :P, :], sin[..., :P, :], cos[..., P:, :], sin[..., P:, :]
-    rep = c.num_attention_heads // c.num_key_value_heads
     mask = torch.ones(S, T, dtype=torch.bool).tril(diagonal=P)               # suffix queries: prefix + causal
     xp = model.model.embed_tokens(ids[:1, :P])
     xs = model.model.embed_tokens(ids[:, P:])
 
-    def qkv(a: Any, h: torch.Tensor, n: int, L: int, cos_: torch.Tensor, sin_: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        q = a.q_proj(h).view(n, L, c.num_attention_heads, c.head_dim).transpose(1, 2)
-        k = a.k_proj(h).view(n, L, c.num_key_value_heads, c.head_dim).transpose(1, 2)
-        v = a.v_proj(h).view(n, L, c.num_key_value_heads, c.head_dim).transpose(1, 2)
-        q = q * cos_ + _rotate_half(q) * sin_
-        k = k * cos_ + _rotate_half(k) * sin_
-        if rep > 1:
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        return q, k, v
+    def qkv(a: Attention, h: torch.Tensor, cos_: torch.Tensor, sin_: torch.Tensor,
+            ) -> tuple[torch.Tensor, ...]:
+        q, k, v = a.qkv(h, cos_, sin_)
+        return (q, *a.repeat_kv(k, v))
 
     for layer in model.model.layers:
         a = layer.self_attn
-        qp, kp, vp = qkv(a, layer.input_layernorm(xp), 1, P, cp, sp)
-        qs, ks, vs = qkv(a, layer.input_layernorm(xs), B, S, cs, ss)
+        qp, kp, vp = qkv(a, layer.input_layernorm(xp), cp, sp)
+        qs, ks, vs = qkv(a, layer.input_layernorm(xs), cs, ss)
         op = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True)
         kall = torch.cat([kp.expand(B, -1, -1, -1), ks], dim=2)
         vall = torch.cat([vp.expand(B, -1, -1, -1), vs], dim=2)

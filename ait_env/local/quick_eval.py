@@ -27,9 +27,8 @@ together, this module batches all open conversations (rows of similar prompt len
 float round-off can differ in the last bits; greedy choices agree except for exact near-ties.
 
 Rollouts: :func:`run_conversations` at temperature > 0 returns each conversation's per-turn
-(prompt ids, completion ids, logprobs); :func:`rollout_sequences` turns them into training
-sequences the way the local trainer does (one sequence when every turn's prompt extends the previous
-prompt + completion, else one sequence per turn).
+(prompt ids, completion ids, logprobs); :func:`ait_env.local.grpo.rollout_sequences` turns them into
+training sequences the way the local trainer does.
 
 CLI::
 
@@ -125,8 +124,9 @@ def run_conversations(model: TinyLM, tok: ChatTokenizer, family: str | TaskFamil
                       prefill: Callable[[Instance], str] | None = None) -> list[Conversation]:
     """Run every instance through the multi-turn tool loop (see the module docstring).
 
-    ``prefill`` (for probes, not for evals or training) gives each instance a text that the model's
-    first reply is forced to start with; the model continues it and the reply keeps it.
+    ``prefill`` (for research tools such as ``research/calendar_errors.py``, not for evals or training)
+    gives each instance a text that the model's first reply is forced to start with; the model continues
+    it and the reply keeps it.
 
     ``reuse_kv`` keeps each conversation's keys/values across turns (:class:`TurnCache`: only new tokens
     are prefilled, 2-3x faster); ``reuse_kv=False`` prefills every turn from scratch with
@@ -255,24 +255,6 @@ def evaluate(model: TinyLM, tok: ChatTokenizer, family: str, instances: list[Ins
                               prefill=prefill)
     summary = summarize(family, convs, time.perf_counter() - t0)
     return (summary, convs) if return_conversations else summary
-
-
-def rollout_sequences(turns: list[Turn]) -> list[tuple[list[int], list[int], list[float]]]:
-    """Training sequences (ids, sampled mask, logprobs) of one conversation, merged like the trainer."""
-    if not turns:
-        return []
-    if all((b.prompt_ids[:len(a.prompt_ids) + len(a.completion_ids)] == a.prompt_ids + a.completion_ids)
-           for a, b in zip(turns, turns[1:])):
-        last = turns[-1]
-        ids = last.prompt_ids + last.completion_ids
-        mask, lps = [0] * len(ids), [0.0] * len(ids)
-        for t in turns:
-            s = len(t.prompt_ids)
-            for j, lp in enumerate(t.logprobs):
-                mask[s + j], lps[s + j] = 1, lp
-        return [(ids, mask, lps)]
-    return [(t.prompt_ids + t.completion_ids, [0] * len(t.prompt_ids) + [1] * len(t.completion_ids),
-             [0.0] * len(t.prompt_ids) + list(t.logprobs)) for t in turns]
 
 
 def load(model_dir: str | Path) -> tuple[TinyLM, ChatTokenizer]:

@@ -7,9 +7,9 @@ response ids of every turn), look the sampled tokens and behaviour logprobs up i
 records, compute group advantages, and take one optimizer step with :mod:`ait_env.local.grpo`
 (holding the endpoint's lock, so sampling always sees whole weight updates).
 
-A multi-turn rollout is trained as one sequence when each turn's prompt + completion is a prefix of
-the next turn's prompt (the usual case); otherwise each turn is its own sequence. Sequences longer
-than ``seq_len`` are truncated, like prime-rl.
+The update is :func:`ait_env.local.grpo.rl_step`: a multi-turn rollout is trained as one sequence when
+each turn's prompt + completion is a prefix of the next turn's prompt (the usual case), otherwise each
+turn is its own sequence; sequences longer than ``seq_len`` are truncated, like prime-rl.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from ait_env.jobs.schema import Job
 from ait_env.local import grpo
-from ait_env.local.endpoint import LocalEndpoint, Record
+from ait_env.local.endpoint import LocalEndpoint
 
 
 class RolloutWorkerError(RuntimeError):
@@ -57,36 +57,6 @@ class StepLog:
     eval_score: float | None = None
 
 
-def _sequences(records: list[Record | None]) -> list[tuple[list[int], list[int], list[float]]]:
-    """Training sequences (ids, sampled mask, logprobs) of one rollout from its turns' records."""
-    turns = [r for r in records if r is not None]
-    if not turns:
-        return []
-    merged = True
-    for a, b in zip(turns, turns[1:]):
-        full = a.prompt_ids + a.completion_ids
-        if b.prompt_ids[:len(full)] != full:
-            merged = False
-            break
-    if merged:
-        last = turns[-1]
-        ids = last.prompt_ids + last.completion_ids
-        mask = [0] * len(ids)
-        lps = [0.0] * len(ids)
-        for t in turns:
-            start = len(t.prompt_ids)
-            for j, lp in enumerate(t.logprobs):
-                mask[start + j] = 1
-                lps[start + j] = lp
-        return [(ids, mask, lps)]
-    out = []
-    for t in turns:
-        ids = t.prompt_ids + t.completion_ids
-        out.append((ids, [0] * len(t.prompt_ids) + [1] * len(t.completion_ids),
-                    [0.0] * len(t.prompt_ids) + list(t.logprobs)))
-    return out
-
-
 class LocalGRPOTrainer:
     def __init__(self, endpoint: LocalEndpoint, job: Job, dataset_size: int, *, lr_scale: float, seed: int = 0,
                  step_timeout_s: float = 600.0, micro_batch: int = 32) -> None:
@@ -119,27 +89,22 @@ class LocalGRPOTrainer:
                 raise RolloutWorkerError(f"rollouts failed at step {step}: {res['error']}\n{res.get('traceback', '')[-1500:]}")
             check_rewards(res["groups"], step + 1)
             rewards: list[float] = []
-            seqs_per_rollout: list[list[tuple[list[int], list[int], list[float]]]] = []
+            rollouts: list[list[grpo.TrainSeq]] = []
             errors = 0
             for group in res["groups"]:
                 for r in group:
                     rewards.append(float(r["reward"]))
-                    seqs_per_rollout.append(_sequences(self.ep.pop_records(r["response_ids"])))
+                    records = self.ep.pop_records(r["response_ids"])
+                    rollouts.append(grpo.rollout_sequences([t for t in records if t is not None]))
                     errors += r.get("error") is not None
             advs = grpo.advantages(rewards, self.p.group_size, self.p.algo.type)
-            seqs, seq_advs = [], []
-            for s_list, a in zip(seqs_per_rollout, advs):
-                for s in s_list:
-                    seqs.append(s)
-                    seq_advs.append(a)
-            lr = grpo.lr_at(step, self.p, self.lr_scale)
             metrics: dict[str, float] = {"rollout_errors": float(errors)}
-            if seqs and any(a != 0 for a in seq_advs):
-                batch = grpo.make_batch(seqs, seq_advs, self.ep.tok.pad_id, self.p.seq_len)
-                with self.ep.lock:
-                    metrics.update(grpo.train_step(self.ep.model, self.opt, batch, self.p, lr, self.micro_batch))
-                    self.ep.model.eval()
+            with self.ep.lock:   # sampling sees whole weight updates
+                lr, trained = grpo.rl_step(self.ep.model, self.opt, rollouts, advs, self.p, step,
+                                           self.lr_scale, self.ep.tok.pad_id, self.micro_batch)
+                if trained:
                     self.ep.weights_updated()
+            metrics.update(trained)
             self.ep.clear_records()
             t2 = time.perf_counter()
             mean = sum(rewards) / max(1, len(rewards))

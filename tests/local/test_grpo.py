@@ -114,3 +114,22 @@ def test_all_zero_advantages_leave_the_weights_alone() -> None:
     m = grpo.train_step(model, grpo.make_optimizer(model, p, 1.0), batch, p, lr=1e-2)
     assert m["live_seqs"] == 0
     assert all(torch.equal(b, a.detach()) for b, a in zip(before, model.parameters()))
+
+
+def test_rl_step_trains_each_rollouts_sequences_with_its_advantage_at_the_schedules_lr() -> None:
+    model, ref = _model(), _model()
+    p = _p(optim={"type": "sgd", "lr": 1e-3, "weight_decay": 0.0, "max_norm": None})
+    seqs = _seqs(model, 4)
+    rollouts, advs = [seqs[:2], [], seqs[2:]], [0.5, 0.3, -0.5]   # a rollout of two turns, one of none
+    lr, m = grpo.rl_step(model, grpo.make_optimizer(model, p, 2.0), rollouts, advs, p, step=3, lr_scale=2.0,
+                         pad_id=0)
+    assert lr == grpo.lr_at(3, p, 2.0) and not model.training
+    # the same update by hand: every sequence of a rollout gets the rollout's advantage
+    batch = grpo.make_batch(seqs, [0.5, 0.5, -0.5, -0.5], pad_id=0, max_len=p.seq_len)
+    want = grpo.train_step(ref, grpo.make_optimizer(ref, p, 2.0), batch, p, lr)
+    assert m == want
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), ref.parameters()))
+    # all advantages 0: no step, no metrics, the weights as they were
+    before = [x.detach().clone() for x in model.parameters()]
+    assert grpo.rl_step(model, grpo.make_optimizer(model, p, 2.0), rollouts, [0.0] * 3, p, 4, 2.0, 0)[1] == {}
+    assert all(torch.equal(b, a.detach()) for b, a in zip(before, model.parameters()))

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from ait_env.local import catalog, quick_eval
+from ait_env.local import catalog, grpo, quick_eval
 from ait_env.local.chat import IM_START
 from ait_env.local.corpus import build_corpus, encode_transcript
 from ait_env.local.model import TinyConfig, TinyLM
@@ -174,7 +174,7 @@ def test_rollout_sequences_merge_turns(micro_model, micro_tokenizer) -> None:
                                          max_tokens=48, generator=torch.Generator().manual_seed(0),
                                          keep_turns=True)
     for c in convs:
-        seqs = quick_eval.rollout_sequences(c.turns)
+        seqs = grpo.rollout_sequences(c.turns)
         assert seqs
         sampled = sum(sum(m) for _, m, _ in seqs)
         assert sampled == sum(len(t.completion_ids) for t in c.turns)

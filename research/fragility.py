@@ -1,12 +1,12 @@
 """How fragile each family's learned skill is: teacher-forced line accuracy of a built model under
 random weight perturbations the size of RL updates, printing one table.
 
-    python benchmarks/fragility.py                       # ait-tiny-m, all families: noise-advantage steps
-    python benchmarks/fragility.py --noise sign --deltas 0,1e-3,3e-3,1e-2
-    python benchmarks/fragility.py --model DIR --families calendar,units --seeds 3
+    python -m research.fragility                       # ait-tiny-m, all families: noise-advantage steps
+    python -m research.fragility --noise sign --deltas 0,1e-3,3e-3,1e-2
+    python -m research.fragility --model DIR --families calendar,units --seeds 3
 
-What it measures, per family (the skill probe's clean teacher transcripts,
-:func:`ait_env.local.skill_probe.transcripts`; a line is right when greedy decoding reproduces it
+What it measures, per family (the line-accuracy tool's clean teacher transcripts,
+:func:`research.line_accuracy.transcripts`; a line is right when greedy decoding reproduces it
 from a correct prefix), on the unperturbed weights and then after each perturbation, averaged over
 ``--seeds`` draws:
 
@@ -32,19 +32,15 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ait_env.local.model import TinyLM  # noqa: E402
-from ait_env.local.probe_cli import load_model_arg  # noqa: E402
-from ait_env.local.skill_probe import (  # noqa: E402
+from ait_env.local.model import TinyLM
+from research.model_cli import load_model_arg
+from research.line_accuracy import (
     SKILL_SEED, LineResult, Transcript, score_lines, transcripts)
-from task_families import FAMILY_NAMES  # noqa: E402
+from task_families import FAMILY_NAMES
 
 
 @torch.no_grad()

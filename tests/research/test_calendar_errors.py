@@ -1,23 +1,17 @@
-"""The calendar error census (``benchmarks/calendar_errors.py``) on the teacher's own transcripts: each
+"""The calendar error census (``research/calendar_errors.py``) on the teacher's own transcripts: each
 flaw the teacher takes lands in its bucket."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from ait_env.evaluation import final_text
-from ait_env.local.corpus import final_content, teacher_completion
 from ait_env.local.quick_eval import Conversation
+from research import calendar_errors as ce
 from task_families import get_family
-from tests.benchmarks.loader import load_benchmark
+from task_families.teacher import final_content, teacher_completion
 
 FAM = get_family("calendar")
-
-
-@pytest.fixture(scope="module")
-def ce():
-    return load_benchmark("calendar_errors")
 
 
 def _conv(inst, flaw: str | None, seed: int) -> tuple[Conversation, list[str]]:
@@ -31,7 +25,7 @@ def _conv(inst, flaw: str | None, seed: int) -> tuple[Conversation, list[str]]:
     return conv, used
 
 
-def test_the_clean_teacher_is_always_right(ce) -> None:
+def test_the_clean_teacher_is_always_right() -> None:
     convs = [_conv(inst, None, j)[0] for j, inst in enumerate(FAM.generate(11, 40))]
     buckets, by = ce.census(convs)
     assert buckets == {"right": 40}
@@ -46,7 +40,7 @@ def test_the_clean_teacher_is_always_right(ce) -> None:
     ("format:pm", "pm"),
     ("format:label:30", "label"),
 ])
-def test_each_habit_lands_in_its_bucket(ce, flaw: str, bucket: str) -> None:
+def test_each_habit_lands_in_its_bucket(flaw: str, bucket: str) -> None:
     seen = 0
     for j, inst in enumerate(FAM.generate(12, 600)):
         decisions: list[str] = []
@@ -61,7 +55,7 @@ def test_each_habit_lands_in_its_bucket(ce, flaw: str, bucket: str) -> None:
     assert seen >= 3
 
 
-def test_a_wrong_time_after_a_full_lookup_is_a_slip(ce) -> None:
+def test_a_wrong_time_after_a_full_lookup_is_a_slip() -> None:
     inst = next(i for i in FAM.generate(13, 50) if i.info["minutes"] == 30 and i.answer != "16:30")
     conv, _ = _conv(inst, None, 0)
     h, m = map(int, inst.answer.split(":"))
@@ -73,7 +67,7 @@ def test_a_wrong_time_after_a_full_lookup_is_a_slip(ce) -> None:
     assert ce.classify(conv) == "no time"
 
 
-def test_the_forced_first_line_lists_everyone_still_to_look_up(ce) -> None:
+def test_the_forced_first_line_lists_everyone_still_to_look_up() -> None:
     """``--force-lookup`` starts the first reply with the meeting length and every person after the first
     (nobody forgotten), even where the sampling teacher would forget the last one."""
     seen_forgetting = 0

@@ -1,10 +1,10 @@
-"""In-process GRPO probe of the local base models: are they fixable by RL, gradually, and do the controls behave?
+"""In-process GRPO of the local base models: are they fixable by RL, gradually, and do the controls behave?
 
-For each family: load a fresh copy of the base model, then run GRPO with the math of
-:mod:`ait_env.local.grpo` (advantages, batch, loss, optimizer, schedule, train step) on rollouts from
+For each family: load a fresh copy of the base model, then run GRPO with the local trainer's own update
+(:func:`ait_env.local.grpo.rl_step`: advantages, batch, loss, optimizer, schedule) on rollouts from
 the same batched tool loop the evaluator uses (:func:`ait_env.local.quick_eval.run_conversations` at
 the job's temperature; reward = ``family.check`` of the final answer), on training questions drawn
-from the family's generator with a probe seed (hidden questions excluded by key). The greedy
+from the family's generator with their own seed (hidden questions excluded by key). The greedy
 hidden-eval score (:func:`ait_env.local.quick_eval.evaluate`) is measured at ``--eval-at`` steps.
 
 The default job is the families' reference job (batch 128 = 16 prompts x group 8, AdamW lr 3e-6 with a
@@ -12,8 +12,8 @@ cosine schedule, warmup 5, min_lr lr/10, no weight decay) with ``--steps`` steps
 ``lr * lr_scale``. Controls: ``--control constant`` (every reward 1: zero advantages, no update),
 ``--control lr0`` (lr 0), ``--control high_lr`` (lr x 30).
 
-    python scripts/local_rl_probe.py --model ait-tiny-s --families arithmetic,units --steps 40 \\
-        --eval-at 0,10,20,30,40 --out /tmp/probe.jsonl
+    python -m research.rl_fixability --model ait-tiny-s --families arithmetic,units --steps 40 \\
+        --eval-at 0,10,20,30,40 --out /tmp/fixability.jsonl
 
 Each family's result is one JSON line: the config, per-step training reward, and the eval curve.
 """
@@ -23,21 +23,18 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ait_env.jobs.schema import PrimeRL
+from ait_env.local import grpo, quick_eval
+from ait_env.local.model import TinyLM
+from ait_env.local.tokenizer import ChatTokenizer
+from task_families import FAMILY_NAMES, get_family
 
-from ait_env.jobs.schema import PrimeRL  # noqa: E402
-from ait_env.local import grpo, quick_eval  # noqa: E402
-from ait_env.local.model import TinyLM  # noqa: E402
-from ait_env.local.tokenizer import ChatTokenizer  # noqa: E402
-from task_families import FAMILY_NAMES, get_family  # noqa: E402
-
-PROBE_SEED = 4_242_000
+POOL_SEED = 4_242_000
 
 
 def job_config(steps: int, prompts: int, group: int, lr: float, temperature: float, max_tokens: int,
@@ -54,7 +51,7 @@ def train_pool(family: str, n: int = 3000) -> list:
     from ait_env.secrets import hidden_keys
 
     hidden = hidden_keys(family)
-    return [i for i in get_family(family).generate(PROBE_SEED, n) if i.key not in hidden]
+    return [i for i in get_family(family).generate(POOL_SEED, n) if i.key not in hidden]
 
 
 def run_family(model_dir: Path, family: str, args: argparse.Namespace) -> dict:
@@ -81,8 +78,8 @@ def run_family(model_dir: Path, family: str, args: argparse.Namespace) -> dict:
     def do_eval(step: int) -> None:
         s = quick_eval.evaluate(model, tok, family, hidden, max_tokens=args.max_tokens)
         curve[step] = round(s.score, 4)
-        print(f"[{family}] step {step:3d} eval {s.score:.3f} ± {s.ci95:.3f}  ({time.perf_counter() - t_start:.0f}s)",
-              flush=True)
+        print(f"[{family}] step {step:3d} eval {s.score:.3f} ± {s.ci95:.3f}  "
+              f"({time.perf_counter() - t_start:.0f}s)", flush=True)
 
     if 0 in eval_at:
         do_eval(0)
@@ -94,23 +91,16 @@ def run_family(model_dir: Path, family: str, args: argparse.Namespace) -> dict:
                                              max_tokens=args.max_tokens, generator=gen, keep_turns=True)
         rewards = [1.0 if args.control == "constant" else c.score for c in convs]
         advs = grpo.advantages(rewards, args.group, p.algo.type)
-        seqs, seq_advs = [], []
-        for c, a in zip(convs, advs):
-            for s in quick_eval.rollout_sequences(c.turns):
-                seqs.append(s)
-                seq_advs.append(a)
+        rollouts = [grpo.rollout_sequences(c.turns) for c in convs]
         t1 = time.perf_counter()
-        metrics: dict = {}
-        step_lr = grpo.lr_at(step, p, args.lr_scale)
-        if seqs and any(a != 0 for a in seq_advs):
-            batch = grpo.make_batch(seqs, seq_advs, tok.pad_id, p.seq_len)
-            metrics = grpo.train_step(model, opt, batch, p, step_lr, args.micro_batch)
-            model.eval()
+        step_lr, metrics = grpo.rl_step(model, opt, rollouts, advs, p, step, args.lr_scale, tok.pad_id,
+                                        args.micro_batch)
         t2 = time.perf_counter()
         mean_r = sum(c.score for c in convs) / len(convs)
-        log.append({"step": step + 1, "reward": round(mean_r, 4), "lr": step_lr, "rollout_s": round(t1 - t0, 2),
-                    "train_s": round(t2 - t1, 2), "masked_frac": round(metrics.get("masked_frac", 0.0), 4),
-                    "live_seqs": metrics.get("live_seqs", 0), "seqs": len(seqs)})
+        log.append({"step": step + 1, "reward": round(mean_r, 4), "lr": step_lr,
+                    "rollout_s": round(t1 - t0, 2), "train_s": round(t2 - t1, 2),
+                    "masked_frac": round(metrics.get("masked_frac", 0.0), 4),
+                    "live_seqs": metrics.get("live_seqs", 0), "seqs": sum(map(len, rollouts))})
         if args.verbose:
             print(f"[{family}] step {step + 1:3d} reward {mean_r:.3f} lr {step_lr:.2e} "
                   f"rollout {t1 - t0:.1f}s train {t2 - t1:.1f}s", flush=True)

@@ -1,13 +1,13 @@
-"""Which of the teacher's flaws a built model shows, and how firmly: a per-flaw calibration probe.
+"""Which of the teacher's flaws a built model shows, and how firmly: a per-flaw calibration.
 
-The base models learn the flawed teacher's habits (:mod:`ait_env.local.corpus`), but not exactly at the
+The base models learn the flawed teachers' habits (:mod:`task_families.teacher`), but not exactly at the
 teacher's rates: a flaw taught at 0.58 may or may not appear under greedy decoding, and which ones do
 varies from build to build. The base score, and how much RL can add, follow from that, so a model
 build is tuned by knowing, per flaw, where the model stands.
 
 Contract of :func:`flaw_calibration`: for each instance it renders the teacher's clean transcript
 (no flaw taken) and notes every flaw decision the teacher made on the way
-(:attr:`corpus.Policy.decisions`). For decision k it re-runs the teacher taking that one flaw
+(:attr:`task_families.teacher.Policy.decisions`). For decision k it re-runs the teacher taking that one flaw
 (``mode="clean", force=k``). The two transcripts agree up to the first token where they differ, which
 is the decision made visible (``left`` vs ``Answer``, a tool call vs a mental step, ``.`` vs ``"``); it
 must be a token the model writes (never a tool result). One teacher-forced forward pass of the clean
@@ -24,7 +24,7 @@ A context counts for the flaw it decides. Decisions made before it on the clean 
 choices, which is where a greedy model's path runs as long as it has not erred. Instances come from
 the families' generators with their own seed (``seed``), not the hidden sets.
 
-CLI: ``python -m ait_env.local.flaw_probe --model ait-tiny-m [--families calendar,triage] [--n 200]``
+CLI: ``python -m research.flaw_calibration --model ait-tiny-m [--families calendar,triage] [--n 200]``
 prints, per family and flaw, the teacher's rate, the number of contexts, mean ``p`` and the share of
 contexts where greedy shows the flaw or stays clean.
 """
@@ -36,15 +36,16 @@ from typing import Any
 
 import torch
 
-from ait_env.local.corpus import encode_transcript, flaw_rates, teacher_completion
+from ait_env.local.corpus import encode_transcript
 from ait_env.local.model import TinyLM
-from ait_env.local.probe_cli import run_probe
 from ait_env.local.tokenizer import ChatTokenizer
+from research.model_cli import run_per_family
 from task_families import get_family
 from task_families.base import Instance
+from task_families.teacher import flaw_rates, teacher_completion
 
-#: Seed of the probe's instances (apart from the corpus's and the hidden sets' seeds).
-PROBE_SEED = 5_300_000
+#: Seed of the instances (apart from the corpus's and the hidden sets' seeds).
+CALIBRATION_SEED = 5_300_000
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def decision_points(family: str, inst: Instance, tok: ChatTokenizer,
 
 @torch.no_grad()
 def flaw_calibration(model: TinyLM, tok: ChatTokenizer, family: str, n: int = 200,
-                     seed: int = PROBE_SEED) -> dict[str, FlawCalibration]:
+                     seed: int = CALIBRATION_SEED) -> dict[str, FlawCalibration]:
     """Per-flaw calibration of ``model`` on ``n`` generated instances of ``family`` (module docstring)."""
     rates = flaw_rates(family)
     stats = {key: FlawCalibration(key, rate) for key, rate in rates.items()}
@@ -121,7 +122,8 @@ def flaw_calibration(model: TinyLM, tok: ChatTokenizer, family: str, n: int = 20
 
 
 def format_table(family: str, stats: dict[str, FlawCalibration]) -> str:
-    lines = [f"{family + ':':<11s}{'flaw':<22} rate  contexts  p(flaw)  1-p(clean)  greedy shows  greedy clean"]
+    head = "rate  contexts  p(flaw)  1-p(clean)  greedy shows  greedy clean"
+    lines = [f"{family + ':':<11s}{'flaw':<22} {head}"]
     for s in sorted(stats.values(), key=lambda s: -s.rate):
         if s.contexts:
             lines.append(f"{'':11s}{s.key:<22} {s.rate:.2f}  {s.contexts:8d}  {s.p:7.2f}  {s.leave:10.2f}  "
@@ -137,7 +139,8 @@ def _measure(model: TinyLM, tok: ChatTokenizer, family: str, n: int) -> tuple[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_probe("python -m ait_env.local.flaw_probe", __doc__.split("\n\n")[0], 200, _measure, argv)
+    return run_per_family("python -m research.flaw_calibration", __doc__.split("\n\n")[0], 200, _measure,
+                          argv)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The teacher-forced line-accuracy probe of the local models (fast: scripted logits, no training)."""
+"""The teacher-forced line accuracy of the local models (fast: scripted logits, no training)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import re
 import pytest
 
 from ait_env.local import corpus as C
-from ait_env.local.skill_probe import SKILL_SEED, format_table, line_accuracy, line_spans, score_lines, transcripts
 from ait_env.local.tokenizer import ChatTokenizer
+from research.line_accuracy import (SKILL_SEED, format_table, line_accuracy, line_spans, score_lines,
+                                    transcripts)
 from task_families import get_family
+from task_families.teacher import teacher_completion
 from tests.fakes.scripted_lm import PeekingLM
 
 
@@ -22,7 +24,7 @@ def _lines(family: str, n: int) -> list[str]:
     fam = get_family(family)
     out = []
     for j, inst in enumerate(fam.generate(SKILL_SEED, n)):
-        comp, _ = C.teacher_completion(family, inst, mode="clean", seed=f"skill:{j}")
+        comp, _ = teacher_completion(family, inst, mode="clean", seed=f"skill:{j}")
         text, spans = C.assistant_spans(fam.eval_messages(inst) + comp, fam.tool_schemas())
         out += [text[a:b] for _, a, b in line_spans(text, spans)]
     return out
@@ -31,7 +33,7 @@ def _lines(family: str, n: int) -> list[str]:
 def test_lines_are_named_by_their_first_word_and_a_call_is_one_line() -> None:
     fam = get_family("arithmetic")
     inst = fam.generate(3, 1)[0]
-    comp, _ = C.teacher_completion("arithmetic", inst, mode="clean")
+    comp, _ = teacher_completion("arithmetic", inst, mode="clean")
     text, spans = C.assistant_spans(fam.eval_messages(inst) + comp, fam.tool_schemas())
     lines = line_spans(text, spans)
     kinds = [k for k, _, _ in lines]

@@ -1,8 +1,8 @@
 """Where a local model's calendar score goes: each wrong greedy answer on the hidden set, put in one
 bucket by what the transcript shows, printed as shares of all questions.
 
-    python benchmarks/calendar_errors.py --model ait-tiny-m        # or a model directory (grpo_lab --save)
-    python benchmarks/calendar_errors.py --model ait-tiny-m --force-lookup   # the forgetting habit off
+    python -m research.calendar_errors --model ait-tiny-m        # or a model directory (grpo_lab --save)
+    python -m research.calendar_errors --model ait-tiny-m --force-lookup   # the forgetting habit off
 
 Buckets (:func:`classify`, first match wins):
 
@@ -19,7 +19,7 @@ Buckets (:func:`classify`, first match wins):
 - ``slip``: everyone was looked up and the answer is some other wrong time (a scratchpad error).
 
 ``pm``, ``label``, the two ``forgot`` buckets and ``ignored length`` show habits the corpus teaches
-(``corpus.FLAWS["calendar"]``) that a perfectly skilled model could unlearn; ``slip`` is lost skill.
+(``task_families/calendar/teacher.py``) that a perfectly skilled model could unlearn; ``slip`` is lost skill.
 The last lines give right / total per question size and meeting length.
 """
 
@@ -27,20 +27,17 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from collections import Counter
-from pathlib import Path
+
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ait_env.local.corpus import teacher_completion  # noqa: E402
-from ait_env.local.probe_cli import load_model_arg  # noqa: E402
-from ait_env.local.quick_eval import Conversation, evaluate  # noqa: E402
-from task_families.base import Instance  # noqa: E402
-from task_families.calendar import tools as ctools  # noqa: E402
-from task_families.calendar.family import (  # noqa: E402
+from ait_env.local.quick_eval import Conversation, evaluate
+from research.model_cli import load_model_arg
+from task_families.base import Instance
+from task_families.calendar import tools as ctools
+from task_families.calendar.family import (
     answer_text, earliest_common_slot, looked_up, parse_time)
+from task_families.teacher import teacher_completion
 
 BUCKETS = ("right", "pm", "label", "forgot, slot without them", "forgot, other", "ignored length", "no time",
            "slip")

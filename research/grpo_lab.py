@@ -1,25 +1,25 @@
 """A fast, in-process GRPO lab for recipe search on the local models (not the job path).
 
 It samples rollouts with :func:`ait_env.local.quick_eval.run_conversations` (the batched in-process
-evaluator, at the job's temperature) and takes optimizer steps with :mod:`ait_env.local.grpo`, the
-local trainer's own advantages, loss, optimizer and schedule. There is no endpoint, no verifiers, no
-sandbox and no agent code: the reward is the family's own check, optionally mixed with "looked up every
-person" (calendar, ``--shape``) or with the share of scratchpad lines the rollout wrote right (calendar,
-``--process``: :func:`scratchpad_accuracy`). Use it to try recipes in minutes, then confirm with a real job
-(``benchmarks/local_jobs.py``); its numbers are not job results.
+evaluator, at the job's temperature) and takes optimizer steps with :func:`ait_env.local.grpo.rl_step`,
+the local trainer's own update (advantages, loss, optimizer and schedule). There is no endpoint, no
+verifiers, no sandbox and no agent code: the reward is the family's own check, optionally mixed with
+"looked up every person" (calendar, ``--shape``) or with the share of scratchpad lines the rollout wrote
+right (calendar, ``--process``: :func:`scratchpad_accuracy`). Use it to try recipes in minutes, then
+confirm with a real job (``benchmarks/local_jobs.py``); its numbers are not job results.
 
-    python benchmarks/grpo_lab.py train --family calendar --steps 30 --lr 1e-6 --sched constant --min-people 4
-    python benchmarks/grpo_lab.py train --family calendar --steps 10 --random-adv     # noise-only control
-    python benchmarks/grpo_lab.py explore --family calendar --min-people 4 --temps 0,0.7,1.0,1.3
-    python benchmarks/grpo_lab.py train --min-people 2 --max-people 3 --long-share 0.5 --lr 1e-6 \
-        --sched constant --steps 30 --save /tmp/w        # then: benchmarks/calendar_errors.py --model /tmp/w
+    python -m research.grpo_lab train --family calendar --steps 30 --lr 1e-6 --sched constant --min-people 4
+    python -m research.grpo_lab train --family calendar --steps 10 --random-adv     # noise-only control
+    python -m research.grpo_lab explore --family calendar --min-people 4 --temps 0,0.7,1.0,1.3
+    python -m research.grpo_lab train --min-people 2 --max-people 3 --long-share 0.5 --lr 1e-6 \
+        --sched constant --steps 30 --save /tmp/w        # then: research/calendar_errors.py --model /tmp/w
 
 Calendar's training questions can be narrowed by size (``--min-people``, ``--max-people``), by meeting
 length (``--min-minutes``), drawn with a set share of meetings over 30 minutes (``--long-share``), or
 drawn under another generator rule (``--rule balanced``, ``--rule shortcuts_wrong``); ``--eval-rule``
 evaluates on questions the hidden seed draws under a rule.
 
-``train`` (``--save DIR`` keeps the trained weights for ``skill_probe`` / ``flaw_probe --model DIR``)
+``train`` (``--save DIR`` keeps the trained weights for ``line_accuracy`` / ``flaw_calibration --model DIR``)
 prints one JSON line per step (reward, accuracy, for calendar the share of rollouts that
 looked everyone up and the accuracy with and without) and a greedy eval on the first ``--eval-n``
 hidden questions every ``--eval-every`` steps. ``explore`` samples 4 rollouts of 32 questions per
@@ -41,9 +41,9 @@ import torch
 from ait_env.config import load_group
 from ait_env.jobs.schema import PrimeRL
 from ait_env.local import grpo
-from ait_env.local.probe_cli import load_model_arg
-from ait_env.local.quick_eval import Conversation, evaluate, rollout_sequences, run_conversations
+from ait_env.local.quick_eval import Conversation, evaluate, run_conversations
 from ait_env.secrets import hidden_set
+from research.model_cli import load_model_arg
 from task_families import get_family
 from task_families.calendar.family import looked_up
 
@@ -63,7 +63,7 @@ def scratchpad_accuracy(c: Conversation) -> float:
     """Calendar: the share of the rollout's scratchpad lines (each person's listing, the running union
     ``busy M:`` and the walk ``free M:``) that equal what the teacher would write from the tool results
     the rollout has seen so far (1.0 when it wrote none)."""
-    from ait_env.local.corpus import _mask_of, free_note, listing_note, mask_note
+    from task_families.calendar.teacher import _mask_of, free_note, listing_note, mask_note
 
     minutes = int(c.instance.info["minutes"])
     results: list[str] = []
@@ -170,16 +170,8 @@ def train(a: argparse.Namespace) -> None:
         advs = grpo.advantages(rewards, a.group)
         if a.random_adv:
             rng.shuffle(advs)
-        seqs, seq_advs = [], []
-        for c, adv in zip(convs, advs):
-            for s in rollout_sequences(c.turns):
-                seqs.append(s)
-                seq_advs.append(adv)
-        lr = grpo.lr_at(step, p, scale)
-        metrics: dict[str, float] = {}
-        if any(x != 0 for x in seq_advs):
-            metrics = grpo.train_step(model, opt, grpo.make_batch(seqs, seq_advs, tok.pad_id, 1536), p, lr)
-        model.eval()
+        rollouts = [grpo.rollout_sequences(c.turns) for c in convs]
+        lr, metrics = grpo.rl_step(model, opt, rollouts, advs, p, step, scale, tok.pad_id)
         out: dict[str, Any] = {"step": step + 1, "reward": round(sum(rewards) / len(rewards), 3),
                                "acc": round(sum(c.score for c in convs) / len(convs), 3), "lr": lr,
                                "pad_acc": round(sum(map(scratchpad_accuracy, convs)) / len(convs), 3)
@@ -195,7 +187,8 @@ def train(a: argparse.Namespace) -> None:
 
 def save(model: Any, source: Path, dest: Path) -> None:
     """The trained weights with the source model's tokenizer files, loadable by ``quick_eval.load`` and
-    the probes (``--model DIR``); the build's ``ait_model.json`` is left out (it names other weights)."""
+    the research tools (``--model DIR``); the build's ``ait_model.json`` is left out (it names other
+    weights)."""
     shutil.copytree(source, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("ait_model.json"))
     model.save(dest)
     print(json.dumps({"saved": str(dest)}), flush=True)
@@ -219,17 +212,18 @@ def main() -> None:
     ap.add_argument("--family", default="calendar")
     ap.add_argument("--model", default="ait-tiny-m",
                     help="catalog name or a model directory (e.g. an earlier --save)")
-    ap.add_argument("--min-people", type=int, default=0, help="calendar: train on questions with this many people or more")
+    ap.add_argument("--min-people", type=int, default=0,
+                    help="calendar: train on questions with this many people or more")
     ap.add_argument("--max-people", type=int, default=99, help="calendar: ... and this many or fewer")
     ap.add_argument("--min-minutes", type=int, default=0, help="calendar: only meetings this long or longer")
     ap.add_argument("--long-share", type=float, default=None,
                     help="calendar: draw this share of training questions from meetings over 30 minutes")
     ap.add_argument("--rule", default=None,
-                    help="calendar: draw the training questions under this generator rule (natural, balanced, "
-                         "shortcuts_wrong; default: the eval's)")
+                    help="calendar: draw the training questions under this generator rule (natural, "
+                         "balanced, shortcuts_wrong; default: the eval's)")
     ap.add_argument("--eval-rule", default=None,
-                    help="calendar: evaluate on the questions the hidden seed draws under this rule instead of "
-                         "the hidden set")
+                    help="calendar: evaluate on the questions the hidden seed draws under this rule "
+                         "instead of the hidden set")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--lr", type=float, default=3e-6, help="at job scale (x the backend's lr_scale)")
     ap.add_argument("--sched", choices=["cosine", "constant"], default="cosine")
@@ -240,7 +234,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--temp", type=float, default=0.7)
-    ap.add_argument("--shape", type=float, default=0.0, help="calendar: weight of 'looked up everyone' in the reward")
+    ap.add_argument("--shape", type=float, default=0.0,
+                    help="calendar: weight of 'looked up everyone' in the reward")
     ap.add_argument("--process", type=float, default=0.0,
                     help="calendar: weight of the scratchpad lines' accuracy in the reward")
     ap.add_argument("--random-adv", action="store_true", help="shuffle the advantages (a noise-only control)")

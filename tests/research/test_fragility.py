@@ -1,25 +1,18 @@
-"""The fragility benchmark's perturbations and shares (``benchmarks/fragility.py``), on the micro model."""
+"""The fragility tool's perturbations and shares (``research/fragility.py``), on the micro model."""
 
 from __future__ import annotations
 
-
-import pytest
 import torch
 
-from ait_env.local.skill_probe import LineResult, transcripts
-from tests.benchmarks.loader import load_benchmark
-
-
-@pytest.fixture(scope="module")
-def frag():
-    return load_benchmark("fragility")
+from research import fragility as frag
+from research.line_accuracy import LineResult, transcripts
 
 
 def _state(model) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-def test_perturb_moves_every_parameter_by_exactly_delta_and_repeats_by_seed(frag, micro_model) -> None:
+def test_perturb_moves_every_parameter_by_exactly_delta_and_repeats_by_seed(micro_model) -> None:
     before = _state(micro_model)
     frag.perturb(micro_model, 1e-3, seed=7)
     once = _state(micro_model)
@@ -33,7 +26,7 @@ def test_perturb_moves_every_parameter_by_exactly_delta_and_repeats_by_seed(frag
     micro_model.load_state_dict(before)
 
 
-def test_summary_counts_kept_lines_against_the_unperturbed_ones(frag) -> None:
+def test_summary_counts_kept_lines_against_the_unperturbed_ones() -> None:
     def r(right: bool, margin: float = 2.0) -> LineResult:
         return LineResult("x", right, margin if right else -1.0)
 
@@ -46,7 +39,7 @@ def test_summary_counts_kept_lines_against_the_unperturbed_ones(frag) -> None:
     assert s["thin"] == 1 / 3          # one of the three right lines has a margin under 1
 
 
-def test_measure_restores_the_weights_and_large_noise_costs_lines(frag, micro_model, micro_tokenizer) -> None:
+def test_measure_restores_the_weights_and_large_noise_costs_lines(micro_model, micro_tokenizer) -> None:
     items = transcripts(micro_tokenizer, "arithmetic", n=6)
     pool = transcripts(micro_tokenizer, "arithmetic", n=8, seed=99)
     before = _state(micro_model)
@@ -59,7 +52,7 @@ def test_measure_restores_the_weights_and_large_noise_costs_lines(frag, micro_mo
         assert torch.equal(v, micro_model.state_dict()[k]), k
 
 
-def test_noise_steps_move_each_trained_parameter_by_delta_per_step(frag, micro_model, micro_tokenizer) -> None:
+def test_noise_steps_move_each_trained_parameter_by_delta_per_step(micro_model, micro_tokenizer) -> None:
     pool = transcripts(micro_tokenizer, "arithmetic", n=8, seed=99)
     before = _state(micro_model)
     frag.noise_steps(micro_model, pool, steps=1, delta=1e-3, batch=4, seed=0)

@@ -1,10 +1,11 @@
-"""The command line the model probes share (:mod:`ait_env.local.flaw_probe`, :mod:`ait_env.local.skill_probe`).
+"""The command line of the per-family model analyses (:mod:`research.flaw_calibration`,
+:mod:`research.line_accuracy`).
 
-Contract of :func:`run_probe`: ``--model`` is a catalog name (built first when missing or stale) or a
-model directory (:func:`load_model_arg`, which the benchmarks that take ``--model`` share); for each
-of ``--families`` it calls ``measure(model, tokenizer, family, n)``, which returns (a printable table,
-JSON-serialisable numbers), prints the table at once and, with ``--json``, writes ``{family: numbers}``
-to that file at the end. One thread, so a probe is cheap next to a build.
+Contract of :func:`run_per_family`: ``--model`` is a catalog name (built first when missing or stale)
+or a model directory (:func:`load_model_arg`, which the other research tools that take ``--model``
+share); for each of ``--families`` it calls ``measure(model, tokenizer, family, n)``, which returns (a
+printable table, JSON-serialisable numbers), prints the table at once and, with ``--json``, writes
+``{family: numbers}`` to that file at the end. One thread, so an analysis is cheap next to a build.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def load_model_arg(model: str) -> tuple[TinyLM, ChatTokenizer, Path]:
     return loaded, ChatTokenizer.load(path), path
 
 
-def run_probe(prog: str, description: str, default_n: int, measure: Measure, argv: list[str] | None = None) -> int:
+def run_per_family(prog: str, description: str, default_n: int, measure: Measure,
+                   argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=prog, description=description)
     ap.add_argument("--model", required=True, help="catalog name (ait-tiny-m) or a model directory")
     ap.add_argument("--families", default=",".join(FAMILY_NAMES))

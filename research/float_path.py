@@ -2,8 +2,8 @@
 ait-tiny-m's architecture on a small corpus under several environment settings, each in its own
 single-threaded process, printing the weights hash and the seconds it took.
 
-    python benchmarks/float_path.py                    # 150 steps (30 of them copy drills)
-    python benchmarks/float_path.py --steps 30 --drill-steps 10 --repeat 1
+    python -m research.float_path                    # 150 steps (30 of them copy drills)
+    python -m research.float_path --steps 30 --drill-steps 10 --repeat 1
 
 Settings (environment variables read by torch and MKL when they start):
 
@@ -43,7 +43,8 @@ import torch
 torch.set_num_threads(1)
 from ait_env.local import catalog
 from ait_env.local.chat import IM_START
-from ait_env.local.corpus import CORPUS_SEED, FAMILY_WEIGHTS, build_corpus, encode_corpus, train_corpus_tokenizer
+from ait_env.local.corpus import (CORPUS_SEED, FAMILY_WEIGHTS, build_corpus, encode_corpus,
+                                  train_corpus_tokenizer)
 from ait_env.local.pretrain import float_path, pretrain, weights_hash
 from ait_env.local.tokenizer import ChatTokenizer
 steps, drill = int(sys.argv[1]), int(sys.argv[2])

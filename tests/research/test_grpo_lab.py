@@ -1,4 +1,4 @@
-"""The recipe lab's calendar reward terms (``benchmarks/grpo_lab.py``), on the teacher's transcripts."""
+"""The recipe lab's calendar reward terms (``research/grpo_lab.py``), on the teacher's transcripts."""
 
 from __future__ import annotations
 
@@ -6,15 +6,10 @@ import copy
 
 import pytest
 
-from ait_env.local.corpus import teacher_completion
 from ait_env.local.quick_eval import Conversation
+from research import grpo_lab as lab
 from task_families import get_family
-from tests.benchmarks.loader import load_benchmark
-
-
-@pytest.fixture(scope="module")
-def lab():
-    return load_benchmark("grpo_lab")
+from task_families.teacher import teacher_completion
 
 
 def _convs(mode: str, n: int = 30) -> list[Conversation]:
@@ -23,13 +18,13 @@ def _convs(mode: str, n: int = 30) -> list[Conversation]:
             for j, i in enumerate(insts)]
 
 
-def test_clean_teacher_scratchpads_are_all_right(lab) -> None:
+def test_clean_teacher_scratchpads_are_all_right() -> None:
     convs = _convs("clean")
     assert all(lab.scratchpad_accuracy(c) == 1.0 for c in convs)
     assert all(lab.looked_up_everyone(c) for c in convs)
 
 
-def test_a_wrong_mark_or_listing_costs_exactly_its_line(lab) -> None:
+def test_a_wrong_mark_or_listing_costs_exactly_its_line() -> None:
     c = _convs("clean", 1)[0]
     lines = sum(len(m["content"].splitlines()) for m in c.messages if m["role"] == "assistant")
     checked = sum(1 for m in c.messages if m["role"] == "assistant"
@@ -45,7 +40,7 @@ def test_a_wrong_mark_or_listing_costs_exactly_its_line(lab) -> None:
     assert lab.scratchpad_accuracy(bad2) < 1.0
 
 
-def test_habits_are_told_apart_from_scratchpad_errors(lab) -> None:
+def test_habits_are_told_apart_from_scratchpad_errors() -> None:
     """Forgetting the last person leaves a consistent scratchpad (the union of who was looked up): only
     ``looked_up_everyone`` sees it. Ignoring the meeting length stops the walk early: a wrong line."""
     walked_short = 0
@@ -60,13 +55,14 @@ def test_habits_are_told_apart_from_scratchpad_errors(lab) -> None:
             continue
         msgs, _ = teacher_completion("calendar", inst, mode="clean", seed=j, force=k)
         early = Conversation(instance=inst, messages=msgs)
-        want_right = msgs[-1]["content"] == teacher_completion("calendar", inst, mode="clean", seed=j)[0][-1]["content"]
+        clean = teacher_completion("calendar", inst, mode="clean", seed=j)[0]
+        want_right = msgs[-1]["content"] == clean[-1]["content"]
         assert lab.looked_up_everyone(early) and (lab.scratchpad_accuracy(early) < 1.0) != want_right
         walked_short += not want_right
     assert walked_short > 0
 
 
-def test_the_training_pool_narrows_by_size_and_meeting_length(lab) -> None:
+def test_the_training_pool_narrows_by_size_and_meeting_length() -> None:
     every = lab._pool("calendar", 0, 0)
     short = lab._pool("calendar", 0, 2, max_people=3)
     long = lab._pool("calendar", 0, 2, max_people=3, min_minutes=60)

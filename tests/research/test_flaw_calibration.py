@@ -1,4 +1,4 @@
-"""The per-flaw calibration probe of the local models (fast: scripted logits, no training)."""
+"""The per-flaw calibration of the local models (fast: scripted logits, no training)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from ait_env.local import corpus as C
-from ait_env.local.flaw_probe import decision_points, flaw_calibration, format_table
 from ait_env.local.tokenizer import ChatTokenizer
+from research.flaw_calibration import decision_points, flaw_calibration, format_table
 from task_families import FAMILY_NAMES, get_family
+from task_families.teacher import get_teacher
 from tests.fakes.scripted_lm import FixedLM, PeekingLM
 
 
@@ -26,7 +27,7 @@ def test_every_visible_flaw_has_decision_points_the_model_writes(family: str, to
         for d in decisions:
             assert 0 < d.position < len(ids) and ids[d.position] == d.clean_token != d.flaw_token
             seen.add(d.key)
-    visible = {f.key for f in C.FLAWS[family] if f.rate > 0.5}
+    visible = {f.key for f in get_teacher(family).flaws if f.rate > 0.5}
     assert visible <= seen, f"{family}: no decision point found for {sorted(visible - seen)}"
 
 
@@ -38,7 +39,7 @@ def test_a_model_on_the_clean_path_never_shows_a_flaw(tok: ChatTokenizer) -> Non
         assert s.clean == 1.0 and s.shows == 0.0 and s.p < 1e-6 and s.leave < 1e-4, s
 
 
-def test_the_probe_reads_the_choice_at_the_decision_token(tok: ChatTokenizer) -> None:
+def test_the_calibration_reads_the_choice_at_the_decision_token(tok: ChatTokenizer) -> None:
     answer, left = tok.tok.token_to_id("Answer"), tok.tok.token_to_id("left")
     assert answer is not None and left is not None
     stats = flaw_calibration(FixedLM(tok.vocab_size, {answer: 5.0, left: 3.0}), tok, "arithmetic", n=60)

@@ -1,16 +1,17 @@
 """Where a built model's *skill* fails: teacher-forced accuracy of each kind of line it writes.
 
-The flaw probe (:mod:`ait_env.local.flaw_probe`) measures habits; this measures skills. Contract of
+The flaw calibration (:mod:`research.flaw_calibration`) measures habits; this measures skills. Contract of
 :func:`line_accuracy`: for ``n`` generated instances of a family it renders the teacher's clean
 transcript (no flaw), splits every assistant message into lines (a tool call is one line, kind
 ``<tool_call>``) and names each line by its first word (``left:``, ``busy:``, ``Answer:``; calendar's
-``busy 60:`` is ``busy:``) and by whether it is the first line of that kind in the transcript or a later one. One teacher-forced forward pass
-per transcript gives the model's most likely token at every position; a line is *right* when every
-one of its tokens is the most likely one given the clean prefix. A kind's accuracy is the share of
-its lines that are right: what greedy decoding reproduces of that step when everything before it was
-correct. Low accuracy on one kind points at the sub-skill the corpus should make easier.
+``busy 60:`` is ``busy:``) and by whether it is the first line of that kind in the transcript or a later
+one. One teacher-forced forward pass per transcript gives the model's most likely token at every
+position; a line is *right* when every one of its tokens is the most likely one given the clean prefix.
+A kind's accuracy is the share of its lines that are right: what greedy decoding reproduces of that
+step when everything before it was correct. Low accuracy on one kind points at the sub-skill the
+corpus should make easier.
 
-CLI: ``python -m ait_env.local.skill_probe --model ait-tiny-m --families calendar [--n 150]``.
+CLI: ``python -m research.line_accuracy --model ait-tiny-m --families calendar [--n 150]``.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from typing import Any
 import torch
 
 from ait_env.local.chat import IM_END
-from ait_env.local.corpus import assistant_spans, teacher_completion
+from ait_env.local.corpus import assistant_spans
 from ait_env.local.model import TinyLM
-from ait_env.local.probe_cli import run_probe
 from ait_env.local.tokenizer import ChatTokenizer
+from research.model_cli import run_per_family
 from task_families import get_family
+from task_families.teacher import teacher_completion
 
-#: Seed of the probe's instances (apart from the corpus's and the hidden sets').
+#: Seed of the instances (apart from the corpus's and the hidden sets').
 SKILL_SEED = 5_400_000
 
 
@@ -85,7 +87,7 @@ class LineResult:
 
 
 def transcripts(tok: ChatTokenizer, family: str, n: int = 150, seed: int = SKILL_SEED) -> list[Transcript]:
-    """The probe's ``n`` clean teacher transcripts of ``family``, tokenized and split into lines."""
+    """The ``n`` clean teacher transcripts of ``family``, tokenized and split into lines."""
     fam = get_family(family)
     tools = fam.tool_schemas()
     out: list[Transcript] = []
@@ -151,7 +153,7 @@ def _measure(model: TinyLM, tok: ChatTokenizer, family: str, n: int) -> tuple[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_probe("python -m ait_env.local.skill_probe", __doc__.split("\n\n")[0], 150, _measure, argv)
+    return run_per_family("python -m research.line_accuracy", __doc__.split("\n\n")[0], 150, _measure, argv)
 
 
 if __name__ == "__main__":
