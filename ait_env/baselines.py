@@ -2,8 +2,9 @@
 weights).
 
 The store is a versioned JSON file per backend. Pinned stores ship with the package
-(``ait_env/data/baselines/<backend>.json``); a user store (``<runs_dir>/baselines/<backend>.json``)
-written by ``scripts/seed_baselines.py`` takes precedence. A missing entry is a
+(``ait_env/data/baselines/<backend>.json``); a user store (``<runs_dir>/baselines/<backend>.json``),
+written by ``scripts/seed_baselines.py`` and by jobs that had to measure a base score themselves,
+takes precedence. :meth:`BaselineStore.for_job` is the one policy every reader uses. A missing entry is a
 :class:`BaselinesNotSeeded` error that names the command to seed it. An entry records the hash of the
 weights it was measured on where the backend knows it (``model_hash``) and of the hidden set, so one
 store can pin several builds of a model (the local models' weights differ between CPU vendors), and a
@@ -13,6 +14,7 @@ runner can tell a pin of other weights, or of another hidden set, from one it ca
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -117,20 +119,49 @@ class BaselineStore:
             set_hash = hidden_set_hash(family)
         return entry, entry.stale(weights_hash, set_hash)
 
-    def scores(self, family: str, models: list[str]) -> dict[str, float]:
-        return {m: self.get(family, m).score for m in models}
+    def for_job(self, family: str, models: list[str], built_hashes: dict[str, str]) -> tuple[dict[str, float], dict[str, str]]:
+        """THE baseline policy: which untrained score each model of a job is compared with.
+
+        Returns ``(holding, missing)``: the score of every model whose entry holds (:meth:`lookup`: the
+        user store's entry, else the pinned one, measured on the weights built here and on the current
+        hidden set), and for every other model why not (not seeded, measured on other weights, on
+        another hidden set). The runner measures the missing ones and records them
+        (:meth:`record_measured`), so the agent's ``get_baseline_scores``, the job's pre-scores and the
+        reward's ``best_pre`` always read the same numbers."""
+        holding: dict[str, float] = {}
+        missing: dict[str, str] = {}
+        for name in models:
+            try:
+                entry, reason = self.lookup(family, name, built_hashes.get(name, ""))
+            except BaselinesNotSeeded:
+                missing[name] = "not seeded"
+                continue
+            if reason:
+                missing[name] = reason
+            else:
+                holding[name] = entry.score
+        return holding, missing
+
+    def record_measured(self, entry: BaselineEntry) -> Path | None:
+        """Keep a base score a job measured on the full hidden set (with the weights' hash) in the user
+        store, so the next job and ``get_baseline_scores`` read it instead of measuring again. Returns
+        the store's path (``None`` without a user store)."""
+        return self.put([entry]) if self.user_path is not None else None
 
     def put(self, entries: list[BaselineEntry], path: Path | None = None) -> Path:
-        """Write entries (replacing same keys) atomically into ``path`` (default: the user store)."""
+        """Write entries (replacing same keys) atomically into ``path`` (default: the user store); a lock
+        file serialises concurrent writers (two jobs pinning at once lose neither entry)."""
         target = Path(path) if path else self.user_path
         if target is None:
             raise ValueError("no user baseline directory configured; pass path=")
-        current = BaselineFile.model_validate_json(target.read_text()) if target.exists() else BaselineFile()
-        merged = {_key(e): e for e in current.entries}
-        merged.update({_key(e): e for e in entries})
-        data = BaselineFile(entries=sorted(merged.values(), key=_key))
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data.model_dump(), indent=1) + "\n")
-        os.replace(tmp, target)
+        with open(target.with_name(f".{target.name}.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            current = BaselineFile.model_validate_json(target.read_text()) if target.exists() else BaselineFile()
+            merged = {_key(e): e for e in current.entries}
+            merged.update({_key(e): e for e in entries})
+            data = BaselineFile(entries=sorted(merged.values(), key=_key))
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data.model_dump(), indent=1) + "\n")
+            os.replace(tmp, target)
         return target

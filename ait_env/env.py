@@ -26,13 +26,13 @@ import gymnasium as gym
 
 from ait_env.toolcalls import CALL_FORMAT, ToolCall, parse_action
 from ait_env.backends import Backend, JobResult, make_backend
-from ait_env.baselines import BaselinesNotSeeded, BaselineStore
+from ait_env.baselines import BaselinesNotSeeded
 from ait_env.config import Settings, compose, split_families
 from ait_env.jobs.bundle import build_bundle
 from ait_env.ledger import BudgetExceeded, CostLedger, CostRecord
 from ait_env.probe import ValidationProbe
 from ait_env.probe.dynamic import DynamicProbe
-from ait_env.probe.sandbox import SandboxError
+from ait_env.sandbox import SandboxError
 from ait_env.redact import for_agent
 from ait_env.reward import RewardBreakdown, compose as compose_reward
 from ait_env.spaces import UnicodeText
@@ -59,19 +59,26 @@ def _copy(obj: Any) -> Any:
 class JobWritingEnv(gym.Env[str, str]):
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
 
-    def __init__(self, family: str = "train", backend: str = "stub", reward: str = "default",
+    def __init__(self, family: str = "train", backend: str | Backend = "stub", reward: str = "default",
                  env_config: str = "default", overrides: list[str] | dict[str, Any] | None = None,
                  settings: Settings | None = None, render_mode: str | None = None,
-                 backend_impl: Backend | None = None, probe: ValidationProbe | None = None) -> None:
-        self.settings = settings or compose(env=env_config, family=family, reward=reward, backend=backend,
+                 probe: ValidationProbe | None = None) -> None:
+        """``backend``: a backend name (``conf/backend/<name>.yaml``; the env builds it and closes it in
+        :meth:`close`), or a :class:`~ait_env.backends.Backend` instance shared with other envs (one per
+        run; the env never closes it, its owner does)."""
+        given = backend if isinstance(backend, Backend) else None
+        self.settings = settings or compose(env=env_config, family=family, reward=reward,
+                                            backend="stub" if given is not None else str(backend),
                                             overrides=overrides)
+        if given is not None:  # the instance's settings are the backend's, whatever its config says
+            self.settings = self.settings.model_copy(update={"backend": given.settings})
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.render_mode = render_mode
         es = self.settings.env
         self.runs_dir = Path(es.runs_dir)
-        self.backend = backend_impl or make_backend(self.settings.backend)
-        self.baseline_store = BaselineStore(self.backend.name, user_dir=self.runs_dir / "baselines")
+        self._owns_backend = given is None
+        self.backend: Backend = given if given is not None else make_backend(self.settings.backend, self.runs_dir)
         self.ledger = CostLedger.from_settings(es.ledger, self.runs_dir)
         self.probe = probe or self._default_probe()
         self.observation_space = UnicodeText(es.max_observation_chars)
@@ -97,7 +104,7 @@ class JobWritingEnv(gym.Env[str, str]):
                 warnings.warn("verifiers is not installed: submit_job runs only the static probe stage. "
                               "Install the inner stack with: pip install 'ai-trains-ai[inner]'", stacklevel=3)
             else:
-                dynamic = DynamicProbe(ps)
+                dynamic = DynamicProbe(ps, token_counter=self.backend.token_counter())
         return ValidationProbe(quota=self.settings.env.workspace, dynamic=dynamic)
 
     # ------------------------------------------------------------------ gym API
@@ -118,9 +125,7 @@ class JobWritingEnv(gym.Env[str, str]):
                                            read_only=extra)
         self._ws.root.joinpath("INSTRUCTIONS.md").write_text(self._family.instructions_text(), encoding="utf-8")
         self._toolbox = ToolBox(self._ws, self._baseline_text, self._submit)
-        warm = getattr(self.probe.dynamic, "warm", None)
-        if callable(warm):
-            warm()  # start the validation sandbox while the agent works
+        self.probe.warm()  # start the validation sandbox while the agent works
         self.episode_id = options.get("episode_id") or uuid.uuid4().hex[:12]
         self.turn = 0
         self.attempts = 0
@@ -205,7 +210,10 @@ class JobWritingEnv(gym.Env[str, str]):
         return "\n".join(parts) + "\n"
 
     def close(self) -> None:
+        """Remove the workspace; close the backend if this env built it (never a backend it was given)."""
         self._cleanup()
+        if self._owns_backend and not self.backend.closed:
+            self.backend.close()
         super().close()
 
     # ------------------------------------------------------------------ helpers
@@ -231,11 +239,10 @@ class JobWritingEnv(gym.Env[str, str]):
 
     def _bounds(self) -> Bounds:
         b = self.settings.backend.bounds
-        renderers = getattr(self.backend, "model_renderers", None)
         return Bounds(base_models=[m.name for m in self.backend.catalog()], max_steps=b.max_steps,
                       max_batch_size=b.batch_size, max_group_size=b.group_size, max_seq_len=b.seq_len,
                       max_tokens=b.max_tokens, wall_clock_minutes=b.wall_clock_minutes,
-                      model_renderers=renderers() if callable(renderers) else {})
+                      model_renderers=self.backend.model_renderers())
 
     @staticmethod
     def _assistant_message(raw: str, prose: str, calls: list[ToolCall]) -> dict[str, Any]:
@@ -269,13 +276,14 @@ class JobWritingEnv(gym.Env[str, str]):
 
     def _baseline_text(self) -> str:
         assert self._spec is not None
+        store = self.backend.baselines
         try:
-            pins = [self.baseline_store.lookup(self._spec.family, m, self.backend.built_weights_hash(m))
+            pins = [store.lookup(self._spec.family, m, self.backend.built_weights_hash(m))
                     for m in self._spec.bounds.base_models]
         except BaselinesNotSeeded as exc:
             return f"error: {exc}"
         entries = [e for e, _ in pins]
-        lines = [f"{e.model}: {e.score:.3f}" + (" (pinned on other weights than this machine built, or on "
+        lines = [f"{e.model}: {e.score:.3f}" + (" (measured on other weights than this machine built, or on "
                                                  "another hidden set: the job measures this model's base "
                                                  "itself, and the reward uses that)" if stale else "")
                  for e, stale in pins]
@@ -380,15 +388,16 @@ class JobWritingEnv(gym.Env[str, str]):
                            ends_episode=True)
 
     def _best_pre(self, result: JobResult) -> float:
+        """The best untrained score of the allowed models: what the job was compared with (its result's
+        baselines), completed by the same baselines policy the runner applies."""
         assert self._spec is not None
         allowed = self._spec.bounds.base_models
         scores = {m: s for m, s in result.baselines.items() if m in allowed}
-        if len(scores) < len(allowed):
-            try:
-                scores.update({m: s for m, s in self.baseline_store.scores(self._spec.family, allowed).items()
-                               if m not in scores})
-            except BaselinesNotSeeded:
-                pass
+        rest = [m for m in allowed if m not in scores]
+        if rest:
+            holding, _ = self.backend.baselines.for_job(self._spec.family, rest,
+                                                        {m: self.backend.built_weights_hash(m) for m in rest})
+            scores.update(holding)
         if not scores:
             raise BaselinesNotSeeded(f"no baselines for family {self._spec.family!r} on backend "
                                      f"{self.backend.name!r}")

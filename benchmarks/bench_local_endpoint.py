@@ -28,7 +28,7 @@ from ait_env.evaluation import evaluate, evaluate_subprocess  # noqa: E402
 from ait_env.local import quick_eval  # noqa: E402
 from ait_env.local.catalog import load_model  # noqa: E402
 from ait_env.local.endpoint import LocalEndpoint  # noqa: E402
-from ait_env.runner import RunnerSettings  # noqa: E402
+from ait_env.backends.local import LocalOptions  # noqa: E402
 from ait_env.secrets import hidden_set  # noqa: E402
 from task_families import get_family  # noqa: E402
 
@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[64, 300])
     ap.add_argument("--limit", type=int, default=None, help="default: the whole hidden set")
     args = ap.parse_args()
-    opts = RunnerSettings()
+    opts = LocalOptions()
     torch.set_num_threads(opts.torch_threads)
     fam = get_family(args.family)
     instances = hidden_set(args.family)[:args.limit] if args.limit else hidden_set(args.family)

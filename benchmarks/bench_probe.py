@@ -14,8 +14,7 @@ from pathlib import Path
 
 from ait_env.agents.reference import reference_files
 from ait_env.probe import ValidationProbe
-from ait_env.probe.dynamic import DynamicProbe, DynamicSettings
-from ait_env.probe.sandbox import Sandbox
+from ait_env.probe.dynamic import DynamicProbe, DynamicSettings, probe_sandbox
 from task_families import FAMILY_NAMES, get_family
 from task_families.base import TOOLS_MODULE_NAME, Bounds
 
@@ -29,7 +28,7 @@ def main() -> None:
     bounds = Bounds(base_models=MODELS, max_steps=200, max_batch_size=512, max_group_size=32, max_seq_len=8192,
                     max_tokens=2048)
     settings = DynamicSettings()
-    sandbox = Sandbox(settings.sandbox)
+    sandbox = probe_sandbox(settings.sandbox)
     t0 = time.perf_counter()
     sandbox.new_workdir()
     cold = time.perf_counter() - t0

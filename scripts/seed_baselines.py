@@ -15,7 +15,6 @@ from rich.console import Console
 from rich.progress import track
 
 from ait_env.backends import BackendSettings, make_backend
-from ait_env.baselines import BaselineStore
 from ait_env.config import EnvSettings
 from task_families import FAMILY_NAMES
 
@@ -25,18 +24,19 @@ PINNED_DIR = Path(__file__).resolve().parents[1] / "ait_env" / "data" / "baselin
 @hydra.main(version_base="1.3", config_path="../conf", config_name="seed_baselines")
 def main(cfg: DictConfig) -> None:
     console = Console()
-    backend = make_backend(BackendSettings.model_validate(dict(cfg.backend)))
     env = EnvSettings.model_validate(dict(cfg.env))
+    backend = make_backend(BackendSettings.model_validate(dict(cfg.backend)), env.runs_dir)
     chosen = cfg.families
     families = (list(FAMILY_NAMES) if str(chosen) == "all"
                 else [str(f) for f in chosen] if isinstance(chosen, ListConfig) else [str(chosen)])
     unknown = [f for f in families if f not in FAMILY_NAMES]
     if unknown:
         raise SystemExit(f"unknown families {unknown}; choose from {', '.join(FAMILY_NAMES)} or all")
-    store = BaselineStore(backend.name, user_dir=Path(env.runs_dir) / "baselines")
+    store = backend.baselines
     target = PINNED_DIR / f"{backend.name}.json" if cfg.pin else store.user_path
     pairs = [(f, m.name) for f in families for m in backend.catalog()]
-    entries = [backend.measure_baseline(f, m) for f, m in track(pairs, description="scoring base models")]
+    with backend:
+        entries = [backend.measure_baseline(f, m) for f, m in track(pairs, description="scoring base models")]
     path = store.put(entries, target)
     for e in entries:
         console.print(f"{e.family:12s} {e.model:28s} {e.score:.3f} ± {e.ci95:.3f} (n={e.n})")

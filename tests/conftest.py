@@ -21,6 +21,22 @@ def call(name: str, **arguments: Any) -> str:
     return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
 
 
+def make_bundle(files: dict[str, str], folder: Path, family: str = "arithmetic") -> Any:
+    """Write ``files`` as a workspace under ``folder`` and bundle the job without the probe, the way the
+    env bundles a validated job."""
+    from ait_env.jobs.bundle import build_bundle
+    from ait_env.jobs.schema import parse_job
+
+    ws = folder / "ws"
+    ws.mkdir()
+    for name, text in files.items():
+        (ws / name).parent.mkdir(parents=True, exist_ok=True)
+        (ws / name).write_text(text)
+    job, issues = parse_job(files["job.toml"])
+    assert job is not None, issues
+    return build_bundle(ws, job, get_family(family), folder / "jobs")
+
+
 def load_reference_environment(family: str, model: str, folder: Path, args: dict[str, Any]) -> Any:
     """The family's reference job, packaged and imported the way a bundle is (in this process), then
     ``load_environment(**args)``: the verifiers environment an agent's job would train with."""

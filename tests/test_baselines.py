@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from ait_env.baselines import BaselineEntry, BaselinesNotSeeded, BaselineStore
@@ -34,12 +36,12 @@ def test_get_baseline_scores_tool(make_env):
 def test_get_baseline_scores_flags_a_pin_measured_on_other_weights(make_env, tmp_path):
     env = make_env(family="arithmetic")
     inner = env.unwrapped
-    inner.baseline_store.put([BaselineEntry(backend="stub", family="arithmetic", model="Qwen/Qwen3-0.6B",
-                                            score=0.2, model_hash="old")])
+    inner.backend.baselines.put([BaselineEntry(backend="stub", family="arithmetic", model="Qwen/Qwen3-0.6B",
+                                              score=0.2, model_hash="old")])
     inner.backend.built_weights_hash = lambda m: {"Qwen/Qwen3-0.6B": "new"}.get(m, "")
     env.reset(seed=0)
     obs, *_ = env.step(call("get_baseline_scores"))
-    assert "Qwen/Qwen3-0.6B: 0.200 (pinned on other weights than this machine built" in obs
+    assert "Qwen/Qwen3-0.6B: 0.200 (measured on other weights than this machine built" in obs
     assert "Qwen/Qwen3-1.7B: 0.216\n" in obs   # no hash recorded: taken as it is, not flagged
 
 
@@ -85,3 +87,57 @@ def test_lookup_says_why_a_pin_does_not_hold(tmp_path):
     assert store.lookup("persona", "m", "a")[1].startswith("measured on another hidden set (an-old-set, now: ")
     stub = BaselineStore("stub", user_dir=tmp_path)   # formula entries (n = 0) hold for any hidden set
     assert stub.lookup("arithmetic", "Qwen/Qwen3-0.6B")[1] == ""
+
+
+# ---- the one policy (BaselineStore.for_job): what the runner, get_baseline_scores and the reward read
+def _two_pins(tmp_path: Path, hashes: dict[str, str]) -> BaselineStore:
+    store = BaselineStore("unit-test-backend", user_dir=tmp_path)
+    store.put([BaselineEntry(backend="unit-test-backend", family="arithmetic", model=m, score=s, model_hash=hashes[m])
+               for m, s in (("small", 0.1), ("large", 0.4))])
+    return store
+
+
+def test_pins_of_the_built_weights_hold(tmp_path: Path) -> None:
+    store = _two_pins(tmp_path, {"small": "aa", "large": "bb"})
+    assert store.for_job("arithmetic", ["small", "large"], {"small": "aa", "large": "bb"}) == (
+        {"small": 0.1, "large": 0.4}, {})
+
+
+def test_pins_of_other_weights_are_missing_with_the_reason(tmp_path: Path) -> None:
+    store = _two_pins(tmp_path, {"small": "aa", "large": "bb"})
+    holding, missing = store.for_job("arithmetic", ["small", "large"], {"small": "zz", "large": "cc"})
+    assert holding == {}
+    assert missing == {"small": "measured on other weights (aa, built here: zz)",
+                       "large": "measured on other weights (bb, built here: cc)"}
+    assert store.for_job("arithmetic", ["small", "large"], {"small": "zz", "large": "bb"})[0] == {"large": 0.4}
+
+
+def test_pins_without_a_hash_hold_and_unseeded_models_are_missing(tmp_path: Path) -> None:
+    store = _two_pins(tmp_path, {"small": "", "large": "bb"})
+    holding, missing = store.for_job("arithmetic", ["small", "large", "absent"], {"small": "aa"})
+    assert holding == {"small": 0.1, "large": 0.4} and missing == {"absent": "not seeded"}
+
+
+def test_each_build_takes_its_own_pin_and_a_pin_of_another_hidden_set_is_missing(tmp_path: Path) -> None:
+    from ait_env.secrets import hidden_set_hash
+
+    store = BaselineStore("unit-test-backend", user_dir=tmp_path)
+    now = hidden_set_hash("arithmetic")
+    store.put([BaselineEntry(backend="unit-test-backend", family="arithmetic", model="large", score=s,
+                             model_hash=h, n=300, hidden_set_hash=now) for h, s in (("intel", 0.44), ("amd", 0.43))])
+    for built, want in (("intel", 0.44), ("amd", 0.43)):
+        assert store.for_job("arithmetic", ["large"], {"large": built})[0] == {"large": want}
+    store.put([BaselineEntry(backend="unit-test-backend", family="arithmetic", model="large", score=0.5,
+                             model_hash="amd", n=300, hidden_set_hash="an-old-set")])
+    holding, missing = store.for_job("arithmetic", ["large"], {"large": "amd"})
+    assert holding == {} and missing == {"large": f"measured on another hidden set (an-old-set, now: {now})"}
+
+
+def test_a_measured_base_is_recorded_and_then_holds(tmp_path: Path) -> None:
+    store = BaselineStore("unit-test-backend", user_dir=tmp_path)
+    assert store.for_job("arithmetic", ["m"], {"m": "h1"}) == ({}, {"m": "not seeded"})
+    store.record_measured(BaselineEntry(backend="unit-test-backend", family="arithmetic", model="m", score=0.33,
+                                        model_hash="h1"))
+    assert store.for_job("arithmetic", ["m"], {"m": "h1"}) == ({"m": 0.33}, {})
+    assert BaselineStore("unit-test-backend").record_measured(
+        BaselineEntry(backend="unit-test-backend", family="arithmetic", model="m", score=0.3)) is None

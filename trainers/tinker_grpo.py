@@ -97,8 +97,9 @@ def env_overrides(cfg: DictConfig, run_log: Path) -> dict[str, Any]:
     env["ledger"] = {**dict(env.get("ledger") or {}), "path": str(run_log / "costs.jsonl"),
                      "global_budget_usd": p.budgets.get("run_usd"), "episode_budget_usd": p.budgets.get("episode_usd")}
     out: dict[str, Any] = {"env": env, "reward": OmegaConf.to_container(cfg.reward, resolve=True)}
-    if int(p.backend.get("pool_size") or 0) > 0:
-        out["backend"] = {"options": {"pool_size": int(p.backend.pool_size)}}
+    options = OmegaConf.to_container(p.backend.options, resolve=True) if p.backend.get("options") else {}
+    if options:
+        out["backend"] = {"options": options}  # validated by the backend's typed options
     return out
 
 
@@ -131,7 +132,7 @@ def build_train_config(cfg: DictConfig) -> Any:
         eval_heldout_groups=int(p.eval.heldout_groups), eval_train_groups=int(p.eval.train_groups),
         eval_group_size=int(p.eval.group_size), prices_json=json.dumps(OmegaConf.to_container(p.prices, resolve=True)),
         run_budget_usd=float(p.budgets.run_usd) if p.budgets.get("run_usd") is not None else None,
-        run_id=f"{p.name}{'-dryrun' if cfg.dry_run else ''}", env_factory=cfg.get("env_factory"),
+        run_id=f"{p.name}{'-dryrun' if cfg.dry_run else ''}", backend_factory=cfg.get("backend_factory"),
         env_threads=int(p.rollout.env_threads))
     return train.Config(
         learning_rate=float(p.learning_rate), dataset_builder=builder, model_name=str(p.model), recipe_name=RECIPE,
@@ -148,14 +149,23 @@ def build_train_config(cfg: DictConfig) -> Any:
 
 def run(cfg: DictConfig, record: Any = None) -> Path:
     """Build and run the loop (hosted / self-hosted, or offline when ``dry_run``); returns the log dir."""
+    from ait_env.integrations.tinker import close_run_backends
+
+    config = build_train_config(cfg)
+    logging.getLogger(__name__).info("pilot %s: logging to %s", cfg.pilot.name, config.log_path)
+    try:
+        return _train(cfg, config, record)
+    finally:
+        close_run_backends()  # the run's one backend (every episode shared it)
+
+
+def _train(cfg: DictConfig, config: Any, record: Any) -> Path:
     import asyncio
     from unittest import mock
 
     import tinker
     from tinker_cookbook.rl import train
 
-    config = build_train_config(cfg)
-    logging.getLogger(__name__).info("pilot %s: logging to %s", cfg.pilot.name, config.log_path)
     if not cfg.dry_run:
         asyncio.run(train.main(config))
         return Path(config.log_path)

@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
-from ait_env.backends.base import Backend, BackendSettings, JobHandle, JobResult, ModelInfo
+from pathlib import Path
 
-__all__ = ["Backend", "BackendSettings", "JobHandle", "JobResult", "ModelInfo", "make_backend"]
+from ait_env.backends.base import (
+    Backend,
+    BackendOptionsError,
+    BackendSettings,
+    JobHandle,
+    JobResult,
+    ModelInfo,
+    TokenCounter,
+)
+
+__all__ = ["Backend", "BackendOptionsError", "BackendSettings", "JobHandle", "JobResult", "ModelInfo",
+           "TokenCounter", "make_backend"]
 
 
-def make_backend(settings: BackendSettings) -> Backend:
+def make_backend(settings: BackendSettings, runs_dir: Path | str = "runs") -> Backend:
+    """A new backend for ``settings``; the caller owns it (close it, or use it as a context manager).
+    ``runs_dir`` holds its user baseline store (``<runs_dir>/baselines``)."""
     if settings.name == "stub":
         from ait_env.backends.stub import StubBackend
 
-        return StubBackend(settings)
+        return StubBackend(settings, runs_dir)
     if settings.name == "local":
         from ait_env.backends.local import LocalBackend
 
-        return LocalBackend(settings)
+        return LocalBackend(settings, runs_dir)
     raise ValueError(f"unknown backend {settings.name!r}; available: stub, local. "
                      "Pass backend='stub' or add conf/backend/<name>.yaml with a matching implementation.")

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import abc
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ait_env.baselines import BaselineEntry
+from ait_env.baselines import BaselineEntry, BaselineStore
 from ait_env.jobs.bundle import JobBundle
 
 JobStatus = Literal["succeeded", "job_failed", "infra_failed"]
@@ -80,11 +81,46 @@ class JobResult(BaseModel):
         os.replace(tmp, path)
 
 
-class Backend(abc.ABC):
-    """Base class of every backend. Subclasses implement :meth:`submit` and :meth:`wait`."""
+class NoOptions(BaseModel):
+    """A backend without options: any key in ``options`` is an error."""
 
-    def __init__(self, settings: BackendSettings) -> None:
+    model_config = ConfigDict(extra="forbid")
+
+
+class BackendOptionsError(ValueError):
+    """A backend's ``options`` do not validate; the message names the allowed keys."""
+
+
+#: prompt tokens of (model, messages, tool schemas), or None when the backend has no tokenizer for it
+TokenCounter = Callable[[str, list[Any], list[Any]], "int | None"]
+
+
+class Backend(abc.ABC):
+    """Base class of every backend. Subclasses implement :meth:`submit` and :meth:`wait`.
+
+    Lifecycle: one backend per run, shared by every episode of it. Whoever builds a backend closes it
+    (:meth:`close`, or use it as a context manager); an env closes the backend it built from a name and
+    never one it was given. ``options`` are validated against :attr:`Options` (a pydantic model; an
+    unknown key is an error naming the allowed ones). :attr:`baselines` is the store every reader of
+    untrained scores uses (the shipped pins, then ``<runs_dir>/baselines/<name>.json``)."""
+
+    #: the typed ``options`` of this backend
+    Options: ClassVar[type[BaseModel]] = NoOptions
+
+    def __init__(self, settings: BackendSettings, runs_dir: Path | str = "runs") -> None:
         self.settings = settings
+        self.runs_dir = Path(runs_dir)
+        try:
+            self.options = self.Options.model_validate(settings.options)
+        except ValidationError as exc:
+            allowed = ", ".join(self.Options.model_fields) or "none"
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'options'}: "
+                                 f"{'unknown option' if e['type'] == 'extra_forbidden' else e['msg']}"
+                                 for e in exc.errors())
+            raise BackendOptionsError(f"backend {settings.name!r}: {problems}. Allowed options: {allowed} "
+                                      f"(conf/backend/{settings.name}.yaml, or backend.options.<key>=...)") from None
+        self.baselines = BaselineStore(settings.name, user_dir=self.runs_dir / "baselines")
+        self.closed = False
 
     @property
     def name(self) -> str:
@@ -101,6 +137,14 @@ class Backend(abc.ABC):
         """The hash of the weights this machine would train for ``model`` ("" when unknown): a pinned
         baseline recorded on other weights is then flagged to the agent (the job re-measures it)."""
         return ""
+
+    def model_renderers(self) -> dict[str, str]:
+        """Chat renderers for models prime-rl's renderer map does not know (model -> renderer name)."""
+        return {}
+
+    def token_counter(self) -> TokenCounter | None:
+        """Counts prompt tokens with the models' own tokenizers (None: the probe estimates them)."""
+        return None
 
     def estimate_cost_usd(self, bundle: JobBundle) -> float:  # noqa: ARG002
         return self.settings.cost_usd_per_job
@@ -120,5 +164,12 @@ class Backend(abc.ABC):
     def run(self, bundle: JobBundle, timeout: float | None = None) -> JobResult:
         return self.wait(self.submit(bundle), timeout=timeout)
 
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release resources (servers, pods)."""
+    def close(self) -> None:
+        """Release what the backend holds (running jobs, servers, pods); idempotent."""
+        self.closed = True
+
+    def __enter__(self) -> "Backend":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

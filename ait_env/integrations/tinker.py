@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import atexit
 import hashlib
 import importlib
 import json
@@ -55,7 +56,8 @@ from tinker_cookbook.rl.rollout_strategy import MinViableGroup
 from tinker_cookbook.tokenizer_utils import get_tokenizer
 
 import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
-from ait_env.config import split_families
+from ait_env.backends import Backend, make_backend
+from ait_env.config import compose, split_families
 from ait_env.integrations.tinker_metrics import (
     Prices,
     common_prefix_len,
@@ -97,7 +99,8 @@ class AdapterConfig:
     prices: dict[str, Any] = field(default_factory=dict)
     run_budget_usd: float | None = None
     run_id: str = ""
-    env_factory: str | None = None          # "module:callable(cfg) -> gym.Env"; default gym.make(ENV_ID)
+    #: "module:callable(settings, runs_dir) -> Backend" building the run's backend; default make_backend
+    backend_factory: str | None = None
     env_threads: int = 64
 
 
@@ -177,11 +180,40 @@ def get_renderer(renderer_name: str, model_name: str) -> renderers.Renderer:
     return renderers.get_renderer(renderer_name, tokenizer, model_name=model_name)
 
 
+_RUN_BACKENDS: dict[str, Backend] = {}
+_RUN_BACKENDS_LOCK = threading.Lock()
+
+
+def run_backend(cfg: AdapterConfig) -> Backend:
+    """The one backend of a run, shared by every episode (envs never close it; :func:`close_run_backends`
+    does, at the end of the run or at exit). A run is identified by its whole adapter config."""
+    key = json.dumps([cfg.run_id, cfg.backend, cfg.backend_factory, cfg.env_overrides], sort_keys=True, default=str)
+    with _RUN_BACKENDS_LOCK:
+        if key not in _RUN_BACKENDS or _RUN_BACKENDS[key].closed:
+            settings = compose(backend=cfg.backend, overrides=cfg.env_overrides)
+            factory: Callable[..., Backend] = make_backend
+            if cfg.backend_factory:
+                mod, _, attr = cfg.backend_factory.partition(":")
+                factory = getattr(importlib.import_module(mod), attr)
+            _RUN_BACKENDS[key] = factory(settings.backend, settings.env.runs_dir)
+        return _RUN_BACKENDS[key]
+
+
+def close_run_backends() -> None:
+    """Close every run's backend (running jobs stop); a later episode builds a new one."""
+    with _RUN_BACKENDS_LOCK:
+        backends = list(_RUN_BACKENDS.values())
+        _RUN_BACKENDS.clear()
+    for backend in backends:
+        backend.close()
+
+
+atexit.register(close_run_backends)
+
+
 def make_gym_env(cfg: AdapterConfig) -> gym.Env:
-    if cfg.env_factory:
-        mod, _, attr = cfg.env_factory.partition(":")
-        return getattr(importlib.import_module(mod), attr)(cfg)
-    return gym.make(ENV_ID, family="train", backend=cfg.backend, overrides=cfg.env_overrides)
+    """One episode's env, on the run's shared backend."""
+    return gym.make(ENV_ID, family="train", backend=run_backend(cfg), overrides=cfg.env_overrides)
 
 
 # --------------------------------------------------------------------------- messages <-> actions
@@ -521,14 +553,14 @@ class JobWritingDatasetBuilder(types.RLDatasetBuilder):
     prices_json: str = "{}"
     run_budget_usd: float | None = None
     run_id: str = ""
-    env_factory: str | None = None
+    backend_factory: str | None = None
     env_threads: int = 64
 
     def adapter_config(self) -> AdapterConfig:
         return AdapterConfig(model_name=self.model_name, renderer_name=self.renderer_name, backend=self.backend,
                              env_overrides=json.loads(self.env_overrides_json), max_tokens=self.max_tokens,
                              max_trajectory_tokens=self.max_trajectory_tokens, prices=json.loads(self.prices_json),
-                             run_budget_usd=self.run_budget_usd, run_id=self.run_id, env_factory=self.env_factory,
+                             run_budget_usd=self.run_budget_usd, run_id=self.run_id, backend_factory=self.backend_factory,
                              env_threads=self.env_threads)
 
     def datasets(self) -> tuple[JobWritingDataset, EvalDataset | None]:
@@ -554,6 +586,6 @@ def drop_infra_strategy(group_size: int, min_group: int | None = None, max_retri
                           per_rollout_timeout=timeout_s)
 
 
-__all__ = ["AdapterConfig", "EvalDataset", "InfraFailedEpisode", "JobWritingDataset", "JobWritingDatasetBuilder",
+__all__ = ["AdapterConfig", "EvalDataset", "close_run_backends", "run_backend", "InfraFailedEpisode", "JobWritingDataset", "JobWritingDatasetBuilder",
            "JobWritingGroupBuilder", "JobWritingMessageEnv", "MeteredEnv", "RunBudgetExhausted",
            "canonical_assistant", "drop_infra_strategy", "message_to_action", "serialize_tokenizer", "strip_tool_sections"]

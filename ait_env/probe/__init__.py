@@ -26,11 +26,18 @@ class DynamicStage(Protocol):
     def __call__(self, root: Path, job: Job, task: TaskSpec,
                  family: TaskFamily) -> tuple[list[ProbeFailure], str]: ...
 
+    def warm(self) -> None:
+        """Get ready in the background (e.g. start the sandbox) while the agent works."""
+
 
 class ValidationProbe:
     def __init__(self, quota: WorkspaceQuota | None = None, dynamic: DynamicStage | None = None) -> None:
         self.quota = quota or WorkspaceQuota()
         self.dynamic = dynamic
+
+    def warm(self) -> None:
+        if self.dynamic is not None:
+            self.dynamic.warm()
 
     def run(self, root: Path, task: TaskSpec, family: TaskFamily,
             on_stage: Callable[[str], None] | None = None) -> tuple[ProbeReport, Job | None]:

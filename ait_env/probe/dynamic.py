@@ -1,7 +1,7 @@
 """Dynamic stage of the validation probe: run the agent's ``load_environment`` in the sandbox.
 
 On a copy of the workspace (with the family's own ``family_tools.py``), inside
-:class:`ait_env.probe.sandbox.Sandbox`, the agent's module is imported and ``load_environment(**env)``
+:class:`ait_env.sandbox.Sandbox`, the agent's module is imported and ``load_environment(**env)``
 is called. Checks (each failure says what, where and how to fix it):
 
 - it returns a classic verifiers ``ToolEnv`` (verifiers 0.2.0);
@@ -28,19 +28,26 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
+from ait_env.backends.base import TokenCounter
 from ait_env.jobs.bundle import write_env_package
 from ait_env.jobs.primerl import check_primerl_rules
 from ait_env.jobs.schema import Job
 from ait_env.probe.leak import LeakIndex
 from ait_env.probe.report import ProbeFailure
-from ait_env.probe.sandbox import Sandbox, SandboxSettings, shared_sandbox
+from ait_env.sandbox import Sandbox, SandboxSettings, shared_sandbox
 from ait_env.redact import for_agent
 from task_families.base import TOOLS_MODULE_NAME, TaskFamily, TaskSpec
 
-TokenCounter = Callable[[list[Any], list[Any]], int]  # (prompt messages, tool defs) -> tokens
 
 #: the package name the probe imports the agent's files under (a bundle uses its job's env id)
 PROBE_ENV_ID = "ait_job_probe"
+#: the sandbox job the probe runs (inside the sandbox, from a copy of the file)
+PROBE_JOBS = {"inspect": Path(__file__).with_name("inspect_job.py")}
+
+
+def probe_sandbox(settings: SandboxSettings | None = None) -> Sandbox:
+    """A sandbox of its own that runs the probe's job (the env's probes share :func:`shared_sandbox`)."""
+    return Sandbox(settings, PROBE_JOBS)
 
 _STAGE_TEXT = {"start": "starting", "import": "importing your module", "load_environment": "running load_environment",
                "dataset": "reading the dataset", "rubric": "running your rubric on the dev examples"}
@@ -59,27 +66,21 @@ def estimate_tokens(messages: list[Any], tools: list[Any]) -> int:
     return math.ceil(len(text.encode("utf-8")) / 3)
 
 
-_TOKEN_COUNTERS: dict[str, TokenCounter] = {}
-
-
-def register_token_counter(model: str, counter: TokenCounter) -> None:
-    """Count prompt tokens of ``model`` with its real tokenizer and chat template (the local backend
-    registers its own models)."""
-    _TOKEN_COUNTERS[model] = counter
-
-
-def count_prompt_tokens(model: str, messages: list[Any], tools: list[Any]) -> int:
-    """Prompt tokens of ``messages`` + ``tools`` (both come from the agent's code: anything that is not a
-    dict is dropped, and a counter that cannot render them falls back to the byte estimate)."""
+def count_prompt_tokens(counter: TokenCounter | None, model: str, messages: list[Any],
+                        tools: list[Any]) -> tuple[int, bool]:
+    """Prompt tokens of ``messages`` + ``tools`` and whether the model's own tokenizer counted them (the
+    backend's ``counter``; else, or when it cannot render them, :func:`estimate_tokens`). Both come from
+    the agent's code: anything that is not a dict is dropped."""
     messages = [m for m in messages if isinstance(m, dict)]
     tools = [t for t in tools if isinstance(t, dict)]
-    counter = _TOKEN_COUNTERS.get(model)
     if counter is not None:
         try:
-            return int(counter(messages, tools))
+            n = counter(model, messages, tools)
+            if n is not None:
+                return int(n), True
         except Exception:  # noqa: BLE001 - malformed agent data must not crash the probe
             pass
-    return estimate_tokens(messages, tools)
+    return estimate_tokens(messages, tools), False
 
 
 def _fail(code: str, where: str, message: str, fix: str = "") -> ProbeFailure:
@@ -100,9 +101,13 @@ class DynamicProbe:
     """The dynamic stage; callable as :class:`ait_env.probe.DynamicStage`."""
 
     def __init__(self, settings: DynamicSettings | None = None, sandbox: Sandbox | None = None,
-                 hidden_questions: Callable[[str], list[str]] | None = None) -> None:
+                 hidden_questions: Callable[[str], list[str]] | None = None,
+                 token_counter: TokenCounter | None = None) -> None:
+        """``token_counter``: the backend's (:meth:`ait_env.backends.Backend.token_counter`), so prompt
+        lengths are counted with the job's model's tokenizer where the backend has it."""
         self.settings = settings or DynamicSettings()
         self._sandbox = sandbox
+        self._token_counter = token_counter
         if hidden_questions is None:
             from ait_env.secrets import hidden_questions
         self._hidden_questions = hidden_questions
@@ -116,7 +121,7 @@ class DynamicProbe:
     @property
     def sandbox(self) -> Sandbox:
         if self._sandbox is None:
-            self._sandbox = shared_sandbox(self.settings.sandbox)
+            self._sandbox = shared_sandbox(self.settings.sandbox, PROBE_JOBS)
         return self._sandbox
 
     def warm(self) -> None:
@@ -232,11 +237,12 @@ class DynamicProbe:
             messages, tools = [], []
         if not isinstance(messages, list):
             messages = [{"role": "user", "content": str(messages)}]
-        prompt_tokens = count_prompt_tokens(job.job.base_model, messages, tools if isinstance(tools, list) else [])
+        prompt_tokens, exact = count_prompt_tokens(self._token_counter, job.job.base_model, messages,
+                                                   tools if isinstance(tools, list) else [])
         turns = max(1, int(r.get("max_turns") or 1))
         for iss in check_primerl_rules(job, prompt_tokens=prompt_tokens, max_turns=turns):
             if iss.where.endswith("prime_rl.seq_len"):
-                how = ("counted with the model's tokenizer" if job.job.base_model in _TOKEN_COUNTERS
+                how = ("counted with the model's tokenizer" if exact
                        else "estimated as 1 token per 3 bytes, tool schemas included")
                 out.append(_fail("seq_len", iss.where, f"{iss.message} (prompt tokens {how})", iss.fix))
         return out

@@ -1,12 +1,11 @@
-"""A stub backend whose "pod" is lost for jobs marked ``simulate_infra_failure`` (the ``infra`` plan)."""
+"""A stub backend whose "pod" is lost for jobs marked ``simulate_infra_failure`` (the ``infra`` plan); the
+Tinker adapter builds it once per run (``AdapterConfig.backend_factory = "flaky_backend:FlakyStubBackend"``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ait_env.backends.stub import StubBackend
-from ait_env.config import compose
-from ait_env.env import JobWritingEnv
 
 
 class FlakyStubBackend(StubBackend):
@@ -14,8 +13,3 @@ class FlakyStubBackend(StubBackend):
         if bundle.job.env.get("simulate_infra_failure"):
             raise RuntimeError("pod lost (simulated)")
         return super().run(bundle, timeout)
-
-
-def make_env(cfg: Any) -> JobWritingEnv:
-    settings = compose(backend=cfg.backend, overrides=cfg.env_overrides)
-    return JobWritingEnv(settings=settings, backend_impl=FlakyStubBackend(settings.backend))

@@ -136,7 +136,7 @@ def test_group_rollout_rewards_actions_datums_advantages(local_tokenizer, tmp_pa
 
 
 def test_infra_failed_episodes_are_dropped_not_scored(local_tokenizer, tmp_path):
-    cfg = _cfg(tmp_path / "runs", env_factory="flaky_backend:make_env")
+    cfg = _cfg(tmp_path / "runs", backend_factory="flaky_backend:FlakyStubBackend")
     group = _rollout(JobWritingGroupBuilder(cfg, "units", 3, 4, "train", ["train"]),
                      plans=("reference", "infra", "template", "reference"), min_group=2, max_retries=0)
     assert len(group.trajectories_G) == 3

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 from ait_env.local import grpo  # noqa: E402
 from ait_env.local.engine import Engine, EngineRequest  # noqa: E402
 from ait_env.local.model import TinyConfig, TinyLM, generate, resolve_device  # noqa: E402
-from ait_env.runner import RunnerSettings  # noqa: E402
+from ait_env.backends.local import LocalOptions  # noqa: E402
 
 GPU = torch.cuda.is_available()
 OTHER = "cuda"   # the device compared with the CPU (a check of these tests themselves may set "cpu")
@@ -29,9 +29,9 @@ def test_resolve_device() -> None:
             resolve_device("cuda")
 
 
-def test_runner_default_is_cpu() -> None:
-    assert RunnerSettings().device == "cpu"
-    assert RunnerSettings.model_validate({"device": "auto"}).device == "auto"
+def test_local_backend_default_is_cpu() -> None:
+    assert LocalOptions().device == "cpu"
+    assert LocalOptions.model_validate({"device": "auto"}).device == "auto"
 
 
 def _pair() -> tuple[TinyLM, TinyLM]:

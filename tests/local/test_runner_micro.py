@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+import ait_env.local.executor as executor
 import ait_env.runner as runner
 from ait_env.agents.reference import reference_files
 from ait_env.backends.base import BackendBounds, BackendSettings, ModelInfo
@@ -45,7 +46,7 @@ def _settings() -> BackendSettings:
 def test_micro_job_end_to_end(tmp_path, monkeypatch, micro_model, micro_tokenizer):
     model = TinyLM(micro_model.cfg)
     model.load_state_dict(micro_model.state_dict())
-    monkeypatch.setattr(runner, "_load_model", lambda name: (model, micro_tokenizer))
+    monkeypatch.setattr(executor, "load_model", lambda name: (model, micro_tokenizer))
     b = _bundle(tmp_path)
     res = runner.run(b.root, _settings(), progress=False)
     assert res.status == "succeeded", res.log_tail
@@ -63,7 +64,7 @@ def test_micro_job_end_to_end(tmp_path, monkeypatch, micro_model, micro_tokenize
 
 
 def test_job_whose_environment_breaks_is_job_failed(tmp_path, monkeypatch, micro_model, micro_tokenizer):
-    monkeypatch.setattr(runner, "_load_model", lambda name: (micro_model, micro_tokenizer))
+    monkeypatch.setattr(executor, "load_model", lambda name: (micro_model, micro_tokenizer))
     b = _bundle(tmp_path, lambda t: t.replace("    dataset = build_dataset(num_examples, seed)\n",
                                                "    raise RuntimeError('broken at training time')\n"))
     res = runner.run(b.root, _settings(), progress=False)
@@ -79,7 +80,6 @@ def test_a_stale_pin_of_the_other_model_is_measured(tmp_path, monkeypatch, micro
     store = BaselineStore("local", user_dir=tmp_path / "pins")
     store.put([BaselineEntry(backend="local", family="arithmetic", model="micro", score=0.25, model_hash="aa"),
                BaselineEntry(backend="local", family="arithmetic", model="other", score=0.99, model_hash="old")])
-    monkeypatch.setattr(runner, "BaselineStore", lambda backend: store)
     monkeypatch.setattr(catalog, "weights_hash", lambda name: {"micro": "aa", "other": "new"}[name])
     loaded: list[str] = []
 
@@ -89,15 +89,16 @@ def test_a_stale_pin_of_the_other_model_is_measured(tmp_path, monkeypatch, micro
         m.load_state_dict(micro_model.state_dict())
         return m, micro_tokenizer
 
-    monkeypatch.setattr(runner, "_load_model", load)
+    monkeypatch.setattr(executor, "load_model", load)
     settings = _settings()
     settings.models.append(ModelInfo(name="other", role="larger"))
     settings.options.update(measure_pre=False, eval_every=0)
     b = _bundle(tmp_path)
-    res = runner.run(b.root, settings, progress=False)
+    res = runner.run(b.root, settings, progress=False, baselines_dir=tmp_path / "pins")
     assert res.status == "succeeded", res.log_tail
     assert loaded == ["micro", "other"]
     assert res.baselines["micro"] == 0.25                      # the current pin, read
     assert res.baselines["other"] != 0.99 and 0.0 <= res.baselines["other"] <= 1.0   # measured, not the stale pin
-    assert "other was measured on other weights (old, built here: new); measuring it" in res.log_tail
+    assert "the arithmetic baseline of other is measured on other weights (old, built here: new); measuring it" \
+        in res.log_tail
     assert "pre_eval_other" in res.timings

@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ait_env.agents.reference import reference_files
-from ait_env.jobs.bundle import JobBundle, build_bundle
-from ait_env.jobs.schema import parse_job
-from task_families import get_family
+from ait_env.jobs.bundle import JobBundle
+from conftest import make_bundle
 
 MODEL = "Qwen/Qwen3-1.7B"
 #: where the reference environment builds its dataset: code inserted before it runs in load_environment
@@ -54,15 +53,8 @@ def with_job(old: str, new: str) -> dict[str, str]:
 
 
 def bundle_of(files: dict[str, str], folder: Path) -> JobBundle:
-    """Write ``files`` as a workspace under ``folder`` and bundle the job (no probe), as the env does."""
-    ws = folder / "ws"
-    ws.mkdir()
-    for name, text in files.items():
-        (ws / name).parent.mkdir(parents=True, exist_ok=True)
-        (ws / name).write_text(text)
-    job, issues = parse_job(files["job.toml"])
-    assert job is not None, issues
-    return build_bundle(ws, job, get_family("arithmetic"), folder / "jobs")
+    """Bundle ``files`` (no probe), as the env bundles a validated job."""
+    return make_bundle(files, folder)
 
 
 def submit(env: Any, files: dict[str, str], seed: int = 0) -> tuple[str, dict[str, Any]]:

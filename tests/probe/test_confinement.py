@@ -9,8 +9,9 @@ import pytest
 
 pytest.importorskip("verifiers")
 
-from ait_env.probe.confine import X86_64_DENY, seccomp_program  # noqa: E402
-from ait_env.probe.sandbox import Sandbox, SandboxLimits, SandboxSettings  # noqa: E402
+from ait_env.sandbox.confine import X86_64_DENY, seccomp_program  # noqa: E402
+from ait_env.probe.dynamic import probe_sandbox  # noqa: E402
+from ait_env.sandbox import SandboxLimits, SandboxSettings  # noqa: E402
 
 ATTEMPTS = '''
 import ctypes, os, subprocess
@@ -45,7 +46,7 @@ raise RuntimeError("RESULT" + repr({k: int(status[k], 16) for k in ("CapBnd", "N
 
 
 def _run(mode: str, code: str) -> dict:
-    sb = Sandbox(SandboxSettings(mode=mode, limits=SandboxLimits(wall_seconds=30)))
+    sb = probe_sandbox(SandboxSettings(mode=mode, limits=SandboxLimits(wall_seconds=30)))
     try:
         outside, inside = sb.new_workdir()
         (outside / "pkg").mkdir()

@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("verifiers")
 
+import ait_env.local.executor as executor  # noqa: E402
 import ait_env.runner as runner  # noqa: E402
 from ait_env.backends.base import Backend, BackendBounds, BackendSettings, JobHandle, ModelInfo  # noqa: E402
 from ait_env.config import load_group  # noqa: E402
@@ -53,7 +54,7 @@ def test_the_probe_accepts_the_rubric(make_env):
 
 
 def test_training_fails_the_job_with_the_agents_cause(tmp_path, monkeypatch, micro_model, micro_tokenizer):
-    monkeypatch.setattr(runner, "_load_model", lambda name: (micro_model, micro_tokenizer))
+    monkeypatch.setattr(executor, "load_model", lambda name: (micro_model, micro_tokenizer))
     files = _late_nan_files("micro")
     files["job.toml"] = (files["job.toml"].replace("max_steps = 60", "max_steps = 3")
                          .replace("batch_size = 128", "batch_size = 16").replace("group_size = 8", "group_size = 4")
@@ -76,7 +77,7 @@ def test_training_fails_the_job_with_the_agents_cause(tmp_path, monkeypatch, mic
             return res.model_copy(update={"job_id": handle.job_id, "error": res.error + "\n" + res.log_tail})
 
     replay = Replay(BackendSettings.model_validate(load_group("backend", "stub")))
-    env = gym.make("AIT/JobWriting-v0", family="arithmetic", backend_impl=replay,
+    env = gym.make("AIT/JobWriting-v0", family="arithmetic", backend=replay,
                    overrides={"env": {"runs_dir": str(tmp_path / "runs")}})
     try:
         obs, info = submit(env, _late_nan_files())

@@ -15,8 +15,8 @@ pytest.importorskip("verifiers")
 
 from ait_env.probe import ValidationProbe  # noqa: E402
 from hostile import LOAD, MODEL, reference, with_env, with_job  # noqa: E402
-from ait_env.probe.dynamic import DynamicProbe, DynamicSettings  # noqa: E402
-from ait_env.probe.sandbox import Sandbox, SandboxLimits, SandboxSettings  # noqa: E402
+from ait_env.probe.dynamic import DynamicProbe, DynamicSettings, probe_sandbox  # noqa: E402
+from ait_env.sandbox import SandboxLimits, SandboxSettings  # noqa: E402
 from ait_env.secrets import hidden_set  # noqa: E402
 from task_families import get_family  # noqa: E402
 from task_families.base import TOOLS_MODULE_NAME, Bounds  # noqa: E402
@@ -29,7 +29,7 @@ HIDDEN_TEXT = "HIDDEN-EVAL-CONTENT-7f3a"
 
 @pytest.fixture(scope="module")
 def sandbox():
-    sb = Sandbox(SandboxSettings(limits=SandboxLimits(cpu_seconds=4, memory_mb=768, file_size_mb=8,
+    sb = probe_sandbox(SandboxSettings(limits=SandboxLimits(cpu_seconds=4, memory_mb=768, file_size_mb=8,
                                                       max_processes=24, wall_seconds=WALL)))
     yield sb
     sb.destroy()
@@ -210,29 +210,25 @@ def test_reference_passes_and_sandbox_survives(probe, task, tmp_path):
     assert report.stages_run == ["static", "dynamic"] and report.sandbox
 
 
-def test_prompt_tokens_are_counted_with_the_models_tokenizer_on_openai_tool_schemas(probe, task, tmp_path):
-    # the local backend registers its models' tokenizers; the probe must hand them the environment's
-    # tools as OpenAI-style schemas (dicts), whatever verifiers' own tool type is
-    from ait_env.probe import dynamic
+def test_prompt_tokens_are_counted_with_the_models_tokenizer_on_openai_tool_schemas(sandbox, task, tmp_path):
+    # a backend with tokenizers (local) hands the probe its counter; the probe must hand it the
+    # environment's tools as OpenAI-style schemas (dicts), whatever verifiers' own tool type is
+    seen: list[tuple[str, list, list]] = []
 
-    seen: list[tuple[list, list]] = []
+    def counter(model, messages, tools):
+        seen.append((model, messages, tools))
+        return 10_000 if model == MODEL else None  # more than any seq_len bound: the probe must say so
 
-    def counter(messages, tools):
-        seen.append((messages, tools))
-        return 10_000  # more than any seq_len bound: the probe must say so
-
-    dynamic.register_token_counter(MODEL, counter)
-    try:
-        ws = tmp_path / "count"
-        ws.mkdir()
-        for fname, text in reference().items():
-            (ws / fname).write_text(text)
-        report, job = probe.run(ws, task, FAMILY)
-    finally:
-        dynamic._TOKEN_COUNTERS.pop(MODEL, None)
-    assert seen, "the registered counter was not used"
-    messages, tools = seen[-1]
-    assert messages and all(isinstance(m, dict) for m in messages)
+    probe = ValidationProbe(dynamic=DynamicProbe(DynamicSettings(sandbox=sandbox.settings), sandbox=sandbox,
+                                                 token_counter=counter))
+    ws = tmp_path / "count"
+    ws.mkdir()
+    for fname, text in reference().items():
+        (ws / fname).write_text(text)
+    report, job = probe.run(ws, task, FAMILY)
+    assert seen, "the backend's counter was not used"
+    model, messages, tools = seen[-1]
+    assert model == MODEL and messages and all(isinstance(m, dict) for m in messages)
     assert sorted(t["function"]["name"] for t in tools) == sorted(FAMILY.tool_names)
     assert not report.ok and "counted with the model's tokenizer" in report.render()
 
@@ -242,7 +238,7 @@ FALLBACK_CASES = ["read_api_key", "open_hidden_file", "connect_localhost", "writ
 
 
 def test_fallback_mode_is_loud_and_still_blocks_escapes(task, tmp_path, secret_files, listener, capfd):
-    sb = Sandbox(SandboxSettings(mode="fallback", limits=SandboxLimits(cpu_seconds=4, memory_mb=768,
+    sb = probe_sandbox(SandboxSettings(mode="fallback", limits=SandboxLimits(cpu_seconds=4, memory_mb=768,
                                                                        file_size_mb=8, max_processes=24,
                                                                        wall_seconds=WALL)))
     probe = ValidationProbe(dynamic=DynamicProbe(DynamicSettings(sandbox=sb.settings), sandbox=sb))

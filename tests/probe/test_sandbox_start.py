@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("verifiers")
 
-import ait_env.probe.sandbox as sandbox_mod  # noqa: E402
-from ait_env.probe.sandbox import Sandbox, SandboxError, bwrap_path  # noqa: E402
+import ait_env.sandbox.host as sandbox_mod  # noqa: E402
+from ait_env.sandbox import Sandbox, SandboxError, bwrap_path  # noqa: E402
 
 
 def _fake_bwrap(tmp_path, stderr: str):

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("verifiers")
 
-from ait_env.probe.sandbox import remove_tree  # noqa: E402
+from ait_env.sandbox import remove_tree  # noqa: E402
 from hostile import OS, call, reference, submit, with_env, with_job  # noqa: E402
 
 DEPTH = 3000  # deeper than Python's recursion limit and than PATH_MAX allows as one path

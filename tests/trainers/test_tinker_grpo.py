@@ -121,3 +121,37 @@ def test_offline_loop_steps_evals_crash_resume_and_warm_start(tinker_grpo, compo
     rec = OfflineRecord()
     tinker_grpo.run(compose_cfg(*base, "pilot.name=smoke2", "pilot.steps=1", "pilot.warm_start={pilot: smoke}"), rec)
     assert rec.created == [("weights", ckpts[-1]["state_path"])] and rec.optim_steps == 1
+
+
+def test_one_backend_serves_the_whole_dry_run(tinker_grpo, compose_cfg, tmp_path, cache_dir, monkeypatch):
+    """Every episode of a run (train groups, evaluations, retries) shares the run's one backend, and the
+    run closes it at the end; no env closes it."""
+    from ait_env.backends.base import Backend
+    from ait_env.env import JobWritingEnv
+    from ait_env.integrations.tinker_offline import OfflineRecord
+
+    monkeypatch.setenv("AIT_CACHE_DIR", str(cache_dir))
+    built: list[Backend] = []
+    envs: list[JobWritingEnv] = []
+    closes: list[Backend] = []
+    init_backend, init_env, close_backend = Backend.__init__, JobWritingEnv.__init__, Backend.close
+
+    def count_backend(self, *a, **kw):  # noqa: ANN001, ANN002, ANN003
+        init_backend(self, *a, **kw)
+        built.append(self)
+
+    def count_env(self, *a, **kw):  # noqa: ANN001, ANN002, ANN003
+        init_env(self, *a, **kw)
+        envs.append(self)
+
+    def count_close(self):  # noqa: ANN001
+        closes.append(self)
+        close_backend(self)
+
+    monkeypatch.setattr(Backend, "__init__", count_backend)
+    monkeypatch.setattr(JobWritingEnv, "__init__", count_env)
+    monkeypatch.setattr(Backend, "close", count_close)
+    tinker_grpo.run(compose_cfg("+pilot=smoke", "dry_run=true", f"run_dir={tmp_path}", *FAST), OfflineRecord())
+    assert len(envs) > 10, "the dry run played fewer episodes than expected"
+    assert len(built) == 1 and all(e.backend is built[0] for e in envs)
+    assert closes == built and built[0].closed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import ait_env.probe.sandbox as sb
+import ait_env.sandbox.host as sb
 
 
 def test_an_interpreter_under_tmp_is_bound_after_the_private_tmp(monkeypatch, tmp_path: Path) -> None:

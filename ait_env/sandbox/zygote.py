@@ -3,18 +3,20 @@
 Protocol: one JSON request per line on stdin, one JSON response per line on stdout.
 
 - The zygote imports verifiers and datasets once (slow: seconds), then for each request forks a
-  child. The child lowers its limits (CPU seconds, address space, file size, process count), drops
-  to an unprivileged uid when the zygote runs as root, changes into the request's copy of the
-  workspace, runs the requested job and writes JSON lines (``{"stage": ...}`` progress markers,
-  then ``{"result": ...}``) into a pipe.
-- The zygote enforces the wall-clock timeout, then kills the child and every other process of the
-  unprivileged uid (fork bombs, daemonised grandchildren), and answers with the child's result or
-  with ``{"status": "timeout" | "crashed" | "no_result", "stage": <last stage>, ...}``.
+  child. The child lowers its limits (CPU seconds, address space, file size), confines itself
+  (:mod:`ait_env.sandbox.confine`: a fresh scratch space, no capabilities, the uid drop when the
+  zygote runs as root, a seccomp filter), caps its process count, changes into the request's folder,
+  runs the requested job and writes JSON lines (``{"confinement": ...}``, ``{"stage": ...}``
+  progress markers, then ``{"result": ...}``) into a pipe.
+- The zygote enforces the wall-clock timeout (and, where the scratch space is a plain folder, its
+  size), then kills the child and every other process below it (fork bombs, daemonised
+  grandchildren), and answers with the child's result or with ``{"status": "timeout" | "disk_limit" |
+  "crashed" | "no_result", "stage": <last stage>, ...}``.
 
-Jobs: ``inspect`` (import the job's package ``package`` from the request folder the way prime-rl
-does, call ``load_environment(**args)``, describe dataset, tools and rubric, score correct and wrong
-dev transcripts) and ``rollout_worker`` (the local trainer's rollouts with the same package). The verifiers-specific calls come from the
-adapter file passed as ``--adapter`` (``ait_env/integrations/verifiers_v0.py``).
+Jobs are modules loaded from files given as ``--job name=path``, each with ``run(req, adapter, ctx)``
+(:class:`Context`): the validation probe's ``inspect`` (:mod:`ait_env.probe.inspect_job`) and the
+local executor's ``rollout_worker`` (:mod:`ait_env.local.rollout_worker`). The verifiers-specific
+calls come from the adapter file passed as ``--adapter`` (``ait_env/integrations/verifiers_v0.py``).
 """
 
 from __future__ import annotations
@@ -34,14 +36,6 @@ from typing import Any
 MAX_RESULT_BYTES = 16 * 1024 * 1024
 UNPRIVILEGED = 65534
 
-
-
-def _openai_tool(t: Any) -> dict[str, Any]:
-    """A verifiers tool definition (pydantic ``Tool`` or dict) as an OpenAI-style tool schema."""
-    d = t.model_dump(exclude_none=True) if hasattr(t, "model_dump") else t
-    if not isinstance(d, dict):
-        return {"type": "function", "function": {"name": str(d), "parameters": {}}}
-    return d if "function" in d else {"type": "function", "function": d}
 
 def _load_adapter(path: str, name: str = "ait_adapter") -> Any:
     spec = importlib.util.spec_from_file_location(name, path)
@@ -121,123 +115,19 @@ class _Reporter:
             view = view[n:]
 
 
-def _job_inspect(req: dict[str, Any], adapter: Any, rep: _Reporter) -> dict[str, Any]:
-    out: dict[str, Any] = {"status": "ok"}
-    rep.send({"stage": "import"})
-    try:
-        module = adapter.import_env_package(req["dir"], req["package"])
-    except SystemExit as exc:
-        return {"status": "error", "stage": "import", "kind": "exit", "error": f"sys.exit({exc.code}) at import"}
-    except MemoryError:
-        return {"status": "error", "stage": "import", "kind": "memory", "error": "MemoryError at import"}
-    except BaseException as exc:  # noqa: BLE001
-        return {"status": "error", "stage": "import", "kind": "exception",
-                "error": f"{type(exc).__name__}: {exc}", "traceback": _tail()}
-    rep.send({"stage": "load_environment"})
-    try:
-        env = adapter.load_environment(module, req.get("args") or {})
-    except SystemExit as exc:
-        return {"status": "error", "stage": "load_environment", "kind": "exit",
-                "error": f"sys.exit({exc.code}) in load_environment"}
-    except MemoryError:
-        return {"status": "error", "stage": "load_environment", "kind": "memory", "error": "MemoryError"}
-    except adapter.AdapterError as exc:
-        return {"status": "error", "stage": "load_environment", "kind": "contract", "error": str(exc)}
-    except BaseException as exc:  # noqa: BLE001
-        return {"status": "error", "stage": "load_environment", "kind": "exception",
-                "error": f"{type(exc).__name__}: {exc}", "traceback": _tail()}
-    rep.send({"stage": "dataset"})
-    out["is_tool_env"] = adapter.is_tool_env(env)
-    out["columns"] = adapter.dataset_columns(env)
-    n = adapter.dataset_len(env)
-    out["rows"] = n
-    cap = int(req.get("max_rows", 100_000))
-    out["questions"] = [str(q) for q in adapter.dataset_column(env, "question", limit=min(n, cap))]
-    answers = adapter.dataset_column(env, "answer", limit=min(n, cap))
-    out["empty_answers"] = sum(1 for a in answers if not str(a if a is not None else "").strip())
-    out["max_turns"] = adapter.max_turns(env)
-    out["system_prompt"] = adapter.system_prompt(env)
-    prompts = adapter.dataset_column(env, "prompt", limit=min(n, 2000))
-    out["longest_prompt"] = max((json.dumps(p, default=str) for p in prompts), key=len, default="")
-    tools = adapter.tool_functions(env)
-    out["tools"] = {name: {"module": getattr(fn, "__module__", ""),
-                           "file": getattr(getattr(fn, "__code__", None), "co_filename", "")}
-                    for name, fn in tools.items()}
-    out["tool_defs"] = json.dumps([_openai_tool(t) for t in getattr(env, "tool_defs", []) or []], default=str)
-    rep.send({"stage": "rubric"})
-    scores = []
-    for ex in req.get("dev", []):
-        pair: dict[str, Any] = {}
-        for label in ("good", "bad"):
-            try:
-                reward, metrics, errors = adapter.score_completion(env, ex["row"], ex[label])
-                pair[label] = {"reward": reward, "metrics": metrics, "errors": errors}
-            except MemoryError:
-                return {"status": "error", "stage": "rubric", "kind": "memory", "error": "MemoryError in the rubric"}
-            except BaseException as exc:  # noqa: BLE001
-                pair[label] = {"reward": None, "metrics": {}, "errors": [f"{type(exc).__name__}: {exc}"],
-                               "traceback": _tail()}
-        scores.append(pair)
-    out["scores"] = scores
-    return out
+class Context:
+    """What a job module gets besides the request and the adapter: the progress channel to the zygote
+    and the traceback of the exception being handled, cut to its tail."""
+
+    def __init__(self, reporter: _Reporter) -> None:
+        self.send = reporter.send
+
+    @staticmethod
+    def traceback(limit: int = 2500) -> str:
+        return _tail(limit)
 
 
-def _job_rollout_worker(req: dict[str, Any], adapter: Any, rep: _Reporter) -> dict[str, Any]:
-    """Training rollouts: load the agent's environment once, then serve the trainer's steps. Work
-    items and results travel over the model endpoint's Unix socket (the only network in here)."""
-    import asyncio
-
-    import httpx
-
-    rep.send({"stage": "import"})
-    try:
-        module = adapter.import_env_package(req["dir"], req["package"])
-        rep.send({"stage": "load_environment"})
-        env = adapter.load_environment(module, req.get("args") or {})
-    except BaseException as exc:  # noqa: BLE001
-        err = {"status": "error", "stage": "load_environment", "kind": "exception",
-               "error": f"{type(exc).__name__}: {exc}", "traceback": _tail()}
-        try:
-            import httpx as _httpx
-
-            _httpx.Client(transport=_httpx.HTTPTransport(uds=req["uds"]), base_url="http://localhost").post(
-                "/ait/results", json={"step": -1, "error": err["error"], "traceback": err["traceback"]})
-        except Exception:  # noqa: BLE001
-            pass
-        return err
-    uds = req["uds"]
-    http = httpx.Client(transport=httpx.HTTPTransport(uds=uds), base_url="http://localhost", timeout=700.0)
-    client = adapter.make_client(uds=uds)
-    loop = asyncio.new_event_loop()
-    rep.send({"stage": "rollouts"})
-    http.post("/ait/results", json={"step": -1, "rows": adapter.dataset_len(env), "max_turns": adapter.max_turns(env)})
-    after, steps = -1, 0
-    while True:
-        work = http.get("/ait/work", params={"after": after, "timeout": 60}).json()
-        if work.get("done"):
-            break
-        if work.get("wait"):
-            continue
-        step = int(work["step"])
-        t0 = time.time()
-        try:
-            groups = adapter.rollout_inputs(env, work["indices"], int(work["group_size"]))
-            results = loop.run_until_complete(adapter.run_groups(env, client, work["model"], groups,
-                                                                 work["sampling_args"]))
-            payload: dict[str, Any] = {"step": step, "groups": results, "seconds": time.time() - t0}
-        except BaseException as exc:  # noqa: BLE001 - reported to the trainer, which decides
-            payload = {"step": step, "error": f"{type(exc).__name__}: {exc}", "traceback": _tail()}
-        try:
-            body = json.dumps(payload, allow_nan=False, default=str)
-        except (TypeError, ValueError) as exc:  # whatever the agent's rubric returned, the trainer hears of it
-            body = json.dumps({"step": step, "error": f"the rollout results could not be sent: {exc}"})
-        http.post("/ait/results", content=body, headers={"content-type": "application/json"})
-        after = step
-        steps += 1
-    return {"status": "ok", "steps": steps}
-
-
-JOBS = {"inspect": _job_inspect, "rollout_worker": _job_rollout_worker}
+JOBS: dict[str, Any] = {}  # job name -> module with run(req, adapter, ctx) -> result dict (--job name=path)
 
 
 def _child(req: dict[str, Any], adapter: Any, confine: Any, wfd: int, drop_to: int | None) -> None:
@@ -258,7 +148,10 @@ def _child(req: dict[str, Any], adapter: Any, confine: Any, wfd: int, drop_to: i
                            "HF_HOME": os.path.join(scratch, ".hf")})
         if fallback:
             _install_audit_hook(req["dir"], scratch, req.get("uds"))
-        result = JOBS[req.get("job", "inspect")](req, adapter, rep)
+        job = JOBS.get(str(req.get("job")))
+        if job is None:
+            raise KeyError(f"no job {req.get('job')!r} in this sandbox (it runs: {', '.join(sorted(JOBS))})")
+        result = job.run(req, adapter, Context(rep))
         rep.send({"result": result})
     except BaseException as exc:  # noqa: BLE001
         try:
@@ -454,11 +347,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--adapter", required=True)
     ap.add_argument("--confine", required=True)
+    ap.add_argument("--job", action="append", default=[], help="name=path of a job module (repeatable)")
     ap.add_argument("--preload", default="verifiers,datasets")
     args = ap.parse_args()
     _become_subreaper()
     adapter = _load_adapter(args.adapter)
     confine = _load_adapter(args.confine, "ait_confine")
+    for spec in args.job:
+        name, _, path = spec.partition("=")
+        JOBS[name] = _load_adapter(path, f"ait_job_{name}")
     for name in filter(None, args.preload.split(",")):
         __import__(name)
     if "datasets" in sys.modules:

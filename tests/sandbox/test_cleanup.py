@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_sandbox_folder_removed_at_exit(tmp_path):
-    code = ("from ait_env.probe.sandbox import Sandbox\n"
+    code = ("from ait_env.sandbox import Sandbox\n"
             "sb = Sandbox()\n"
             "(sb._root / 'work' / 'left.txt').parent.mkdir(parents=True, exist_ok=True)\n"
             "(sb._root / 'work' / 'left.txt').write_text('x')\n"
@@ -56,7 +56,7 @@ def test_closed_sandbox_leaves_no_process_in_a_live_interpreter() -> None:
     the resident zygote running (about 280 MB each)."""
     import time
 
-    from ait_env.probe.sandbox import Sandbox
+    from ait_env.sandbox import Sandbox
 
     sb = Sandbox()
     sb.new_workdir()  # starts the resident process

@@ -1,6 +1,8 @@
 """Run untrusted agent code in isolation: a resident sandboxed process ("zygote") that forks one
-limited child per request (see :mod:`ait_env.probe.inside` for the inside half and
-:mod:`ait_env.probe.confine` for what each request's child does before agent code runs).
+limited child per request (see :mod:`ait_env.sandbox.zygote` for the inside half and
+:mod:`ait_env.sandbox.confine` for what each request's child does before agent code runs). The
+sandbox runs the job modules it is given (the validation probe's ``inspect``, the local executor's
+``rollout_worker``).
 
 Isolation modes, strongest available first (``SandboxSettings.mode = "auto"``):
 
@@ -51,7 +53,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-INSIDE = Path(__file__).with_name("inside.py")
+ZYGOTE = Path(__file__).with_name("zygote.py")
 CONFINE = Path(__file__).with_name("confine.py")
 ADAPTER = Path(__file__).resolve().parents[1] / "integrations" / "verifiers_v0.py"
 SANDBOX_UID = 65534
@@ -213,8 +215,11 @@ class Sandbox:
     Every request runs in a fresh child with its own scratch space (see ``confine.py``); its folder
     is readable but not writable by the agent's code where the sandbox drops to another uid."""
 
-    def __init__(self, settings: SandboxSettings | None = None) -> None:
+    def __init__(self, settings: SandboxSettings | None = None, jobs: dict[str, Path] | None = None) -> None:
+        """``jobs``: the job modules this sandbox runs, by name (each a file with ``run(req, adapter, ctx)``
+        that runs inside, e.g. ``{"inspect": ait_env/probe/inspect_job.py}``)."""
         self.settings = settings or SandboxSettings()
+        self.jobs = {name: Path(path) for name, path in (jobs or {}).items()}
         self._lock = threading.Lock()          # one request (or start) at a time
         self._state = threading.Lock()         # guards _proc and _generation against close()
         self._generation = 0                   # bumped by close(): a start in progress is abandoned
@@ -237,9 +242,11 @@ class Sandbox:
     def _prepare_runtime(self) -> None:
         for d in (self._work, self._runtime, self._scratch):
             d.mkdir(parents=True, exist_ok=True)
-        for src in (INSIDE, CONFINE):
+        for src in (ZYGOTE, CONFINE):
             shutil.copyfile(src, self._runtime / src.name)
         shutil.copyfile(ADAPTER, self._runtime / "verifiers_v0.py")
+        for name, src in self.jobs.items():
+            shutil.copyfile(src, self._runtime / f"job_{name}.py")
         for p in self._runtime.iterdir():
             os.chmod(p, 0o644)
         os.chmod(self._root, 0o755)
@@ -280,15 +287,11 @@ class Sandbox:
             if not bwrap_path():
                 raise SandboxError("sandbox mode 'bwrap' requested but bubblewrap is not installed "
                                    "(apt-get install bubblewrap)")
-            argv = _bwrap_argv(self._work, self._runtime) + [
-                sys.executable, "/opt/ait/inside.py", "--adapter", "/opt/ait/verifiers_v0.py",
-                "--confine", "/opt/ait/confine.py", "--preload", preload]
+            argv = _bwrap_argv(self._work, self._runtime) + [sys.executable, *self._zygote_args("/opt/ait", preload)]
             env: dict[str, str] = {}
             self._work_inside, self._scratch_inside = "/sandbox", "/scratch"
         else:
-            argv = [sys.executable, str(self._runtime / "inside.py"), "--adapter",
-                    str(self._runtime / "verifiers_v0.py"), "--confine", str(self._runtime / "confine.py"),
-                    "--preload", preload]
+            argv = [sys.executable, *self._zygote_args(str(self._runtime), preload)]
             env = {"PATH": "/usr/bin:/bin", "HOME": str(self._scratch), "AIT_SANDBOX_NO_SETUID": "1",
                    "AIT_SANDBOX_FALLBACK": "1", "PYTHONDONTWRITEBYTECODE": "1"}
             self._work_inside, self._scratch_inside = str(self._work), str(self._scratch)
@@ -346,6 +349,12 @@ class Sandbox:
                                 f"{'uid ' + str(drop) if drop is not None else 'same uid (not root)'}, rlimits, "
                                 f"{cg_text}")
         self.mode = mode
+
+    def _zygote_args(self, runtime: str, preload: str) -> list[str]:
+        """The zygote's command line, with ``runtime`` the folder of its files as the zygote sees it."""
+        jobs = [arg for name in self.jobs for arg in ("--job", f"{name}={runtime}/job_{name}.py")]
+        return [f"{runtime}/zygote.py", "--adapter", f"{runtime}/verifiers_v0.py", "--confine",
+                f"{runtime}/confine.py", *jobs, "--preload", preload]
 
     def _readline(self, timeout: float) -> dict[str, Any] | None:
         """Next JSON line from the zygote (a persistent reader thread feeds a queue, so a timed-out
@@ -535,10 +544,11 @@ def _kill_tree(proc: "subprocess.Popen[str]") -> None:
 _SHARED: dict[str, Sandbox] = {}
 
 
-def shared_sandbox(settings: SandboxSettings | None = None) -> Sandbox:
-    """One resident sandbox per distinct settings, shared by every probe in the process."""
+def shared_sandbox(settings: SandboxSettings | None = None, jobs: dict[str, Path] | None = None) -> Sandbox:
+    """One resident sandbox per distinct settings and jobs, shared by every user in the process (the
+    probes of every env): each request is isolated from the others all the same."""
     settings = settings or SandboxSettings()
-    key = settings.model_dump_json()
+    key = settings.model_dump_json() + json.dumps(sorted((k, str(v)) for k, v in (jobs or {}).items()))
     if key not in _SHARED:
-        _SHARED[key] = Sandbox(settings)
+        _SHARED[key] = Sandbox(settings, jobs)
     return _SHARED[key]

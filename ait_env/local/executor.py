@@ -1,0 +1,231 @@
+"""The ``local`` backend's trainer executor: GRPO of the project's tiny models on this machine.
+
+It implements :class:`ait_env.runner.TrainerExecutor` for the generic runner:
+
+- the job's base model (a built catalog model; a missing one is :class:`~ait_env.runner.InfraFailed`
+  naming ``python -m ait_env.local.build``, never a build inside a job) is served by a
+  :class:`~ait_env.local.endpoint.LocalEndpoint` on loopback TCP (the hidden-eval harness's base URL,
+  as vLLM's would be) and on a Unix socket inside a sandbox request folder;
+- training: the agent's environment runs as the sandbox job ``rollout_worker``
+  (:mod:`ait_env.local.rollout_worker`: verifiers' own rollouts and rubric) whose only network is that
+  socket; :class:`~ait_env.local.trainer.LocalGRPOTrainer` learns from exactly the tokens sampled, and
+  the endpoint serves every weight update at once, so eval points and the post eval score the model
+  being trained;
+- the final weights are saved as servable HF files in ``<bundle>/outputs/weights/step_N`` (prime-rl's
+  layout).
+
+The step channel (``/ait/work``, ``/ait/results``) and the sampling records are this executor's own:
+nothing of the generic phases depends on them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ait_env.backends.base import BackendSettings
+from ait_env.backends.local import LocalOptions
+from ait_env.jobs.bundle import JobBundle
+from ait_env.runner import InfraFailed, JobFailed, Log, Served, Trained
+from task_families import get_family
+
+ROLLOUT_WORKER = Path(__file__).with_name("rollout_worker.py")
+
+
+def build_command() -> str:
+    return "python -m ait_env.local.build"
+
+
+def load_model(name: str) -> tuple[Any, Any]:
+    """(TinyLM, ChatTokenizer) of a built catalog model; never builds (:class:`InfraFailed` instead)."""
+    from ait_env.local import catalog
+
+    if name not in catalog.CATALOG:
+        raise InfraFailed(f"{name!r} is not a local model (the local backend trains: {', '.join(catalog.CATALOG)})")
+    if not catalog.is_current(name):
+        raise InfraFailed(f"the base model {name} is not built on this machine (or was built from an older "
+                          f"recipe). Build it once with: {build_command()} (5 to 11 minutes on 2 cores)")
+    return catalog.load_model(name)
+
+
+class LocalExecutor:
+    """See the module docstring. Built by the runner per job; :meth:`close` stops everything it started."""
+
+    def __init__(self, bundle: JobBundle, backend: BackendSettings, log: Log, progress: bool = True) -> None:
+        import torch
+
+        from ait_env.local.model import resolve_device
+        from ait_env.sandbox import Sandbox, SandboxLimits, SandboxSettings
+
+        self.bundle = bundle
+        self.backend = backend
+        self.opts = LocalOptions.model_validate(backend.options)
+        self.log = log
+        self.progress = progress
+        self.job = bundle.job
+        self.family = get_family(bundle.manifest.family)
+        self.model_name = self.job.job.base_model
+        torch.set_num_threads(max(1, self.opts.torch_threads))
+        self.device = resolve_device(self.opts.device)
+        self.model, self.tok = load_model(self.model_name)
+        self.model.to(self.device)
+        gpu = f" ({torch.cuda.get_device_name(self.device)})" if self.device.type == "cuda" else ""
+        log(f"{self.model_name} on {self.device}{gpu}")
+        self.max_len = self.opts.max_model_len or min(self.job.prime_rl.seq_len,
+                                                      self.model.cfg.max_position_embeddings)
+        wall = backend.bounds.wall_clock_minutes * 60
+        self.sandbox = Sandbox(SandboxSettings(limits=SandboxLimits(
+            cpu_seconds=int(wall * 2), memory_mb=self.opts.sandbox_memory_mb, wall_seconds=wall,
+            max_processes=64, file_size_mb=64)), jobs={"rollout_worker": ROLLOUT_WORKER})
+        self.ep: Any = None
+        self._workdir: tuple[Path, str] | None = None
+
+    # ------------------------------------------------------------------ TrainerExecutor
+    def weights_hash(self, model: str) -> str:
+        from ait_env.local.catalog import weights_hash
+
+        return weights_hash(model)
+
+    def serve_base(self) -> Served:
+        from ait_env.local.endpoint import LocalEndpoint
+
+        outside, inside = self.sandbox.new_workdir()
+        self._workdir = (outside, inside)
+        shutil.copytree(self.bundle.package_dir, outside / self.bundle.manifest.env_id,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        uds = outside / "endpoint.sock"
+        self.ep = LocalEndpoint(self.model, self.tok, self.model_name, uds=uds, seed=self.opts.seed,
+                                max_model_len=self.max_len).start()
+        self.sandbox.share_socket(uds)
+        return Served(self.ep.base_url, self.model_name)
+
+    def measure_base(self, model: str, evaluate: Callable[[Served], Any]) -> Any:
+        from ait_env.local.endpoint import LocalEndpoint
+
+        other, tok = load_model(model)
+        other.to(self.device)
+        with LocalEndpoint(other, tok, model, seed=self.opts.seed, max_model_len=self.max_len) as ep:
+            return evaluate(Served(ep.base_url, model))
+
+    def serve_trained(self) -> Served:
+        assert self.ep is not None, "serve_base first"
+        return Served(self.ep.base_url, self.model_name)
+
+    def train(self, eval_point: Callable[[int], float | None]) -> Trained:
+        from ait_env.local.endpoint import WorkerGone
+        from ait_env.local.trainer import LocalGRPOTrainer, RolloutWorkerError, StepLog
+        from ait_env.sandbox import SandboxError
+
+        assert self.ep is not None and self._workdir is not None, "serve_base first"
+        ep, (outside, inside) = self.ep, self._workdir
+        job, opts = self.job, self.opts
+        req = {"job": "rollout_worker", "dir": inside, "package": self.bundle.manifest.env_id, "args": job.env,
+               "uds": f"{inside}/endpoint.sock"}
+        worker_out: dict[str, Any] = {}
+
+        def _worker() -> None:
+            try:
+                worker_out["resp"] = self.sandbox.run(req, outside)
+            except SandboxError as exc:
+                worker_out["infra"] = str(exc)
+            except Exception as exc:  # noqa: BLE001 - never die silently in a thread
+                worker_out["infra"] = f"{type(exc).__name__}: {exc}"
+            finally:
+                ep.channel.abort(f"the sandboxed rollout worker ended: {worker_out}")
+
+        thread = threading.Thread(target=_worker, name="ait-rollout-worker", daemon=True)
+        thread.start()
+        try:
+            hello = ep.channel.wait_results(-1, opts.step_timeout_s)
+        except WorkerGone:
+            raise JobFailed(f"the rollout worker did not start: {json.dumps(worker_out)[:1500]}") from None
+        if "error" in hello:
+            raise JobFailed(f"load_environment failed in the sandbox: {hello['error']}\n"
+                            f"{hello.get('traceback', '')[-1200:]}")
+        rows = int(hello.get("rows") or 0)
+        if rows <= 0:
+            raise JobFailed("the environment's dataset is empty")
+        self.log(f"sandboxed rollout worker ready ({self.sandbox.mode}); dataset rows: {rows}; "
+                 f"lr {job.prime_rl.optim.lr:g} x lr_scale {opts.lr_scale:g} = {job.prime_rl.optim.lr * opts.lr_scale:g}")
+        trainer = LocalGRPOTrainer(ep, job, rows, lr_scale=opts.lr_scale, seed=opts.seed,
+                                   step_timeout_s=opts.step_timeout_s)
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=job.prime_rl.max_steps, desc=f"GRPO {self.family.name}", unit="step", file=sys.stderr)
+        eval_seconds: list[float] = []
+
+        def timed_eval_point(step: int) -> float | None:
+            t0 = time.time()
+            score = eval_point(step)
+            if score is not None:
+                eval_seconds.append(time.time() - t0)
+            return score
+
+        def on_step(s: StepLog) -> None:
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(reward=f"{s.reward_mean:.2f}",
+                                **({"eval": f"{s.eval_score:.2f}"} if s.eval_score is not None else {}))
+
+        t_train = time.time()
+        try:
+            logs = trainer.run(on_step=on_step, eval_fn=timed_eval_point)
+        except RolloutWorkerError as exc:
+            raise JobFailed(str(exc)) from None
+        except WorkerGone:
+            if "infra" in worker_out:
+                raise RuntimeError(f"the sandbox failed: {worker_out['infra']}") from None
+            raise JobFailed("the rollout worker (your environment's code) stopped during training: "
+                            f"{json.dumps(worker_out.get('resp') or {})[:1500]}") from None
+        finally:
+            if bar is not None:
+                bar.close()
+        train_seconds = time.time() - t_train
+        ep.channel.finish()
+        thread.join(timeout=30)
+        weights = self.bundle.root / "outputs" / "weights" / f"step_{job.prime_rl.max_steps}"
+        with ep.lock:
+            self.model.save(weights)
+        self.tok.save(weights, model_max_length=self.model.cfg.max_position_embeddings)
+        tokens = sum(s.loss_tokens for s in logs)
+        timings = {"on_gpu": float(self.device.type == "cuda"),
+                   "rollout": round(sum(s.rollout_seconds for s in logs), 2),
+                   "optimizer": round(sum(s.train_seconds for s in logs), 2), "trained_tokens": float(tokens),
+                   "train_tokens_per_s": round(tokens / max(1e-9, train_seconds - sum(eval_seconds)), 1)}
+        curves = {"train_reward": [s.reward_mean for s in logs], "lr": [s.lr for s in logs],
+                  "step_seconds": [s.seconds for s in logs], "trained_tokens": [float(s.loss_tokens) for s in logs],
+                  # the update's health: tokens outside the trust region, ratio to the sampler, gradient
+                  **{k: [float(s.metrics.get(k, 0.0)) for s in logs]
+                     for k in ("masked_frac", "ratio_mean", "grad_norm", "rollout_errors")}}
+        return Trained(train_seconds=train_seconds, curves=curves, timings=timings, weights=weights)
+
+    def close(self) -> None:
+        try:
+            if self.ep is not None:
+                self.ep.stop()
+        finally:
+            self.sandbox.destroy()
+
+
+def measure_untrained(name: str, family: str, opts: LocalOptions, limit: int) -> Any:
+    """The hidden-eval result (first ``limit`` instances) of an untrained local model on its own endpoint,
+    outside any job (``scripts/seed_baselines.py``): the harness in a child process, as in a job."""
+    from ait_env.evaluation import evaluate_subprocess
+    from ait_env.local.endpoint import LocalEndpoint
+
+    fam = get_family(family)
+    model, tok = load_model(name)
+    with LocalEndpoint(model, tok, name, seed=opts.seed) as ep:
+        res = evaluate_subprocess(family, base_url=ep.base_url, model=name, limit=limit,
+                                  concurrency=opts.eval_concurrency,
+                                  max_tokens=min(fam.eval_max_tokens, opts.eval_max_tokens))
+    res.raise_if_failed()
+    return res
