@@ -54,7 +54,7 @@ from typing import Any
 
 import tomli_w
 
-from ait_env.jobs.schema import Job, JobIssue
+from ait_env.jobs.schema import Job, JobIssue, Optim, PrimeRL
 
 PRIME_RL_TAG = "v0.7.0"
 PRIME_RL_COMMIT = "d334ea52940b47f426293a7d146239e3fbf91caa"
@@ -103,9 +103,6 @@ _OPTIM_COMMON = ("lr", "weight_decay", "max_norm")
 #: Our ``[prime_rl.algo] type`` -> ``[orchestrator.algo] type`` (algorithm.py).
 ALGO_TYPES: dict[str, str] = {"grpo": "grpo", "max_rl": "max_rl"}
 
-#: Loss / scheduler types known at v0.7.0 (trainer.py ``LossConfig`` minus ``custom``, ``SchedulerConfig``).
-LOSS_TYPES = ("default", "ipo")
-SCHEDULER_TYPES = ("constant", "linear", "cosine")
 
 _HEADER = (f"# prime-rl {PRIME_RL_TAG} rl.toml (verifiers {VERIFIERS_VERSION}, classic environment API),\n"
            "# rendered from job.toml by ait_env.jobs.primerl. Launch: uv run rl @ rl.toml\n")
@@ -183,7 +180,7 @@ def rl_config_dict(job: Job, *, env_id: str, output_dir: str | Path,
                    options: RenderOptions | None = None) -> dict[str, Any]:
     """The rl.toml content as a dict (see :func:`render_rl_toml`)."""
     opts = options or RenderOptions()
-    issues = static_rules(job, renderer_override=opts.renderer)
+    issues = config_rules(job, renderer_override=opts.renderer)
     if issues:
         raise PrimeRLRenderError(issues)
     p = job.prime_rl
@@ -263,7 +260,7 @@ def render_rl_toml(job: Job, *, env_id: str, output_dir: str | Path,
     ``env_id`` is the importable package prime-rl loads (``load_environment(**[env])``), normally
     :func:`ait_env.jobs.bundle.env_id_for`; ``output_dir`` is the run directory (HF weights end up in
     :func:`final_weights_dir`). W&B stays off (no ``[wandb]``). Raises :class:`PrimeRLRenderError`
-    when a rule of :func:`check_primerl_rules` that does not need token counts fails.
+    when a rule of :func:`config_rules` fails (a renderer never writes a config prime-rl would refuse).
     """
     return _HEADER + tomli_w.dumps(rl_config_dict(job, env_id=env_id, output_dir=output_dir, options=options))
 
@@ -274,99 +271,102 @@ def _issue(field_: str, message: str, fix: str) -> JobIssue:
     return JobIssue(where=f"job.toml: {field_}", message=message, fix=fix)
 
 
-def static_rules(job: Job, *, renderer_override: str | None = None) -> list[JobIssue]:
-    """Rules that need only the job (no token counts)."""
-    out: list[JobIssue] = []
-    p = job.prime_rl
-    steps = p.max_steps
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _table(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def config_rules(raw: dict[str, Any] | Job, *, renderer_override: str | None = None) -> list[JobIssue]:
+    """prime-rl v0.7.0's cross-field rules, the one implementation, on job.toml's table (or a parsed
+    :class:`Job`). Values that are missing take the schema's defaults; a value of the wrong type is left
+    to the schema's own issue, so the rules can run (and be reported together with schema issues) on a
+    job that does not parse. Every issue names the field and the allowed range or the fix."""
+    if isinstance(raw, Job):
+        raw = raw.model_dump(exclude_unset=True)
+    out: list[JobIssue] = []
+    p = _table(raw.get("prime_rl"))
+    steps = _int(p.get("max_steps"))
+    batch = _int(p.get("batch_size", PrimeRL.model_fields["batch_size"].default))
+    group = _int(p.get("group_size", PrimeRL.model_fields["group_size"].default))
     # orchestrator.py resolve_batching
-    if p.batch_size % p.group_size:
-        lo = p.group_size * max(1, p.batch_size // p.group_size)
-        hi = lo + p.group_size if lo < p.batch_size else lo
-        out.append(_issue("prime_rl.batch_size",
-                          f"batch_size ({p.batch_size}) must be divisible by group_size ({p.group_size})",
-                          f"Set batch_size to a multiple of group_size, e.g. {lo}"
-                          + (f" or {hi}." if hi != lo else ".")))
-    # orchestrator.py TrainSamplingConfig.temperature: Field(ge=0, le=2.0)
-    t = p.sampling.temperature
-    if not 0.0 <= t <= 2.0:
-        out.append(_issue("prime_rl.sampling.temperature",
-                          f"sampling.temperature = {t} is outside the allowed range 0..2",
-                          "Set sampling.temperature between 0 and 2 (1.0 is the usual RL value)."))
-    # trainer/scheduler.py (runtime asserts)
-    s = p.scheduler
-    if s.type == "cosine" and s.warmup_steps >= steps:
+    if batch and group and batch > 0 and group > 0 and batch % group:
+        lo = group * max(1, batch // group)
+        hi = lo + group if lo < batch else lo
+        out.append(_issue("prime_rl.batch_size", f"batch_size ({batch}) must be divisible by group_size ({group})",
+                          f"Set batch_size to a multiple of group_size, e.g. {lo}" + (f" or {hi}." if hi != lo else ".")))
+    # trainer/scheduler.py (runtime asserts prime-rl only hits at trainer start)
+    sched = _table(p.get("scheduler"))
+    kind = sched.get("type", "constant")
+    warm = _int(sched.get("warmup_steps", 10))
+    decay = _int(sched.get("decay_steps", 10))
+    if kind == "cosine" and steps and warm is not None and warm >= steps:
         out.append(_issue("prime_rl.scheduler.warmup_steps",
-                          f"scheduler.warmup_steps = {s.warmup_steps} must be < max_steps ({steps}) for a "
-                          "cosine schedule (it decays over max_steps - warmup_steps steps); "
-                          f"allowed range 0..{steps - 1}",
+                          f"scheduler.warmup_steps = {warm} must be < max_steps ({steps}) for a cosine schedule "
+                          f"(it decays over max_steps - warmup_steps steps); allowed range 0..{steps - 1}",
                           f"Set warmup_steps between 0 and {steps - 1}, or raise max_steps."))
-    if s.type == "linear":
-        if s.warmup_steps + s.decay_steps == 0:
-            out.append(_issue("prime_rl.scheduler",
-                              "a linear scheduler needs warmup_steps > 0 or decay_steps > 0",
+    if kind == "linear" and warm is not None and decay is not None:
+        if warm + decay == 0:
+            out.append(_issue("prime_rl.scheduler", "a linear scheduler needs warmup_steps > 0 or decay_steps > 0",
                               'Set warmup_steps and/or decay_steps (>= 1), or use type = "constant".'))
-        elif s.warmup_steps + s.decay_steps > steps:
+        elif steps and warm + decay > steps:
             out.append(_issue("prime_rl.scheduler.decay_steps",
-                              f"scheduler.warmup_steps + decay_steps = {s.warmup_steps} + {s.decay_steps} = "
-                              f"{s.warmup_steps + s.decay_steps} must be <= max_steps ({steps})",
-                              f"Lower warmup_steps and decay_steps so their sum is at most {steps}, "
-                              "or raise max_steps."))
-    if s.type in ("linear", "cosine") and s.min_lr > p.optim.lr:
-        out.append(_issue("prime_rl.scheduler.min_lr",
-                          f"scheduler.min_lr = {s.min_lr} is above optim.lr = {p.optim.lr}; allowed range "
-                          f"0..{p.optim.lr}",
+                              f"scheduler.warmup_steps + decay_steps = {warm} + {decay} = {warm + decay} must be "
+                              f"<= max_steps ({steps})", f"Lower warmup_steps and decay_steps so their sum is at "
+                              f"most {steps}, or raise max_steps."))
+    optim = _table(p.get("optim"))
+    lr = _num(optim.get("lr", Optim.model_fields["lr"].default))
+    min_lr = _num(sched.get("min_lr", 0.0))
+    if kind in ("linear", "cosine") and lr is not None and min_lr is not None and min_lr > lr:
+        out.append(_issue("prime_rl.scheduler.min_lr", f"scheduler.min_lr = {min_lr:g} is above optim.lr = {lr:g}; "
+                          f"allowed range 0..{lr:g}",
                           "Set min_lr at most lr (the schedule warms up from and decays to min_lr)."))
-    # trainer.py optimizer configs forbid parameters of other optimizer types
-    if p.optim.type not in OPTIM_PARAMS:
-        out.append(_issue("prime_rl.optim.type", f"optim.type {p.optim.type!r} does not exist in prime-rl "
-                          f"{PRIME_RL_TAG}", "Use one of: " + ", ".join(OPTIM_PARAMS)))
-    else:
-        allowed = OPTIM_PARAMS[p.optim.type]
-        for k in sorted(p.optim.model_fields_set - set(_OPTIM_COMMON) - {"type"} - set(allowed)):
-            takes = ", ".join((*_OPTIM_COMMON, *allowed))
-            out.append(_issue(f"prime_rl.optim.{k}",
-                              f"optim.{k} is not a parameter of optim.type = {p.optim.type!r}",
-                              f"Remove optim.{k}; {p.optim.type!r} takes only: {takes}."))
-    if p.algo.type not in ALGO_TYPES:
-        out.append(_issue("prime_rl.algo.type", f"algo.type {p.algo.type!r} does not exist in prime-rl "
-                          f"{PRIME_RL_TAG}", "Use one of: " + ", ".join(ALGO_TYPES)))
-    if p.loss.type not in LOSS_TYPES:
-        out.append(_issue("prime_rl.loss.type", f"loss.type {p.loss.type!r} is not supported",
-                          "Use one of: " + ", ".join(LOSS_TYPES)))
+    # trainer.py: each optimizer config forbids the parameters of the others
+    otype = optim.get("type", "adamw")
+    if otype in OPTIM_PARAMS:
+        allowed = OPTIM_PARAMS[otype]
+        for k in sorted(set(optim) - set(_OPTIM_COMMON) - {"type"} - set(allowed)):
+            if k in Optim.model_fields:  # an unknown key is the schema's issue
+                takes = ", ".join((*_OPTIM_COMMON, *allowed))
+                out.append(_issue(f"prime_rl.optim.{k}", f"optim.{k} is not a parameter of optim.type = {otype!r}",
+                                  f"Remove optim.{k}; {otype!r} takes only: {takes}."))
     # orchestrator.py validate_renderer_auto_resolves
-    if renderer_override is None and renderer_for(job.job.base_model) is None:
-        out.append(_issue("job.base_model",
-                          f"prime-rl {PRIME_RL_TAG} has no chat renderer for base_model "
-                          f"{job.job.base_model!r} (it is not in renderers' MODEL_RENDERER_MAP)",
+    model = _table(raw.get("job")).get("base_model")
+    if isinstance(model, str) and renderer_override is None and renderer_for(model) is None:
+        out.append(_issue("job.base_model", f"prime-rl {PRIME_RL_TAG} has no chat renderer for base_model {model!r} "
+                          "(it is not in renderers' MODEL_RENDERER_MAP)",
                           "Pick a supported model: " + ", ".join(MODEL_RENDERER_MAP) + "."))
     return out
 
 
-def check_primerl_rules(job: Job, *, prompt_tokens: int, max_turns: int) -> list[JobIssue]:
-    """prime-rl v0.7.0's own validation facts, applied to a parsed job.
-
-    ``prompt_tokens``: tokens of the longest prompt (with tool schemas) under the base model's
-    tokenizer; ``max_turns``: the environment's model-turn limit. Besides the config-time rules of
-    prime-rl (batch divisibility, temperature range, optimizer parameters, renderer) this checks the
-    scheduler asserts prime-rl only hits at trainer start, and the token budget
-    ``prompt_tokens + max_turns x max_tokens <= seq_len`` (longer samples are silently truncated).
-    Every issue names the field and the allowed range or the fix.
-    """
+def token_budget_rule(job: Job, *, prompt_tokens: int, max_turns: int) -> list[JobIssue]:
+    """The rule that needs the environment: ``prompt_tokens + max_turns x max_tokens <= seq_len`` (prime-rl
+    silently truncates longer samples). ``prompt_tokens``: tokens of the longest prompt with tool schemas
+    under the base model's tokenizer; ``max_turns``: the environment's model-turn limit."""
     if prompt_tokens < 0 or max_turns < 1:
         raise ValueError("prompt_tokens must be >= 0 and max_turns >= 1")
-    out = static_rules(job)
     p = job.prime_rl
     need = prompt_tokens + max_turns * p.sampling.max_tokens
-    if need > p.seq_len:
-        room = (p.seq_len - prompt_tokens) // max_turns
-        hint = (f"lower sampling.max_tokens to at most {room}" if room >= 1
-                else "shorten the prompt (system prompt, tool schemas)")
-        out.append(_issue("prime_rl.seq_len",
-                          f"the prompt ({prompt_tokens} tokens) plus max_turns ({max_turns}) x "
-                          f"sampling.max_tokens ({p.sampling.max_tokens}) = {need} tokens exceeds "
-                          f"seq_len ({p.seq_len})",
-                          f"Raise seq_len to at least {need} (within the task limit), {hint}, "
-                          "or lower the environment's max_turns."))
-    return out
+    if need <= p.seq_len:
+        return []
+    room = (p.seq_len - prompt_tokens) // max_turns
+    hint = (f"lower sampling.max_tokens to at most {room}" if room >= 1
+            else "shorten the prompt (system prompt, tool schemas)")
+    return [_issue("prime_rl.seq_len",
+                   f"the prompt ({prompt_tokens} tokens) plus max_turns ({max_turns}) x sampling.max_tokens "
+                   f"({p.sampling.max_tokens}) = {need} tokens exceeds seq_len ({p.seq_len})",
+                   f"Raise seq_len to at least {need} (within the task limit), {hint}, "
+                   "or lower the environment's max_turns.")]
+
+
+def check_primerl_rules(job: Job, *, prompt_tokens: int, max_turns: int,
+                        renderer_override: str | None = None) -> list[JobIssue]:
+    """Every prime-rl v0.7.0 rule on a parsed job: :func:`config_rules` and :func:`token_budget_rule`."""
+    return (config_rules(job, renderer_override=renderer_override)
+            + token_budget_rule(job, prompt_tokens=prompt_tokens, max_turns=max_turns))

@@ -12,9 +12,10 @@ Three tables, unknown keys rejected everywhere:
 - ``[env]``: keyword arguments for ``load_environment``.
 
 :func:`parse_job` turns TOML text into a :class:`Job` or a list of :class:`JobIssue` that name the
-field and say how to fix it. :func:`check_bounds` enforces a family's :class:`Bounds` on a parsed job.
-The structural rules of prime-rl's own validation live here too (batch divisible by group size,
-temperature range, scheduler needs, warmup shorter than the run).
+field and say how to fix it (types, ranges, unknown keys). :func:`check_bounds` enforces a family's
+:class:`Bounds` on a parsed job. prime-rl's own cross-field rules (batch divisible by group size,
+scheduler needs, optimizer parameters, renderer) are version-specific and live with the rest of the
+prime-rl adapter, :func:`ait_env.jobs.primerl.config_rules`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import math
 import tomllib
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from task_families.base import Bounds
 
@@ -106,35 +107,6 @@ class PrimeRL(_Strict):
     loss: Loss = Field(default_factory=DefaultLoss)
     algo: Algo = Field(default_factory=Algo)
 
-    @model_validator(mode="after")
-    def _prime_rl_rules(self) -> "PrimeRL":
-        problems = prime_rl_rules(self.max_steps, self.batch_size, self.group_size, self.scheduler.model_dump())
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
-
-
-def prime_rl_rules(max_steps: Any, batch_size: Any, group_size: Any, scheduler: Any) -> list[str]:
-    """prime-rl's cross-field rules, on raw values (so they are reported even when other fields fail)."""
-    out: list[str] = []
-    ints = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (batch_size, group_size))
-    if ints and batch_size % group_size:
-        good = group_size * max(1, batch_size // group_size)
-        out.append(f"batch_size ({batch_size}) must be divisible by group_size ({group_size}); "
-                   f"e.g. batch_size = {good}")
-    if isinstance(scheduler, dict) and isinstance(max_steps, int):
-        kind = scheduler.get("type", "constant")
-        warm = scheduler.get("warmup_steps", 10)
-        decay = scheduler.get("decay_steps", 10)
-        if kind == "cosine" and isinstance(warm, int) and warm >= max_steps:
-            out.append(f"scheduler.warmup_steps ({warm}) must be < max_steps ({max_steps}) for a cosine schedule")
-        if kind == "linear" and isinstance(warm, int) and isinstance(decay, int):
-            if warm + decay == 0:
-                out.append("a linear scheduler needs warmup_steps or decay_steps > 0")
-            elif warm + decay > max_steps:
-                out.append(f"scheduler.warmup_steps + decay_steps ({warm + decay}) must be <= max_steps ({max_steps})")
-    return out
-
 
 #: How deep ``[env]`` values may nest (tables and arrays); deeper is refused, not parsed further.
 MAX_ENV_DEPTH = 16
@@ -202,14 +174,19 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) if parts else "(top level)"
 
 
-def parse_job(text: str) -> tuple[Job | None, list[JobIssue]]:
-    """Parse and validate job.toml text. Returns (job, []) or (None, issues)."""
+def load_toml(text: str) -> tuple[dict[str, Any] | None, list[JobIssue]]:
+    """job.toml text as a TOML table, or the issue that says why it is not TOML."""
     try:
-        raw = tomllib.loads(text)
+        return tomllib.loads(text), []
     except (tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:
         reason = "it nests too deeply" if isinstance(exc, RecursionError) else str(exc)
         return None, [JobIssue(where="job.toml", message=f"not valid TOML: {reason}",
                                fix="Check quotes, brackets and '=' signs; strings need double quotes.")]
+
+
+def validate_job(raw: dict[str, Any]) -> tuple[Job | None, list[JobIssue]]:
+    """A TOML table as a :class:`Job` (types, ranges, unknown keys), or issues naming each field. prime-rl's
+    cross-field rules are :func:`ait_env.jobs.primerl.config_rules`, applied by the probe."""
     if (problem := json_value_problem(raw.get("env", {}))) is not None and "nests deeper" in problem:
         # refused before the schema walks it (deep nesting is what makes recursive validators fail)
         return None, [JobIssue(where="job.toml: env", message=problem, fix="Pass flat values to load_environment.")]
@@ -239,14 +216,13 @@ def parse_job(text: str) -> tuple[Job | None, list[JobIssue]]:
             if kind not in ("missing", "extra_forbidden") and not isinstance(value, (dict, list)):
                 msg = f"{msg} (got {value!r})"
             issues.append(JobIssue(where=where, message=msg, fix=fix))
-        p = raw.get("prime_rl") if isinstance(raw, dict) else None
-        if isinstance(p, dict):
-            for problem in prime_rl_rules(p.get("max_steps"), p.get("batch_size", 128), p.get("group_size", 8),
-                                          p.get("scheduler", {"type": "constant"})):
-                if not any(problem in i.message for i in issues):
-                    issues.append(JobIssue(where="job.toml: prime_rl", message=problem,
-                                           fix="Adjust the values so the rule holds."))
         return None, issues
+
+
+def parse_job(text: str) -> tuple[Job | None, list[JobIssue]]:
+    """Parse and validate job.toml text. Returns (job, []) or (None, issues)."""
+    raw, issues = load_toml(text)
+    return (None, issues) if raw is None else validate_job(raw)
 
 
 def check_bounds(job: Job, bounds: Bounds, family: str) -> list[JobIssue]:

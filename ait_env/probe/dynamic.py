@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 
 from ait_env.backends.base import TokenCounter
 from ait_env.jobs.bundle import write_env_package
-from ait_env.jobs.primerl import check_primerl_rules
+from ait_env.jobs.primerl import token_budget_rule
 from ait_env.jobs.schema import Job
 from ait_env.probe.leak import LeakIndex
 from ait_env.probe.report import ProbeFailure
@@ -240,11 +240,9 @@ class DynamicProbe:
         prompt_tokens, exact = count_prompt_tokens(self._token_counter, job.job.base_model, messages,
                                                    tools if isinstance(tools, list) else [])
         turns = max(1, int(r.get("max_turns") or 1))
-        for iss in check_primerl_rules(job, prompt_tokens=prompt_tokens, max_turns=turns):
-            if iss.where.endswith("prime_rl.seq_len"):
-                how = ("counted with the model's tokenizer" if exact
-                       else "estimated as 1 token per 3 bytes, tool schemas included")
-                out.append(_fail("seq_len", iss.where, f"{iss.message} (prompt tokens {how})", iss.fix))
+        how = "counted with the model's tokenizer" if exact else "estimated as 1 token per 3 bytes, tool schemas included"
+        for iss in token_budget_rule(job, prompt_tokens=prompt_tokens, max_turns=turns):
+            out.append(_fail("seq_len", iss.where, f"{iss.message} (prompt tokens {how})", iss.fix))
         return out
 
     @staticmethod

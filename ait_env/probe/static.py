@@ -20,8 +20,8 @@ import os
 import sys
 from pathlib import Path
 
-from ait_env.jobs.primerl import PRIME_RL_ENV_MODULES, static_rules
-from ait_env.jobs.schema import Job, check_bounds, parse_job
+from ait_env.jobs.primerl import PRIME_RL_ENV_MODULES, config_rules
+from ait_env.jobs.schema import Job, check_bounds, load_toml, validate_job
 from ait_env.probe.report import ProbeFailure
 from ait_env.workspace import WorkspaceQuota
 from task_families.base import TOOLS_MODULE_NAME, Bounds
@@ -123,8 +123,9 @@ def run_static(root: Path, bounds: Bounds, family: str,
                quota: WorkspaceQuota | None = None) -> tuple[Job | None, bool, list[ProbeFailure]]:
     """Run the static checks on a workspace directory.
 
-    Returns ``(job, parsable, failures)``; ``job`` is None when job.toml did not validate, and
-    ``parsable`` says whether job.toml was TOML and every Python file parsed.
+    Returns ``(job, parsable, failures)``; ``job`` is None when job.toml did not match the schema (a job
+    that breaks a prime-rl rule is returned with that failure), and ``parsable`` says whether job.toml
+    was TOML and every Python file parsed.
     """
     quota = quota or WorkspaceQuota()
     failures: list[ProbeFailure] = []
@@ -164,17 +165,21 @@ def run_static(root: Path, bounds: Bounds, family: str,
             parsable = False
             failures.append(_fail("encoding", "job.toml", "job.toml is not UTF-8", "Rewrite it as text."))
         if text is not None:
-            job, issues = parse_job(text)
-            if issues and issues[0].message.startswith("not valid TOML"):
+            raw, issues = load_toml(text)
+            if raw is None:
                 parsable = False
+            else:
+                job, issues = validate_job(raw)
             for iss in issues:
                 failures.append(_fail("schema", iss.where, iss.message, iss.fix))
             if job is not None:
                 for iss in check_bounds(job, bounds, family):
                     failures.append(_fail("bounds", iss.where, iss.message, iss.fix))
-                override = bounds.model_renderers.get(job.job.base_model)
-                for iss in static_rules(job, renderer_override=override):
-                    if not any(f.where == iss.where and f.code == "bounds" for f in failures):
+            if raw is not None:  # prime-rl's own rules, reported together with the schema's issues
+                model = raw["job"].get("base_model") if isinstance(raw.get("job"), dict) else None
+                override = bounds.model_renderers.get(model) if isinstance(model, str) else None
+                for iss in config_rules(raw, renderer_override=override):
+                    if not any(f.where == iss.where and f.code in ("bounds", "schema") for f in failures):
                         failures.append(_fail("prime_rl", iss.where, iss.message, iss.fix))
 
     failures.extend(_shadowing(rel))

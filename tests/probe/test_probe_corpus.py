@@ -100,7 +100,7 @@ def cases(secret_files, listener) -> dict[str, tuple[dict[str, str], str]]:
         "unknown_key": (with_job("[prime_rl.sampling]", "[prime_rl.sampling]\ntop_p = 0.9"), "schema"),
         "max_steps_above_bound": (with_job("max_steps = 60", "max_steps = 5000"), "bounds"),
         "model_not_allowed": (with_job(f'base_model = "{MODEL}"', 'base_model = "meta/llama-70b"'), "bounds"),
-        "batch_not_divisible": (with_job("batch_size = 128", "batch_size = 100"), "schema"),
+        "batch_not_divisible": (with_job("batch_size = 128", "batch_size = 100"), "prime_rl"),
         "temperature_out_of_range": (with_job("temperature = 1.0", "temperature = 3.5"), "schema"),
         "toml_syntax": (with_job("[prime_rl]", "[prime_rl"), "schema"),
         "python_syntax": (with_env(suffix="\ndef broken(:\n    pass\n"), "syntax_error"),
