@@ -3,6 +3,7 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 
 from ait_env.config import ConfigError, compose, conf_dir, settings_from_cfg, split_families
+from task_families import FAMILY_NAMES
 
 
 def test_hydra_and_plain_compose_agree():
@@ -21,9 +22,12 @@ def test_bad_values_are_clear_errors():
         compose(reward="nope")
 
 
-def test_held_out_flag_splits_families():
-    train, held = split_families(["arithmetic"])
-    assert train == ["arithmetic"] and held == []
+def test_held_out_flag_splits_families(make_env):
+    train, held = split_families(list(FAMILY_NAMES))
+    assert held == ["triage"] and "triage" not in train and sorted(train + held) == sorted(FAMILY_NAMES)
+    env = make_env(family="train")
+    drawn = {env.reset(seed=s)[1]["family"] for s in range(40)}
+    assert drawn == set(train)  # every training family is drawn, the held-out one never
 
 
 def test_gym_make_kwargs(make_env):

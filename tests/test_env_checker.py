@@ -25,3 +25,4 @@ def test_check_env_outside_repo(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "CHECK_ENV_OK" in proc.stdout
+    assert "WARNINGS []" in proc.stdout, proc.stdout  # check_env warns about nothing (float precision aside)

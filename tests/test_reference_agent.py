@@ -41,7 +41,7 @@ def test_reference_agent_trains_the_best_base_model(make_env, runs_dir):
     for _ in range(3):
         obs, *_rest, info = env.step(agent.act(obs, info))
     assert agent.model == "Qwen/Qwen3-0.6B"
-    assert 'base_model = "Qwen/Qwen3-0.6B"' in env.unwrapped._ws.read("job.toml")
+    assert 'base_model = "Qwen/Qwen3-0.6B"' in env.unwrapped.workspace.read("job.toml")
 
 
 def test_pick_model_prefers_the_best_baseline_then_the_larger_role():

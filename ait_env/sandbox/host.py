@@ -442,6 +442,17 @@ class Sandbox:
         outside.mkdir()
         return outside, f"{self._work_inside}/{name}"
 
+    @property
+    def folder(self) -> Path:
+        """The host folder holding everything of this sandbox (removed by :meth:`destroy` or at exit)."""
+        return self._root
+
+    @property
+    def pid(self) -> int | None:
+        """The resident process's pid (None when it is not running)."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
     def request_folders(self) -> list[Path]:
         """The request folders that exist on the host now (each is deleted when its request ends)."""
         try:

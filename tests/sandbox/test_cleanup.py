@@ -12,9 +12,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_sandbox_folder_removed_at_exit(tmp_path):
     code = ("from ait_env.sandbox import Sandbox\n"
             "sb = Sandbox()\n"
-            "(sb._root / 'work' / 'left.txt').parent.mkdir(parents=True, exist_ok=True)\n"
-            "(sb._root / 'work' / 'left.txt').write_text('x')\n"
-            "print(sb._root)\n")
+            "(sb.folder / 'work' / 'left.txt').parent.mkdir(parents=True, exist_ok=True)\n"
+            "(sb.folder / 'work' / 'left.txt').write_text('x')\n"
+            "print(sb.folder)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
                          env={"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
@@ -60,9 +60,9 @@ def test_closed_sandbox_leaves_no_process_in_a_live_interpreter() -> None:
 
     sb = Sandbox()
     sb.new_workdir()  # starts the resident process
-    assert sb._proc is not None
+    assert sb.pid is not None
     time.sleep(2)
-    tree = {sb._proc.pid} | _descendants(sb._proc.pid)
+    tree = {sb.pid} | _descendants(sb.pid)
     assert len(tree) >= 2, tree
     sb.destroy()
     deadline = time.time() + 10
