@@ -22,6 +22,10 @@ Every cookbook-specific call of the project lives here (plus the offline helpers
 - :class:`JobWritingDataset` over the training families only (``split_families``), and
   :class:`EvalDataset`: the held-out families (tag ``heldout``) plus a comparison arm of training
   families (tag ``train``), with fixed instances so evaluations at different checkpoints compare.
+- One backend per run (:func:`run_backend`): every episode's env is given the run's backend instance
+  (``gym.make(..., backend=<Backend>)``), never builds or closes one; :func:`close_run_backends` closes
+  it when the run ends (``trainers/tinker_grpo.py``) or at exit. ``backend_factory`` builds a custom
+  backend class once per run.
 - ``infra_failed`` episodes: the message env raises :class:`InfraFailedEpisode`; the rollout strategy
   :func:`drop_infra_strategy` (the cookbook's ``MinViableGroup``) removes that trajectory from its
   group (optionally re-running a fresh episode of the same instance) and keeps the group when at

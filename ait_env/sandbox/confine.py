@@ -163,13 +163,19 @@ def drop_to_user(uid: int) -> None:
     os.setuid(uid)
 
 
-def confine(scratch: str, scratch_mb: int, max_inodes: int, drop_to: int | None) -> dict[str, Any]:
-    """Steps 1-3 of the module docstring, then the ``setuid`` to ``drop_to``. Returns what holds:
+def confine(scratch: str, scratch_mb: int, max_inodes: int, drop_to: int | None,
+            tmpfs: bool = True) -> dict[str, Any]:
+    """Steps 1-3 of the module docstring, then the ``setuid`` to ``drop_to``. ``tmpfs=False`` skips the
+    private tmpfs (the scratch space is then the plain folder the zygote bounds and wipes, as where
+    mounts are not permitted). Returns what holds:
     ``{"scratch": "tmpfs" | "folder", "capabilities": "dropped" | "none held", "seccomp": bool}``."""
-    tmpfs = private_scratch(scratch, scratch_mb, max_inodes, drop_to)
+    mounted = tmpfs and private_scratch(scratch, scratch_mb, max_inodes, drop_to)
+    if not mounted and drop_to is not None and os.getuid() == 0:
+        os.chown(scratch, drop_to, drop_to)  # the folder is the request's to write (the zygote wipes it)
+        os.chmod(scratch, 0o700)
     caps = drop_capabilities()
     if drop_to is not None:
         drop_to_user(drop_to)
     seccomp = install_seccomp()
-    return {"scratch": "tmpfs" if tmpfs else "folder", "capabilities": "dropped" if caps else "none held",
+    return {"scratch": "tmpfs" if mounted else "folder", "capabilities": "dropped" if caps else "none held",
             "seccomp": seccomp}

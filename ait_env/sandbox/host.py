@@ -73,6 +73,9 @@ class SandboxLimits(BaseModel):
     #: request ends (see ``confine.py``)
     scratch_mb: int = Field(256, ge=1)
     scratch_inodes: int = Field(20000, ge=16)
+    #: False: the scratch space is a plain folder bounded by the zygote's polling and wiped after each
+    #: request, as where mounts are not permitted (tests use it to exercise that path)
+    scratch_tmpfs: bool = True
 
 
 class SandboxSettings(BaseModel):

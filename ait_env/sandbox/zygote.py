@@ -137,8 +137,8 @@ def _child(req: dict[str, Any], adapter: Any, confine: Any, wfd: int, drop_to: i
         limits = req.get("limits", {})
         _apply_limits(limits)
         scratch = req["scratch"]
-        held = confine.confine(scratch, int(limits.get("scratch_mb", 256)),
-                               int(limits.get("scratch_inodes", 20000)), drop_to)
+        held = confine.confine(scratch, int(limits.get("scratch_mb", 256)), int(limits.get("scratch_inodes", 20000)),
+                               drop_to, tmpfs=bool(limits.get("scratch_tmpfs", True)))
         rep.send({"confinement": held})
         _limit_processes(limits)
         os.chdir(req["dir"])

@@ -33,3 +33,8 @@ def test_the_arithmetic_reference_job_lifts_the_model(tmp_path):
     assert result.post_score is not None and result.post_score - pre >= 0.15, (pre, result.post_score)
     if catalog.weights_hash(MODEL) == PINNED_WEIGHTS:
         assert round(result.post_score, 4) == PINNED_POST
+    else:  # another build: the job measured the base itself and pinned it for the next job
+        from ait_env.baselines import BaselineStore
+
+        store = BaselineStore("local", user_dir=tmp_path / "baselines")
+        assert store.for_job("arithmetic", [MODEL], {MODEL: catalog.weights_hash(MODEL)})[0] == {MODEL: pre}

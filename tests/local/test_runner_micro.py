@@ -102,3 +102,6 @@ def test_a_stale_pin_of_the_other_model_is_measured(tmp_path, monkeypatch, micro
     assert "the arithmetic baseline of other is measured on other weights (old, built here: new); measuring it" \
         in res.log_tail
     assert "pre_eval_other" in res.timings
+    # measured on a subset (eval_limit): never pinned; a full-set measurement would be
+    assert store.for_job("arithmetic", ["other"], {"other": "new"})[0] == {}
+    assert "pinned other" not in res.log_tail

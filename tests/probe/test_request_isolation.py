@@ -66,3 +66,19 @@ def test_a_request_cannot_park_data_beyond_its_scratch_limit(make_env):
     # and the next request starts from an empty scratch space again
     obs, _ = submit(env, with_env(prefix=OS, before_load=BIG_WRITE), seed=1)
     assert re.search(r"STOPPED_AT=(\d+)", obs) and int(re.search(r"STOPPED_AT=(\d+)", obs).group(1)) >= 20
+
+
+def test_without_a_private_tmpfs_the_zygote_bounds_and_wipes_the_scratch_folder(make_env):
+    """Where mounts are not permitted (an unprivileged bubblewrap, the fallback as a normal user) the
+    scratch space is a folder: writing past its limit ends the request (disk_limit), and the next
+    request finds it empty."""
+    limits = {"scratch_mb": 24, "scratch_tmpfs": False, "wall_seconds": 20}
+    env = make_env(family="arithmetic", overrides={"env": {"probe": {"sandbox": {"limits": limits}}}})
+    many_files = ("    for _i in range(2000):\n"
+                  "        _fd = os.open(os.environ['TMPDIR'] + '/f' + str(_i), os.O_WRONLY | os.O_CREAT)\n"
+                  "        os.write(_fd, b'x' * 1_000_000)\n        os.close(_fd)\n        sum(range(100_000))\n")
+    obs, _ = submit(env, with_env(prefix=OS, before_load=many_files))
+    assert "[disk_limit]" in obs and "more than 24 MB" in obs, obs
+    obs, _ = submit(env, with_env(prefix=OS, before_load=PROBE_PLACES), seed=1)
+    assert "FOUND=[]" in obs, obs
+    assert "'/scratch'" not in re.search(r"REFUSED=(\[[^\]]*\])", obs).group(1), obs  # its folder, writable
