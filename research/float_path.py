@@ -16,7 +16,7 @@ Settings (environment variables read by torch and MKL when they start):
 
 Equal hashes mean bit-identical weights. The build itself (``ait_env.local.build``) takes
 ``catalog.BuildSettings.float_path`` (``portable`` by default, the settings above) and records what it
-ran on (``float_path`` in ``ait_model.json``); README, "Reproducibility across machines".
+ran on (``float_path`` in ``ait_model.json``); docs/local_backend.md, "Reproducibility across machines".
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ unperturbed weights, the share still right (the skill that update noise takes ap
 share of transcripts with every line right (greedy reproduces the whole solution); ``margin<1``, the
 share of right lines whose smallest logit margin (teacher token minus the best other) is under 1.
 
-Measured on the pinned ait-tiny-m (README, "Calendar"): sign noise costs almost nothing, while ten
+Measured on the pinned ait-tiny-m (docs/local_models.md): sign noise costs almost nothing, while ten
 noise-advantage steps of 1e-4 keep 90-97% of the lines; calendar keeps the fewest (90%) and writes
 twice as many lines per transcript as any other family, so its fragility is mostly its length.
 """

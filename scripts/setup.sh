@@ -20,7 +20,7 @@ echo "installing ai-trains-ai ${SPEC} into .venv (first run takes a few minutes)
 # pip's "Location ... is ignored" notes about local mirrors are noise; real errors still show.
 .venv/bin/python -m pip install --disable-pip-version-check -q -e "$SPEC" 2>&1 | grep -v "is ignored: it is neither" || true
 .venv/bin/python -c "import ait_env" || { echo "error: installation failed; rerun: .venv/bin/pip install -e '$SPEC'" >&2; exit 1; }
-# The validation probe's sandbox uses bubblewrap when available (see README: "The validation sandbox").
+# The validation probe's sandbox uses bubblewrap when available (see docs/security.md).
 if ! command -v bwrap >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing bubblewrap (sandbox for untrusted agent code)"

@@ -45,7 +45,7 @@ def missing_key_message(pilot: str) -> str:
         "  - Train on Tinker: export TINKER_API_KEY=<your key from the Tinker console> and rerun:\n"
         f"      python trainers/tinker_grpo.py +pilot={pilot}\n"
         "  - Use a self-hosted Tinker-compatible server: export TINKER_API_KEY=tml-dummy and add\n"
-        "      pilot.base_url=http://127.0.0.1:<port>   (README: 'Training the agent with Tinker')\n"
+        "      pilot.base_url=http://127.0.0.1:<port>   (docs/tinker.md)\n"
         "  - Run the whole loop locally, without any account:\n"
         f"      python trainers/tinker_grpo.py +pilot={pilot} dry_run=true\n"
         "    (an offline service and a scripted policy drive the same rollouts, rewards, checkpoints and\n"

@@ -7,8 +7,9 @@ adapter can be added beside it. Contract:
   :func:`ait_env.jobs.bundle.write_env_package`) the way prime-rl's ``load_environment(env_id)`` does;
 - :func:`load_environment` calls its ``load_environment(**args)`` and checks the result is a classic
   ``vf.Environment``;
-- :func:`dataset_rows`, :func:`tool_names`, :func:`max_turns`, :func:`system_prompt` read what the
-  probe and the trainers need from the environment;
+- :func:`dataset_len`, :func:`dataset_columns`, :func:`dataset_column`, :func:`tool_functions`,
+  :func:`max_turns`, :func:`system_prompt` read what the probe and the rollout worker need from the
+  environment (:func:`dataset_rows` and :func:`tool_names` serve the family tests);
 - :func:`score_completion` scores one completion (OpenAI-style message dicts) with the
   environment's own rubric, exactly as a rollout would be scored, and reports reward-function
   errors that verifiers would otherwise swallow.

@@ -333,8 +333,9 @@ def pinned_match(meta: dict[str, Any]) -> str:
     mkl = f", MKL branch {fp['mkl_branch']}" if fp.get("mkl_branch") else ""
     where = f" (built with {fp.get('cpu_capability')} kernels, torch {fp.get('torch')}{mkl})" if fp else ""
     return (f"weights differ from the pinned baselines' ({', '.join(stale)}){where}: another corpus, or the "
-            "same one built on a CPU with other vector instructions or of another vendor (README, "
-            "'Reproducibility across machines'); jobs measure this model's base score themselves; python "
+            "same one built on a CPU with other vector instructions or of another vendor "
+            "(docs/local_backend.md, 'Reproducibility across machines'); jobs measure this model's base score "
+            "themselves; python "
             "scripts/seed_baselines.py backend=local pin=true pins this build too")
 
 

@@ -71,7 +71,7 @@ BUILD = BuildSettings()
 
 #: Environment settings that fix the code path of torch's CPU kernels and of MKL's matrix products in
 #: the build's worker processes. Pretraining amplifies last-bit differences into another model, so the
-#: weights are bit-identical only where the path is (README, "Reproducibility across machines";
+#: weights are bit-identical only where the path is (docs/local_backend.md, "Reproducibility across machines";
 #: ``research/float_path.py`` measures it).
 FLOAT_PATHS: dict[str, dict[str, str]] = {
     # whatever the CPU offers: AVX512 kernels on an AVX512 CPU, AVX2 on an AVX2 one
@@ -87,14 +87,14 @@ CATALOG: dict[str, LocalModelSpec] = {
         intermediate_size=192,
         # 200 copy-drill steps (not 400): with 400 the small model beat the larger on persona and units
         # (v13). Pretraining seed 1: with seed 0 the small model scored 0.410 on triage, above
-        # ait-tiny-m's 0.303, so the smaller model was the better one on a family (README)
+        # ait-tiny-m's 0.303, so the smaller model was the better one on a family (docs/local_models.md)
         pretrain=PretrainConfig(steps=1400, batch_size=8, lr=5e-3, seed=1, drill_steps=200),
         description="the small base model: 3 layers, width 64"),
     "ait-tiny-m": LocalModelSpec(
         name="ait-tiny-m", role="larger", hidden_size=96, num_hidden_layers=3, num_attention_heads=3,
         intermediate_size=256,
         # pretraining seed 2: chosen among seeds 1 and 2 of corpus v14 by base scores and the inventory
-        # reference (seed 1: +0.123, seed 2: +0.243); README, "Base models". 400 drill steps of 32 rows:
+        # reference (seed 1: +0.123, seed 2: +0.243); docs/local_models.md. 400 drill steps of 32 rows:
         # 16 rows left both seeds on the loss plateau (final loss 0.100 and 0.157 against 0.067)
         pretrain=PretrainConfig(steps=1400, batch_size=8, lr=5e-3, seed=2),
         description="the larger base model: 3 layers, width 96"),

@@ -2,8 +2,8 @@
 model's output back into content and tool calls (read by :mod:`ait_env.toolcalls`).
 
 The same format is shipped as a Jinja ``chat_template`` in ``tokenizer_config.json`` so transformers
-and vLLM render identically (checked by ``tests/local/test_chat.py``). It is ChatML with compact
-tool declarations (names and parameter names only, to keep prompts short for tiny models)::
+and vLLM can render it (no test here renders that template against this module). It is ChatML with
+compact tool declarations (names and parameter names only, to keep prompts short for tiny models)::
 
     <|im_start|>system
     {system}<tools>calculator(expression)</tools><|im_end|>

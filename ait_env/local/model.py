@@ -4,8 +4,7 @@ Why this design: the files we write (``config.json`` with ``model_type: llama``,
 with HF parameter names, a ``tokenizers`` tokenizer with a chat template) load in transformers and
 can be served by vLLM on a GPU pod unchanged, while training and sampling on CPU use this lean
 implementation (batched KV-cache decoding, no generic generation machinery). Equivalence with
-transformers' own implementation is checked by ``tests/local/test_model.py`` when transformers is
-installed, and ``benchmarks/bench_local_model.py`` compares their speed.
+transformers' own implementation is not checked by a test in this repository.
 
 Contract:
 - :class:`TinyConfig` <-> HF ``config.json``; :meth:`TinyLM.save` / :meth:`TinyLM.load` use

@@ -377,7 +377,7 @@ def float_path() -> dict[str, Any]:
     bit-identical weights only where all of these agree. The vector instructions matter most: torch's
     CPU kernels and MKL's matrix products take a different code path (and summation order) on an
     AVX512 CPU than on an AVX2 one, and 1,800 pretraining steps turn those last-bit differences into
-    different models, and so does MKL's branch, which depends on the CPU's vendor (README,
+    different models, and so does MKL's branch, which depends on the CPU's vendor (docs/local_backend.md,
     "Reproducibility across machines")."""
     import platform
 

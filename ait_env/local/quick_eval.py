@@ -17,7 +17,7 @@ OpenAI-compatible endpoint (:mod:`ait_env.local.endpoint`), turn by turn:
    reply);
 4. the harness's rules: structured calls are executed with the family's tools; without them, text
    ``<tool_call>`` blocks (malformed or cut off) become ``error:`` tool results
-   (:func:`ait_env.evaluation.parse_text_tool_calls` and the harness's own ``_run_call``); no call ends
+   (:func:`ait_env.toolcalls.parse_text_tool_calls` and the harness's own ``_run_call``); no call ends
    the conversation; after ``max_turns`` the last reply is scored as it is;
 5. score = ``family.check(instance, final_text(content))``, clipped to [0, 1]; the mean gets the
    harness's 95% interval (:func:`ait_env.evaluation.confidence_interval`).

@@ -76,7 +76,7 @@ def shortcuts(masks: list[list[bool]], minutes: int, answer: str) -> tuple[bool,
 #: skipping the last person is right on 44-81% of them, by size. For experiments
 #: (``research/grpo_lab.py --rule``): ``shortcuts_wrong`` keeps only those both shortcuts get wrong,
 #: which makes "the answer is later than the obvious slot" a rule a policy can learn instead of the
-#: task (README, "Calendar"); ``balanced`` draws, per question, whether each shortcut is to be right as
+#: task (docs/local_models.md); ``balanced`` draws, per question, whether each shortcut is to be right as
 #: a fair coin, so that no shortcut pays.
 RULES = ("natural", "balanced", "shortcuts_wrong")
 

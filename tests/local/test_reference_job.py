@@ -15,7 +15,7 @@ from ait_env.runner import run  # noqa: E402
 from conftest import make_bundle  # noqa: E402
 
 MODEL = "ait-tiny-m"
-#: measured on the pinned build (README, "Reference jobs": 0.377 -> 0.597)
+#: measured on the pinned build (docs/local_backend.md, "Reference jobs": 0.377 -> 0.597)
 PINNED_WEIGHTS, PINNED_POST = "06e8f3cf1620aa57", 0.5967
 
 
