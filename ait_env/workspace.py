@@ -123,9 +123,6 @@ class Workspace:
                 out.append(full.relative_to(self.root).as_posix())
         return sorted(out)
 
-    def total_bytes(self) -> int:
-        return sum((self.root / f).lstat().st_size for f in self.files())
-
     def exists(self, path: str) -> bool:
         return self.resolve(path).is_file()
 

@@ -28,7 +28,7 @@ Contract:
 from __future__ import annotations
 
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -58,9 +58,6 @@ class Prices:
             if k in known:
                 known[k] = float(known[k] or 0.0)
         return cls(**known)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def call_usd(self, prompt_tokens: int, cached_tokens: int, sampled_tokens: int) -> float:
         uncached = max(0, prompt_tokens - cached_tokens)

@@ -9,7 +9,7 @@ adapter can be added beside it. Contract:
   ``vf.Environment``;
 - :func:`dataset_len`, :func:`dataset_columns`, :func:`dataset_column`, :func:`tool_functions`,
   :func:`max_turns`, :func:`system_prompt` read what the probe and the rollout worker need from the
-  environment (:func:`dataset_rows` and :func:`tool_names` serve the family tests);
+  environment;
 - :func:`score_completion` scores one completion (OpenAI-style message dicts) with the
   environment's own rubric, exactly as a rollout would be scored, and reports reward-function
   errors that verifiers would otherwise swallow.
@@ -81,13 +81,6 @@ def is_tool_env(env: Any) -> bool:
     return isinstance(env, _vf().ToolEnv)
 
 
-def dataset_rows(env: Any, limit: int | None = None) -> list[dict[str, Any]]:
-    """Rows of the training dataset: ``question``, ``answer``, ``info``, ``prompt`` (messages)."""
-    ds = env.get_dataset()
-    n = len(ds) if limit is None else min(limit, len(ds))
-    return [dict(ds[i]) for i in range(n)]
-
-
 def dataset_column(env: Any, name: str, limit: int | None = None) -> list[Any]:
     """One column of the training dataset (fast columnar access)."""
     ds = getattr(env, "dataset", None)
@@ -106,10 +99,6 @@ def dataset_len(env: Any) -> int:
 def dataset_columns(env: Any) -> list[str]:
     ds = getattr(env, "dataset", None)
     return [] if ds is None else list(ds.column_names)
-
-
-def tool_names(env: Any) -> list[str]:
-    return list(getattr(env, "tool_map", {}) or {})
 
 
 def tool_functions(env: Any) -> dict[str, Any]:

@@ -364,9 +364,3 @@ def token_budget_rule(job: Job, *, prompt_tokens: int, max_turns: int) -> list[J
                    f"Raise seq_len to at least {need} (within the task limit), {hint}, "
                    "or lower the environment's max_turns.")]
 
-
-def check_primerl_rules(job: Job, *, prompt_tokens: int, max_turns: int,
-                        renderer_override: str | None = None) -> list[JobIssue]:
-    """Every prime-rl v0.7.0 rule on a parsed job: :func:`config_rules` and :func:`token_budget_rule`."""
-    return (config_rules(job, renderer_override=renderer_override)
-            + token_budget_rule(job, prompt_tokens=prompt_tokens, max_turns=max_turns))

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import queue
 import threading
 import time
@@ -427,6 +426,3 @@ def _set_exc(fut: asyncio.Future[Any], exc: BaseException) -> None:
     if not fut.done():
         fut.set_exception(exc)
 
-
-def dump_stats(ep: LocalEndpoint) -> str:
-    return json.dumps(ep.stats)

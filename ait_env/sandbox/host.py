@@ -56,7 +56,6 @@ from pydantic import BaseModel, Field
 ZYGOTE = Path(__file__).with_name("zygote.py")
 CONFINE = Path(__file__).with_name("confine.py")
 ADAPTER = Path(__file__).resolve().parents[1] / "integrations" / "verifiers_v0.py"
-SANDBOX_UID = 65534
 
 
 class SandboxError(RuntimeError):

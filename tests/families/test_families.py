@@ -73,9 +73,9 @@ def test_reference_job_loads_with_real_verifiers_and_rubric_separates(name, tmp_
     fam = get_family(name)
     env = load_reference_environment(name, "some/model", tmp_path, {"num_examples": 64})
     assert V.is_tool_env(env)
-    assert sorted(V.tool_names(env)) == sorted(fam.tool_names)
-    rows = V.dataset_rows(env)
-    assert len(rows) == 64 and all(r["answer"] for r in rows)
+    assert sorted(V.tool_functions(env)) == sorted(fam.tool_names)
+    answers = V.dataset_column(env, "answer")
+    assert V.dataset_len(env) == len(answers) == 64 and all(answers)
     rng = random.Random(0)
     for inst in fam.generate(13, 10):
         row = {"prompt": fam.eval_messages(inst), "answer": inst.answer, "info": inst.info}

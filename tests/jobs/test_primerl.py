@@ -31,9 +31,10 @@ from ait_env.jobs.primerl import (
     OPTIM_PARAMS,
     PrimeRLRenderError,
     RenderOptions,
-    check_primerl_rules,
+    config_rules,
     final_weights_dir,
     render_rl_toml,
+    token_budget_rule,
 )
 from ait_env.jobs.schema import Job, JobIssue, check_bounds, parse_job
 from task_families import FAMILY_NAMES
@@ -51,6 +52,11 @@ _spec.loader.exec_module(regen)
 #: The stub backend's bounds (conf/backend/stub.yaml).
 BOUNDS = Bounds(base_models=["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"], max_steps=200, max_batch_size=512,
                 max_group_size=32, max_seq_len=8192, max_tokens=2048)
+
+
+def check_primerl_rules(job: Job, *, prompt_tokens: int, max_turns: int) -> list[JobIssue]:
+    """Every prime-rl rule on a parsed job, as the probe applies them (static, then dynamic stage)."""
+    return config_rules(job) + token_budget_rule(job, prompt_tokens=prompt_tokens, max_turns=max_turns)
 
 
 def _job(text: str) -> Job:
