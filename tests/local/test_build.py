@@ -3,6 +3,7 @@ reporting, its pool's shutdown, its float path and what it says about the pinned
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -35,8 +36,14 @@ def test_build_micro_catalog_end_to_end_and_deterministic(monkeypatch, tmp_path)
     monkeypatch.setattr(catalog, "BUILD", catalog.BuildSettings(corpus_per_family=12, tokenizer_sample=72,
                                                                 vocab_size=512, eval_limit=2, float_path="native"))
     monkeypatch.setattr(B, "EVAL_GROUPS", (("arithmetic", "persona"), ("triage",)))
-    metas = B.build(force=False, jobs=0, progress=False, evaluate=True)
+    log = io.StringIO()
+    metas = B.build(force=False, jobs=0, evaluate=True, stream=log)
     assert set(metas) == {"micro-s", "micro-m"}
+    said = log.getvalue()
+    for phase in ("[build] corpus: ", "[build] tokenizer: ", "[build] encoded: ", "[build] pretraining micro-s",
+                  "[build] micro-s: pretrained in ", "[build] micro-m (larger, ", "[build] built micro-s, micro-m"):
+        assert phase in said, (phase, said)
+    assert "no pinned baselines" in said and "--eval" not in said and "\x1b" not in said
     for name, meta in metas.items():
         d = catalog.model_dir(name)
         assert d == tmp_path / "cache" / name and catalog.is_current(name)
@@ -52,24 +59,88 @@ def test_build_micro_catalog_end_to_end_and_deterministic(monkeypatch, tmp_path)
     assert again["micro-s"]["weights_hash"] == metas["micro-s"]["weights_hash"]
     assert again["micro-s"]["base_scores"] == {} and again["micro-s"]["mean_base_score"] is None
     assert "no pinned baselines" in B.pinned_match(again["micro-s"])
-    assert B.build(["micro-s"], jobs=0, progress=False)["micro-s"]["built_at"] == again["micro-s"]["built_at"]
+    log = io.StringIO()
+    assert B.build(["micro-s"], jobs=0, stream=log)["micro-s"]["built_at"] == again["micro-s"]["built_at"]
+    assert log.getvalue() == f"local models current: micro-s (cached in {tmp_path / 'cache'})\n"
 
 
-def test_parallel_build_progress_bars_follow_the_workers_progress_files(tmp_path) -> None:
+def _write_progress(workdir, name: str, step: int, total: int, loss: float, seconds: float) -> None:
     from ait_env.local import build as B
 
-    names = list(catalog.CATALOG)
-    bars = B._ParallelBars(names, str(tmp_path), enabled=True)
-    (tmp_path / f"{names[0]}.progress").write_text("121 0.4321")
-    (tmp_path / f"{names[1]}.progress").write_text("garbage")  # a partial write is skipped, not fatal
-    bars.refresh(done=set())
-    tasks = {t.description: t for t in bars.prog.tasks}
-    assert tasks[f"pretrain {names[0]}"].completed == 121 and tasks[f"pretrain {names[0]}"].fields["loss"] == "0.4321"
-    assert tasks[f"pretrain {names[1]}"].completed == 0
-    bars.refresh(done={names[1]})
-    assert tasks[f"pretrain {names[1]}"].completed == tasks[f"pretrain {names[1]}"].total
-    bars.close()
-    assert B._ParallelBars(names, str(tmp_path), enabled=False).prog is None
+    B.progress_path(workdir, name).write_text(f"{step} {total} {loss:.4f} {seconds:.1f}")
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_build_progress_to_a_file_prints_a_plain_line_per_model_every_30_seconds(tmp_path) -> None:
+    """Output redirected (not a terminal): no bars, a line per model at the cadence, with step, total,
+    loss, elapsed and time left, read from the workers' progress files."""
+    import io
+
+    from ait_env.local import build as B
+
+    out, clock = io.StringIO(), _Clock()
+    report = B.BuildProgress(tmp_path, stream=out, clock=clock)
+    assert not report.tty
+    report.line("[build] corpus: 18,900 transcripts")
+    report.start(["ait-tiny-m", "ait-tiny-s"], workers=2)
+    assert report.prog is None
+    _write_progress(tmp_path, "ait-tiny-m", 181, 1800, 1.2345, 30.0)
+    B.progress_path(tmp_path, "ait-tiny-s").write_text("garbage")  # a stray write is skipped, not fatal
+    clock.now = 10.0
+    report.refresh()
+    assert out.getvalue().count("\n") == 2  # nothing yet: the first lines come after 30 s
+    clock.now = 31.0
+    report.refresh()
+    lines = out.getvalue().splitlines()
+    assert lines[1] == ("[build] pretraining ait-tiny-m (1,800 steps), ait-tiny-s (1,600 steps) in 2 worker "
+                        "processes, one thread each")
+    assert lines[2] == "[build] ait-tiny-m: step 181/1,800, loss 1.2345, 30s elapsed, about 4m28s left"
+    assert len(lines) == 3
+    clock.now = 40.0
+    report.refresh()
+    assert len(out.getvalue().splitlines()) == 3  # not again before another 30 s
+    report.done("ait-tiny-m", "[build] ait-tiny-m: pretrained in 4m30s")
+    clock.now = 100.0
+    report.refresh()  # a finished model has no more progress lines
+    report.close()
+    assert out.getvalue().splitlines()[3:] == ["[build] ait-tiny-m: pretrained in 4m30s"]
+    assert "\x1b" not in out.getvalue()
+
+
+def test_build_progress_on_a_terminal_ends_with_every_bar_complete(tmp_path) -> None:
+    """On a terminal: one bar per model following the progress files; a finished model's bar shows
+    its total even when the last write it saw was an earlier step (1791 of 1800)."""
+    import io
+
+    from ait_env.local import build as B
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    report = B.BuildProgress(tmp_path, stream=Terminal())
+    report.start(["ait-tiny-m", "ait-tiny-s"], workers=2)
+    _write_progress(tmp_path, "ait-tiny-m", 1791, 1800, 0.044, 300.0)
+    _write_progress(tmp_path, "ait-tiny-s", 121, 1600, 0.4321, 20.0)
+    report.refresh()
+    tasks = {t.description: t for t in report.prog.tasks}
+    assert tasks["pretrain ait-tiny-m"].completed == 1791
+    assert tasks["pretrain ait-tiny-s"].completed == 121 and tasks["pretrain ait-tiny-s"].fields["loss"] == "0.4321"
+    report.done("ait-tiny-m", "[build] ait-tiny-m: pretrained")
+    assert tasks["pretrain ait-tiny-m"].completed == tasks["pretrain ait-tiny-m"].total == 1800
+    report.close()
+    assert report.prog is None
+    quiet = B.BuildProgress(tmp_path, enabled=False, stream=Terminal())
+    quiet.start(["ait-tiny-m"])
+    quiet.line("nothing")
+    assert quiet.prog is None and quiet.stream.getvalue() == ""
 
 
 def test_a_terminated_build_takes_its_pool_workers_with_it(tmp_path) -> None:
@@ -119,12 +190,15 @@ def test_build_says_whether_its_weights_are_the_pinned_ones(monkeypatch) -> None
     monkeypatch.setattr(BaselineStore, "entries", lambda self: pins)
     assert B.pinned_match({"name": "ait-tiny-m", "weights_hash": "abc"}) == "weights match the pinned baselines"
     assert B.pinned_match({"name": "ait-tiny-m", "weights_hash": "xyz"}) == "weights match the pinned baselines"
-    other = B.pinned_match({"name": "ait-tiny-m", "weights_hash": "def"})
-    assert other.startswith("weights differ from the pinned baselines' (abc, xyz)") and "seed_baselines.py" in other
-    built_here = B.pinned_match({"name": "ait-tiny-m", "weights_hash": "def",
-                                 "float_path": {"cpu_capability": "AVX512", "torch": "2.13.0+cpu"}})
-    assert "(built with AVX512 kernels, torch 2.13.0+cpu)" in built_here and "vector instructions" in built_here
+    other = B.pinned_match({"name": "ait-tiny-m", "weights_hash": "def",
+                            "float_path": {"cpu_capability": "AVX512", "torch": "2.13.0+cpu"}})
+    assert other.startswith("weights differ from the pinned build's (another CPU or corpus)")
+    assert "python scripts/seed_baselines.py backend=local pin=true" in other
+    assert "\n" not in other and "AVX" not in other and "MKL" not in other and "--" not in other
     assert "no pinned baselines" in B.pinned_match({"name": "ait-tiny-s", "weights_hash": "abc"})
+    line = B.model_line({"name": "ait-tiny-m", "role": "larger", "params": 430752, "weights_hash": "def",
+                         "base_scores": {}})
+    assert line.startswith("[build] ait-tiny-m (larger, 430,752 params, weights def): weights differ")
 
 
 def test_float_path_settings_reach_a_fresh_process_and_are_restored(monkeypatch) -> None:
