@@ -1,4 +1,4 @@
-"""Build the local base models: ``python -m ait_env.local.build [--force] [--eval] [--models a,b] [--jobs N]``.
+"""Build the local base models: ``python -m ait_env.local.build [--force] [--eval] [--models a,b]``.
 
 Contract: models that are current (:func:`ait_env.local.catalog.is_current`) are kept, and when all the
 requested ones are the command prints one line (``local models current: ... (cached in <dir>)``) and
@@ -81,7 +81,8 @@ def prepare_data(workdir: Path, report: BuildProgress | None = None) -> dict[str
     with open(workdir / "examples.pkl", "wb") as f:
         pickle.dump(examples, f, protocol=pickle.HIGHEST_PROTOCOL)
     say(f"[build] encoded: {sum(len(ids) for ids, _ in examples):,} tokens, {time.perf_counter() - t:.1f}s")
-    return {"corpus_hash": corpus.hash(), "corpus_size": len(corpus.transcripts), "corpus_stats": corpus.stats(),
+    return {"corpus_hash": corpus.hash(), "corpus_size": len(corpus.transcripts),
+            "corpus_stats": corpus.stats(),
             "token_lengths": {k: {"mean": round(sum(v) / len(v), 1), "p95": sorted(v)[int(0.95 * len(v))],
                                   "max": max(v)} for k, v in lengths.items()},
             "seconds": round(time.perf_counter() - t0, 1)}
@@ -246,7 +247,8 @@ def build(names: list[str] | None = None, *, force: bool = False, jobs: int = 2,
     if todo:
         with tempfile.TemporaryDirectory(prefix="ait-build-") as wd, float_path_env(catalog.BUILD.float_path):
             report = BuildProgress(wd, enabled=progress, stream=stream)
-            report.line(f"[build] building {', '.join(todo)} (cache: {catalog.cache_root()}): data, then pretraining")
+            report.line(f"[build] building {', '.join(todo)} (cache: {catalog.cache_root()}): data, then "
+                        "pretraining")
             try:
                 if jobs <= 0:
                     info = prepare_data(Path(wd), report)
@@ -381,8 +383,8 @@ class BuildProgress:
                                        TimeRemainingColumn)
 
             self.prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                                 console=Console(file=self.stream))
+                                 TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(),
+                                 TimeRemainingColumn(), console=Console(file=self.stream))
             self.prog.start()
         for n in names:
             self.tasks[n] = self.prog.add_task(f"pretrain {n}", total=self._total(n), loss="-")
@@ -439,8 +441,9 @@ class BuildProgress:
 def trained_line(trained: dict[str, Any], evaluate: bool) -> str:
     """One line for a pretrained model (before it is written to the cache)."""
     st = trained["pretrain_stats"]
-    return (f"[build] {trained['name']}: pretrained in {_duration(trained['seconds'])} ({st['steps']:,} steps, "
-            f"loss {st['loss_first']:.2f} -> {st['loss_last']:.3f}){'; scoring it on the hidden sets' if evaluate else ''}")
+    scoring = "; scoring it on the hidden sets" if evaluate else ""
+    return (f"[build] {trained['name']}: pretrained in {_duration(trained['seconds'])} "
+            f"({st['steps']:,} steps, loss {st['loss_first']:.2f} -> {st['loss_last']:.3f}){scoring}")
 
 
 def pinned_match(meta: dict[str, Any]) -> str:
@@ -453,8 +456,9 @@ def pinned_match(meta: dict[str, Any]) -> str:
         return "no pinned baselines for this model; jobs measure its untrained score themselves"
     if any(not e.measured_on_other_weights(meta["weights_hash"]) for e in pins):
         return "weights match the pinned baselines"
-    return ("weights differ from the pinned build's (another CPU or corpus); jobs measure its untrained score "
-            "themselves (or pin this build once: python scripts/seed_baselines.py backend=local pin=true)")
+    return ("weights differ from the pinned build's (another CPU or corpus); jobs measure its untrained "
+            "score themselves (or pin this build once: "
+            "python scripts/seed_baselines.py backend=local pin=true)")
 
 
 def model_line(meta: dict[str, Any]) -> str:
@@ -464,8 +468,8 @@ def model_line(meta: dict[str, Any]) -> str:
     if meta["base_scores"]:
         each = " ".join(f"{k}={v['score']:.2f}" for k, v in meta["base_scores"].items())
         scores = f"; base scores {each} (mean {meta['mean_base_score']:.3f})"
-    return (f"[build] {meta['name']} ({meta['role']}, {meta['params']:,} params, weights {meta['weights_hash']}): "
-            f"{pinned_match(meta)}{scores}")
+    return (f"[build] {meta['name']} ({meta['role']}, {meta['params']:,} params, weights "
+            f"{meta['weights_hash']}): {pinned_match(meta)}{scores}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -475,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (one thread each)")
     ap.add_argument("--eval", action="store_true",
                     help="also score each model on every family's hidden set (greedy, ~1 min more)")
-    ap.add_argument("--json", action="store_true", help="then print one JSON line per model (name, dir, scores)")
+    ap.add_argument("--json", action="store_true",
+                    help="then print one JSON line per model (name, dir, weights hash, scores)")
     ap.add_argument("--quiet", action="store_true", help="print nothing but errors (and --json's lines)")
     args = ap.parse_args(argv)
     names = [m.strip() for m in args.models.replace(" ", ",").split(",") if m.strip()]
@@ -483,7 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         for n, m in metas.items():
             print(json.dumps({"name": n, "dir": str(catalog.model_dir(n)), "params": m.get("params"),
-                              "weights_hash": m.get("weights_hash"), "mean_base_score": m.get("mean_base_score"),
+                              "weights_hash": m.get("weights_hash"),
+                              "mean_base_score": m.get("mean_base_score"),
                               "base_scores": {k: v["score"] for k, v in m.get("base_scores", {}).items()}}))
     return 0
 

@@ -40,8 +40,9 @@ def test_build_micro_catalog_end_to_end_and_deterministic(monkeypatch, tmp_path)
     metas = B.build(force=False, jobs=0, evaluate=True, stream=log)
     assert set(metas) == {"micro-s", "micro-m"}
     said = log.getvalue()
-    for phase in ("[build] corpus: ", "[build] tokenizer: ", "[build] encoded: ", "[build] pretraining micro-s",
-                  "[build] micro-s: pretrained in ", "[build] micro-m (larger, ", "[build] built micro-s, micro-m"):
+    for phase in ("[build] corpus: ", "[build] tokenizer: ", "[build] encoded: ",
+                  "[build] pretraining micro-s", "[build] micro-s: pretrained in ", "[build] micro-m (larger, ",
+                  "[build] built micro-s, micro-m"):
         assert phase in said, (phase, said)
     assert "no pinned baselines" in said and "--eval" not in said and "\x1b" not in said
     for name, meta in metas.items():
@@ -132,7 +133,8 @@ def test_build_progress_on_a_terminal_ends_with_every_bar_complete(tmp_path) -> 
     report.refresh()
     tasks = {t.description: t for t in report.prog.tasks}
     assert tasks["pretrain ait-tiny-m"].completed == 1791
-    assert tasks["pretrain ait-tiny-s"].completed == 121 and tasks["pretrain ait-tiny-s"].fields["loss"] == "0.4321"
+    assert tasks["pretrain ait-tiny-s"].completed == 121
+    assert tasks["pretrain ait-tiny-s"].fields["loss"] == "0.4321"
     report.done("ait-tiny-m", "[build] ait-tiny-m: pretrained")
     assert tasks["pretrain ait-tiny-m"].completed == tasks["pretrain ait-tiny-m"].total == 1800
     report.close()
