@@ -427,7 +427,7 @@ class BuildProgress:
         if self.prog is not None and name in self.tasks:
             got = self.read(name)
             task = self.tasks[name]
-            total = got[1] if got else self.prog.tasks[task].total
+            total = got[1] if got else self._total(name)
             self.prog.update(task, completed=total, total=total, **({"loss": got[2]} if got else {}))
         self.line(summary)
 
