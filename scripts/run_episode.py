@@ -2,6 +2,11 @@
 
     python scripts/run_episode.py                       # arithmetic, scripted reference agent, default backend
     python scripts/run_episode.py family=arithmetic backend=stub seed=3
+
+The ``local`` backend trains models built beforehand by ``python -m ait_env.local.build`` (``scripts/main.sh``
+runs it first); this script builds nothing. Each turn's tool output is shown clipped to
+:data:`SHOWN_CHARS` characters at a line or word boundary, with a marker saying how much was left out;
+a surrogate backend's reward is labelled as one.
 """
 
 from __future__ import annotations
@@ -13,9 +18,11 @@ from rich.table import Table
 
 from ait_env.agents.reference import ScriptedReferenceAgent
 from ait_env.config import settings_from_cfg
+from ait_env.display import clip, status_label
 from ait_env.env import JobWritingEnv
 
 AGENTS = {"reference": ScriptedReferenceAgent}
+SHOWN_CHARS = 800  # of each turn's tool output
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="run_episode")
@@ -23,22 +30,13 @@ def main(cfg: DictConfig) -> None:
     console = Console()
     if cfg.agent not in AGENTS:
         raise SystemExit(f"unknown agent {cfg.agent!r}; choose one of: {', '.join(AGENTS)}")
-    if cfg.backend.name == "local":
-        # Build (once per machine, cached) the models the local backend trains, before the episode
-        # starts, so the probe counts prompt tokens with their real tokenizer.
-        from ait_env.local.build import build
-        from ait_env.local.catalog import cache_root
-
-        console.print("[bold]local backend[/bold]: checking the base models (the first run builds them: "
-                      f"5 to 10 minutes on 2 cores, cached in {cache_root()})")
-        build([m["name"] for m in cfg.backend.models])
     env = JobWritingEnv(settings=settings_from_cfg(cfg))
     agent = AGENTS[cfg.agent]()
     obs, info = env.reset(seed=int(cfg.seed))
     console.rule(f"episode {info['episode_id']}: family={info['family']} backend={info['backend']}")
     if info["surrogate"]:
         console.print("[yellow]backend 'stub' is a SURROGATE: scores are a formula of the job's settings, "
-                      "nothing is trained.[/yellow]")
+                      "nothing is trained.[/yellow]", soft_wrap=True)
     agent.reset(info)
     done = False
     while not done:
@@ -48,10 +46,12 @@ def main(cfg: DictConfig) -> None:
         calls = [tc["function"]["name"] for m in info["messages"][n_before:] if m["role"] == "assistant"
                  for tc in m.get("tool_calls", [])]
         console.print(f"[bold]turn {info['turn']}[/bold] tools: {', '.join(calls) or '(none)'}")
-        console.print("  " + obs.replace("\n", "\n  ")[:800])
+        console.print("  " + clip(obs, SHOWN_CHARS).replace("\n", "\n  "), markup=False, highlight=False,
+                      soft_wrap=True)
         done = terminated or truncated
     r = info["reward"]
-    table = Table("term", "value", title=f"reward breakdown ({r['status']})")
+    console.print(f"reward: {status_label(r['status'], info['backend'], info['surrogate'])}", markup=False)
+    table = Table("term", "value", title="reward breakdown")
     for key in ("total", "V", "Q", "S", "post", "best_pre", "uplift", "U", "attempts"):
         value = r.get(key)
         table.add_row(key, "—" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value))

@@ -14,8 +14,11 @@ Contract:
 - Without ``TINKER_API_KEY`` (and without ``dry_run=true``) it exits with status 2 before importing the
   cookbook or touching the disk, saying what to set and how to run the loop locally instead.
 - Logs go to ``<run_dir>/<pilot>`` (``<pilot>-dryrun`` for dry runs): the cookbook's ``metrics.jsonl``
-  (one row per step, plus evaluation rows), ``checkpoints.jsonl``, ``config.json``, and this run's cost
-  ledger ``costs.jsonl``.
+  (one row per step, plus evaluation rows), ``checkpoints.jsonl``, ``config.json``, ``logs.log`` (every
+  message, with the transcripts of the trajectory groups it logs), and this run's cost ledger ``costs.jsonl``.
+- Console (``console=compact``, the default; :mod:`ait_env.integrations.tinker_console`): one line per step,
+  evaluation and logged trajectory group, colour only on a terminal; ``console=full`` is the cookbook's
+  own (metric tables, whole transcripts). A dry run's first line says it is one.
 - Resume: rerunning the same pilot resumes from the last full checkpoint in its log dir (weights and
   optimizer state, batch index), which the cookbook does by itself; a warm start is then ignored.
 - Warm start: ``warm_start: {pilot: 7}`` loads the *weights* of that pilot's final checkpoint (the last
@@ -147,28 +150,54 @@ def build_train_config(cfg: DictConfig) -> Any:
         num_groups_to_log=1, rollout_json_export=False)
 
 
-def run(cfg: DictConfig, record: Any = None) -> Path:
-    """Build and run the loop (hosted / self-hosted, or offline when ``dry_run``); returns the log dir."""
-    from ait_env.integrations.tinker import close_run_backends
+def dry_run_banner(cfg: DictConfig) -> str:
+    """The first line of a dry run: what it is and what it is not."""
+    p = cfg.pilot
+    backend = str(p.backend.name)
+    surrogate = " (surrogate scores)" if backend == "stub" else ""
+    return ("OFFLINE dry run: a scripted policy plays the agent (no Tinker account, no model; nothing "
+            f"learns); pilot {p.name}: {int(p.steps)} steps x {int(p.groups_per_batch)} groups x {int(p.group_size)} "
+            f"episodes on backend {backend}{surrogate}")
 
+
+def run(cfg: DictConfig, record: Any = None) -> Path:
+    """Build and run the loop (hosted / self-hosted, or offline when ``dry_run``); returns the log dir.
+    Every episode of the run shares one backend, closed when the run ends."""
+    import asyncio
+    from contextlib import ExitStack
+
+    from tinker_cookbook.rl import train
+
+    from ait_env.integrations.tinker import close_run_backends
+    from ait_env.integrations.tinker_console import compact_console
+
+    console = str(cfg.get("console") or "compact")
+    if console not in ("compact", "full"):
+        raise SystemExit(f"console={console!r}: choose console=compact (a line per step) or console=full "
+                         "(the cookbook's own console)")
     config = build_train_config(cfg)
     logging.getLogger(__name__).info("pilot %s: logging to %s", cfg.pilot.name, config.log_path)
     try:
-        return _train(cfg, config, record)
+        with ExitStack() as stack:
+            if console == "compact":
+                stack.enter_context(compact_console())
+            if cfg.dry_run:
+                run_offline(cfg, config, record)
+            else:
+                asyncio.run(train.main(config))
     finally:
         close_run_backends()  # the run's one backend (every episode shared it)
+    return Path(config.log_path)
 
 
-def _train(cfg: DictConfig, config: Any, record: Any) -> Path:
+def run_offline(cfg: DictConfig, config: Any, record: Any = None) -> None:
+    """The loop with the offline service and a scripted policy (``dry_run=true``)."""
     import asyncio
     from unittest import mock
 
     import tinker
     from tinker_cookbook.rl import train
 
-    if not cfg.dry_run:
-        asyncio.run(train.main(config))
-        return Path(config.log_path)
     from ait_env.integrations.tinker import get_renderer
     from ait_env.integrations.tinker_offline import (
         OfflineRecord,
@@ -184,7 +213,6 @@ def _train(cfg: DictConfig, config: Any, record: Any) -> Path:
     policy = lambda: ScriptedPolicy(get_renderer(str(cfg.pilot.renderer), str(cfg.pilot.model)))
     with mock.patch.object(tinker, "ServiceClient", offline_service_client(policy, record)):
         asyncio.run(train.main(config))
-    return Path(config.log_path)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="tinker_grpo")
@@ -194,7 +222,14 @@ def main(cfg: DictConfig) -> None:
     if not cfg.dry_run and not os.environ.get("TINKER_API_KEY"):
         print(missing_key_message(str(cfg.pilot.name)), file=sys.stderr)
         raise SystemExit(2)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if cfg.dry_run:
+        print(dry_run_banner(cfg), flush=True)
+    if str(cfg.get("console") or "compact") == "compact":
+        from ait_env.integrations.tinker_console import console_handler
+
+        logging.basicConfig(level=logging.INFO, handlers=[console_handler()])
+    else:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     out = run(cfg)
     print(f"done: {out}/metrics.jsonl; charts: python trainers/plot_run.py {out}")
 

@@ -79,6 +79,15 @@ def test_config_errors_say_how_to_fix(tinker_grpo, compose_cfg, tmp_path):
                                                    "pilot.backend.name=nowhere"))
 
 
+def test_a_dry_run_says_first_what_it_is(tinker_grpo, compose_cfg, tmp_path):
+    banner = tinker_grpo.dry_run_banner(compose_cfg("+pilot=smoke", "dry_run=true", f"run_dir={tmp_path}"))
+    assert banner.startswith("OFFLINE dry run: a scripted policy plays the agent (no Tinker account, no model")
+    assert "2 steps x 2 groups x 4 episodes on backend stub (surrogate scores)" in banner
+    assert "\n" not in banner
+    with pytest.raises(SystemExit, match="console=compact"):
+        tinker_grpo.run(compose_cfg("+pilot=smoke", "dry_run=true", f"run_dir={tmp_path}", "console=loud"))
+
+
 def _rows(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
@@ -115,6 +124,7 @@ def test_offline_loop_steps_evals_crash_resume_and_warm_start(tinker_grpo, compo
         assert r["sampling_client/step_max"] <= r["training_client/step"]
         assert not any("triage" in k for k in r)  # the held-out family never trains
     assert any("test/env/triage/" in k for k in evals[0])
+    assert "====== Trajectory Group ======" in (log / "logs.log").read_text()  # the console's detail, kept
     costs = _rows(log / "costs.jsonl")
     assert {r["kind"] for r in costs} >= {"llm", "llm_train", "gpu_job"}
     # 3. a warm start loads the previous pilot's final weights with a fresh optimizer

@@ -1,0 +1,42 @@
+"""Text shown to a person: clipped at a boundary with a marker; surrogate scores labelled."""
+
+from __future__ import annotations
+
+import pytest
+
+from ait_env.display import clip, status_label
+
+
+def test_text_within_the_limit_is_unchanged() -> None:
+    assert clip("short text", 800) == "short text"
+    assert clip("x" * 800, 800) == "x" * 800
+
+
+def test_clip_cuts_at_a_line_break_and_says_how_much_is_left_out() -> None:
+    text = "[job]\nbase_model = \"ait-tiny-m\"\n[prime_rl]\nlearning_rate = 3e-6\n" + "a" * 100
+    out = clip(text, 60)
+    head, marker = out.rsplit("\n", 1)
+    assert text.startswith(head) and head.endswith("[prime_rl]")
+    assert marker == f"… [cut: {len(text) - len(head):,} more characters]"
+
+
+def test_clip_cuts_between_words_when_there_is_no_line_break() -> None:
+    text = " ".join(f"word{i}" for i in range(400))
+    out = clip(text, 100)
+    head = out.split(" … [cut: ")[0]
+    assert len(head) <= 100 and text.startswith(head + " ")  # a whole word ends the head
+    assert out.endswith(f"{len(text) - len(head):,} more characters]")
+
+
+def test_clip_cuts_a_single_long_word_at_the_limit() -> None:
+    out = clip("x" * 5000, 100)
+    assert out == "x" * 100 + " … [cut: 4,900 more characters]"
+    with pytest.raises(ValueError, match="positive limit"):
+        clip("text", 0)
+
+
+def test_a_surrogate_score_is_never_shown_bare() -> None:
+    surrogate = status_label("scored", "stub", True)
+    assert surrogate == "scored (SURROGATE: stub backend's formula, nothing trained)"
+    assert status_label("scored", "local", False) == "scored"
+    assert status_label("invalid", "stub", True) == "invalid"
