@@ -10,13 +10,15 @@ if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; t
   echo "error: Python >= 3.11 is required (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
   exit 1
 fi
+FIRST=""
 if [ ! -x .venv/bin/python ]; then
   echo "creating .venv with $("$PY" --version)"
   "$PY" -m venv .venv
+  FIRST=" (the first time takes a few minutes)"
 fi
 SPEC="."
 if [ -n "$EXTRAS" ]; then SPEC=".[${EXTRAS}]"; fi
-echo "installing ai-trains-ai ${SPEC} into .venv (first run takes a few minutes)"
+echo "installing ai-trains-ai ${SPEC} into .venv${FIRST}"
 # pip's "Location ... is ignored" notes about local mirrors are noise; real errors still show.
 .venv/bin/python -m pip install --disable-pip-version-check -q -e "$SPEC" 2>&1 | grep -v "is ignored: it is neither" || true
 .venv/bin/python -c "import ait_env" || { echo "error: installation failed; rerun: .venv/bin/pip install -e '$SPEC'" >&2; exit 1; }
