@@ -31,6 +31,16 @@ Put each call in its own block; you may make several calls in one message:
 - A valid job is trained and evaluated on hidden questions; that ends the episode."""
 
 
+def strip_tool_sections(system_text: str) -> str:
+    """The system prompt without its "# Tools" and "# How to call tools" sections, for an agent whose
+    chat API or renderer declares the tools natively (the Tinker adapter, the LLM runner's native mode)."""
+    start = system_text.find("\n# Tools")
+    rules = system_text.find("\n# Rules")
+    if start < 0 or rules < start:
+        return system_text
+    return system_text[:start].rstrip() + "\n" + system_text[rules:]
+
+
 def task_message(spec: TaskSpec, catalog: list[ModelInfo], backend: str, surrogate: bool) -> str:
     roles = "\n".join(f"- `{m.name}`" + (f" ({m.role}{', ' + m.params if m.params else ''})" if m.role else "")
               for m in catalog if m.name in spec.bounds.base_models)

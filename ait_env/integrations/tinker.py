@@ -18,7 +18,7 @@ Every cookbook-specific call of the project lives here (plus the offline helpers
   ``episode_id``, so the env's per-episode budget counts the agent's tokens too.
 - :class:`JobWritingGroupBuilder`: G envs of the **same** (family, instance). ``compute_group_rewards``
   adds no reward (the env's reward arrives on the last step) but attaches the per-episode metrics of
-  :mod:`ait_env.integrations.tinker_metrics` and logs the group's train tokens.
+  :mod:`ait_env.episode_metrics` and logs the group's train tokens.
 - :class:`JobWritingDataset` over the training families only (``split_families``), and
   :class:`EvalDataset`: the held-out families (tag ``heldout``) plus a comparison arm of training
   families (tag ``train``), with fixed instances so evaluations at different checkpoints compare.
@@ -62,7 +62,7 @@ from tinker_cookbook.tokenizer_utils import get_tokenizer
 import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.backends import Backend, make_backend
 from ait_env.config import compose, split_families
-from ait_env.integrations.tinker_metrics import (
+from ait_env.episode_metrics import (
     Prices,
     common_prefix_len,
     episode_metrics,
@@ -70,6 +70,7 @@ from ait_env.integrations.tinker_metrics import (
     trained_tokens,
 )
 from ait_env.ledger import CostRecord
+from ait_env.spec import strip_tool_sections
 from ait_env.tools import tool_schemas
 from task_families import FAMILY_NAMES
 
@@ -222,17 +223,6 @@ def make_gym_env(cfg: AdapterConfig) -> gym.Env:
 
 # --------------------------------------------------------------------------- messages <-> actions
 TOOL_SPECS: list[renderers.ToolSpec] = [t["function"] for t in tool_schemas()]  # type: ignore[misc]
-
-
-def strip_tool_sections(system_text: str) -> str:
-    """The env's system prompt without its own "# Tools" and "# How to call tools" sections (the
-    renderer declares the tools in the model's native format instead)."""
-    start = system_text.find("\n# Tools")
-    rules = system_text.find("\n# Rules")
-    if start < 0 or rules < start:
-        logger.warning("the env's system prompt has no '# Tools' ... '# Rules' sections; keeping it whole")
-        return system_text
-    return system_text[:start].rstrip() + "\n" + system_text[rules:]
 
 
 def message_to_action(message: Message) -> str:

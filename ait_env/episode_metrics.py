@@ -1,4 +1,5 @@
-"""Per-episode metrics and LLM-token accounting for the Tinker outer loop (no cookbook imports here).
+"""Per-episode metrics and LLM-token accounting shared by every outer loop (the Tinker trainer, the LLM
+agent runner); no trainer library is imported here.
 
 Contract:
 
@@ -10,16 +11,16 @@ Contract:
   ``ait/reward``, ``ait/V``, ``ait/Q``, ``ait/S`` (every kept episode); ``ait/post``, ``ait/uplift``,
   ``ait/best_pre`` (scored); ``ait/validated`` (validation rate); ``ait/attempts``, ``ait/turns``;
   ``ait/status/<scored|job_failed|invalid|unparsable|aborted>`` (one-hot: the job status mix;
-  ``aborted`` = the adapter ended the episode: unparsable turn, turn over ``max_tokens``, context
-  overflow); ``ait/model/<name>`` (one-hot base model of validated jobs: the base-model share);
+  ``aborted`` = the outer loop ended the episode: unparsable turn, turn over ``max_tokens``, context
+  overflow, an endpoint that kept failing); ``ait/model/<name>`` (one-hot base model of validated jobs: the base-model share);
   ``ait/surface/adopted``, ``ait/surface/beyond_template``, ``ait/surface/n_changed`` and
   ``ait/surface/changed/<group>`` (validated jobs; see :func:`surface_changes`).
 - :func:`surface_changes` compares a job's ``[prime_rl]`` table with the family template's, both
   completed with the schema defaults, and lists the dotted fields that differ. *Adopted* means at
   least one field differs; *beyond_template* means at least one differing field is one the template
   file does not set (the part of the exposed surface the agent had to discover itself).
-- :class:`Prices` (USD per million tokens, dated) prices one LLM call: Tinker bills prefill (prompt),
-  cached prefill (prefix-cache hits), sampled tokens, and trained tokens (datums sent to
+- :class:`Prices` (USD per million tokens, dated) prices one LLM call: prefill (prompt), cached
+  prefill (prefix-cache hits), sampled tokens, and (Tinker) trained tokens (datums sent to
   ``forward_backward``). The ledger records are estimates: the cache hit is assumed for the longest
   common prefix with the previous turn's prompt + response, and train tokens are counted when a
   group finishes (a group the async loop later discards as stale was still billed for sampling).
