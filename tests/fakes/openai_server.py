@@ -7,7 +7,8 @@ port, from an aiohttp app in a background thread. Replies come from a **policy**
 
 The returned dict has ``content`` and/or ``tool_calls`` (OpenAI format; ``arguments`` may be a dict,
 it is JSON-encoded, or any string, sent as it is). A policy raises :class:`PolicyHTTPError` to
-answer with an HTTP error, and may add ``"_delay": seconds`` to answer late.
+answer with an HTTP error or :class:`DropConnection` to close the connection without an answer (counted
+as status 0), and may add ``"_delay": seconds`` to answer late.
 
 Like vLLM, the server JSON-decodes the ``arguments`` of assistant ``tool_calls`` echoed back in the
 request (vLLM does so to render the chat template) and answers 400 when they are not valid JSON.
@@ -44,9 +45,13 @@ from task_families.base import Instance, TaskFamily, question_key
 Policy = Callable[[list[dict[str, Any]], list[dict[str, Any]]], dict[str, Any]]
 
 __all__ = [
-    "Policy", "PolicyHTTPError", "ScriptedOpenAIServer", "correct_policy", "error_policy",
+    "DropConnection", "Policy", "PolicyHTTPError", "ScriptedOpenAIServer", "correct_policy", "error_policy",
     "malformed_tool_policy", "no_tool_policy", "openai_server", "slow_policy", "think_policy",
 ]
+
+
+class DropConnection(Exception):
+    """Raised by a policy: the server closes the connection without answering (a dropped connection)."""
 
 
 class PolicyHTTPError(Exception):
@@ -137,6 +142,11 @@ class ScriptedOpenAIServer:
         except PolicyHTTPError as exc:
             self._count(exc.status)
             return _error(exc.status, exc.message)
+        except DropConnection:
+            self._count(0)
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response(status=500)  # never delivered: the connection is gone
         except Exception as exc:  # noqa: BLE001 - a policy bug is a 500, like a server crash
             self._count(500)
             return _error(500, f"policy raised {type(exc).__name__}: {exc}")

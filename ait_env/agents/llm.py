@@ -1,0 +1,375 @@
+"""Score any LLM as a trainer agent: episodes of ``AIT/JobWriting-v0`` played by a model behind any
+OpenAI-compatible chat endpoint (a hosted API, vLLM, Ollama, the local tiny-model endpoint).
+
+    python -m ait_env.agents.llm --base-url https://api.example.com/v1 --model my-model \\
+        [--api-key-env OPENAI_API_KEY] [--families train|all|arithmetic,units] [--episodes 4] \\
+        [--concurrency 4] [--backend stub|local] [--tool-mode auto|native|text] \\
+        [--price-in 0.5 --price-out 1.5 --prices-as-of 2026-12-01] [--out runs/llm/<name>]
+
+Contract:
+
+- **Tool calls**: ``native`` sends the env's six tools as OpenAI ``tools`` (the system prompt without
+  its text tool sections) and turns each returned ``tool_calls`` entry into the env's
+  ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` text; the conversation sent back is the
+  env's own (``info["messages"]``: its assistant turns carry the tool calls, its ``tool`` messages the
+  results). ``text`` sends no ``tools``: the model writes ``<tool_call>`` blocks itself and reads the
+  env's observations as user messages. ``auto`` starts native and switches an episode to text when the
+  endpoint refuses tools (HTTP 400 on the first turn).
+- **Retries**: rate limits (429), server errors (5xx), dropped connections and timeouts are retried
+  with exponential backoff (the official ``openai`` client's own retries, ``--max-retries``). An
+  endpoint that still fails ends the episode as ``endpoint_failed``: never the agent's failure, left
+  out of every reward statistic (like ``infra_failed``) and counted in the table.
+- **One backend for the run**, shared by every episode (``gym.make(..., backend=<Backend>)``), closed at
+  the end; episodes run ``--concurrency`` at a time in threads.
+- **Costs**: each completion's prompt and completion tokens and their USD (``--price-in``/``--price-out``
+  USD per million tokens, dated by ``--prices-as-of``) go to the env's cost ledger as ``kind="llm"``
+  records of the episode, so the episode budget counts them; jobs add their ``gpu_job`` records.
+- **Results** in ``--out``: ``episodes.jsonl`` (one record per episode), ``results.json`` and
+  ``results.md`` (per family and overall: episodes, mean reward with a 95% CI over the scored,
+  job_failed, invalid and unparsable episodes, validation rate, status mix, mean uplift of scored jobs,
+  the share of validated jobs on each base model, mean turns, LLM and job USD), and ``results.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+from pydantic import BaseModel, Field
+
+import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
+from ait_env.backends import Backend, make_backend
+from ait_env.config import compose, split_families
+from ait_env.episode_metrics import Prices, episode_metrics, fill_model_share, model_key
+from ait_env.jobs.schema import Job, parse_job
+from ait_env.ledger import CostRecord
+from ait_env.spec import strip_tool_sections
+from task_families import FAMILY_NAMES
+
+ToolMode = Literal["auto", "native", "text"]
+#: statuses whose reward counts (infra_failed and endpoint_failed episodes are dropped)
+KEPT = ("scored", "job_failed", "invalid", "unparsable")
+
+
+class AgentSettings(BaseModel):
+    """How the agent's model is called."""
+
+    base_url: str
+    model: str
+    api_key: str = Field("none", repr=False)
+    tool_mode: ToolMode = "auto"
+    temperature: float = 0.7
+    max_tokens: int = 4096
+    timeout_s: float = 300.0
+    max_retries: int = 6
+    prices: Prices = Field(default_factory=lambda: Prices.from_dict({}))
+
+
+class EpisodeRecord(BaseModel):
+    """What one episode did."""
+
+    family: str
+    seed: int
+    episode_id: str = ""
+    status: str = ""                 # the env's reward status, or endpoint_failed
+    reward: float | None = None      # None when dropped (infra_failed / endpoint_failed)
+    breakdown: dict[str, Any] = Field(default_factory=dict)
+    base_model: str | None = None    # of the submitted job, when one validated
+    tool_mode: str = ""
+    turns: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    llm_usd: float = 0.0
+    job_usd: float = 0.0
+    seconds: float = 0.0
+    error: str = ""
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+def _client(agent: AgentSettings) -> Any:
+    from openai import OpenAI
+
+    return OpenAI(base_url=agent.base_url, api_key=agent.api_key, timeout=agent.timeout_s,
+                  max_retries=agent.max_retries)
+
+
+def calls_to_action(content: str | None, tool_calls: list[Any] | None) -> str:
+    """An assistant reply as the env's text action: its prose, then one ``<tool_call>`` block per native
+    call (arguments that are not a JSON object are passed as they are: the env explains the problem)."""
+    parts = [content or ""]
+    for call in tool_calls or []:
+        fn = call.function
+        try:
+            args: Any = json.loads(fn.arguments or "{}")
+        except (TypeError, ValueError):
+            args = fn.arguments
+        parts.append("<tool_call>" + json.dumps({"name": fn.name, "arguments": args}, ensure_ascii=False)
+                     + "</tool_call>")
+    return "\n".join(p for p in parts if p)
+
+
+def _native_messages(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The env's conversation for a native-tools endpoint (its system prompt without the text tool sections)."""
+    msgs = [dict(m) for m in info["messages"]]
+    msgs[0]["content"] = strip_tool_sections(msgs[0]["content"])
+    return msgs
+
+
+def _submitted_job(env: Any) -> Job | None:
+    ws = env.unwrapped.workspace
+    try:
+        job, _ = parse_job(ws.read("job.toml")) if ws is not None else (None, [])
+    except Exception:  # noqa: BLE001 - a missing or broken job.toml is simply no job
+        return None
+    return job
+
+
+def play_episode(env: Any, client: Any, agent: AgentSettings, family: str, seed: int) -> EpisodeRecord:
+    """One episode on ``env`` (a gym env of the run); never raises for endpoint or agent failures."""
+    from openai import APIError, BadRequestError
+
+    t0 = time.time()
+    rec = EpisodeRecord(family=family, seed=seed)
+    obs, info = env.reset(seed=seed, options={"family": family})
+    rec.episode_id = info["episode_id"]
+    ledger = env.unwrapped.ledger
+    mode = "native" if agent.tool_mode in ("auto", "native") else "text"
+    text_msgs: list[dict[str, Any]] = [dict(m) for m in info["messages"]]
+    done = False
+    while not done:
+        messages = _native_messages(info) if mode == "native" else text_msgs
+        kwargs: dict[str, Any] = {"model": agent.model, "messages": messages, "temperature": agent.temperature,
+                                  "max_tokens": agent.max_tokens}
+        if mode == "native":
+            kwargs["tools"] = info["tools"]
+        try:
+            resp = client.chat.completions.create(**kwargs)
+        except BadRequestError as exc:
+            if mode == "native" and agent.tool_mode == "auto" and rec.turns == 0:
+                mode = "text"  # the endpoint refuses tools: the model writes <tool_call> blocks itself
+                continue
+            rec.status, rec.error = "endpoint_failed", f"the endpoint refused the request: {exc}"[:500]
+            break
+        except APIError as exc:  # retries exhausted (429, 5xx, connection, timeout)
+            rec.status, rec.error = "endpoint_failed", f"{type(exc).__name__} after retries: {exc}"[:500]
+            break
+        usage = resp.usage
+        tin = int(getattr(usage, "prompt_tokens", 0) or 0)
+        tout = int(getattr(usage, "completion_tokens", 0) or 0)
+        usd = agent.prices.call_usd(tin, 0, tout)
+        rec.tokens_in, rec.tokens_out, rec.llm_usd = rec.tokens_in + tin, rec.tokens_out + tout, rec.llm_usd + usd
+        ledger.append(CostRecord(kind="llm", episode_id=rec.episode_id, tokens_in=tin, tokens_out=tout, usd=usd,
+                                 meta={"model": agent.model, "turn": rec.turns + 1, "tool_mode": mode,
+                                       "prices_as_of": agent.prices.as_of}))
+        choice = resp.choices[0].message
+        action = calls_to_action(choice.content, choice.tool_calls if mode == "native" else None)
+        text_msgs.append({"role": "assistant", "content": choice.content or ""})
+        obs, _, terminated, truncated, info = env.step(action)
+        text_msgs.append({"role": "user", "content": obs})
+        rec.turns += 1
+        done = terminated or truncated
+    rec.tool_mode = mode
+    rec.seconds = round(time.time() - t0, 2)
+    if rec.status != "endpoint_failed":
+        breakdown = info.get("reward") or {}
+        rec.breakdown = breakdown
+        rec.status = str(breakdown.get("status", ""))
+        rec.reward = None if breakdown.get("drop") else float(breakdown.get("total") or 0.0)
+        job = _submitted_job(env) if breakdown.get("validated_attempt") is not None else None
+        rec.base_model = job.job.base_model if job is not None else None
+        rec.job_usd = float((info.get("job") or {}).get("cost_usd") or 0.0)
+        if rec.reward is not None:
+            rec.metrics = episode_metrics(breakdown, job, family, rec.turns, rec.reward)
+    return rec
+
+
+# ------------------------------------------------------------------------------------------ statistics
+def mean_ci(values: list[float], z: float = 1.96) -> tuple[float | None, float | None]:
+    """Mean and the half-width of its normal-approximation 95% interval (None without values)."""
+    n = len(values)
+    if n == 0:
+        return None, None
+    mean = sum(values) / n
+    if n == 1:
+        return mean, None
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return mean, z * sd / math.sqrt(n)
+
+
+def summarize(records: list[EpisodeRecord], catalog: list[str]) -> dict[str, Any]:
+    """The results table: one row per family and an ``all`` row (see the module docstring)."""
+    rows: dict[str, Any] = {}
+    groups = {f: [r for r in records if r.family == f] for f in sorted({r.family for r in records})}
+    for name, recs in {**groups, "all": records}.items():
+        kept = [r for r in recs if r.reward is not None and r.status in KEPT]
+        metrics = [dict(r.metrics) for r in kept]
+        fill_model_share(metrics, catalog)
+        validated = [m for m in metrics if m.get("ait/validated")]
+        mean, half = mean_ci([r.reward for r in kept if r.reward is not None])
+        uplift, _ = mean_ci([float(r.breakdown["uplift"]) for r in kept
+                             if r.status == "scored" and r.breakdown.get("uplift") is not None])
+        rows[name] = {
+            "episodes": len(recs), "kept": len(kept), "mean_reward": mean, "ci95": half,
+            "validation_rate": (sum(m.get("ait/validated", 0.0) for m in metrics) / len(metrics)) if metrics else None,
+            "status": dict(Counter(r.status for r in recs)), "mean_uplift": uplift,
+            "model_share": {m: (sum(v.get(f"ait/model/{model_key(m)}", 0.0) for v in validated) / len(validated))
+                            for m in catalog} if validated else {},
+            "mean_turns": (sum(r.turns for r in recs) / len(recs)) if recs else None,
+            "llm_usd": round(sum(r.llm_usd for r in recs), 6), "job_usd": round(sum(r.job_usd for r in recs), 6),
+            "tokens_in": sum(r.tokens_in for r in recs), "tokens_out": sum(r.tokens_out for r in recs)}
+    return rows
+
+
+def _fmt(v: Any, spec: str = ".3f") -> str:
+    return "–" if v is None else format(v, spec)
+
+
+def markdown(rows: dict[str, Any], title: str) -> str:
+    lines = [f"# {title}", "", "| family | episodes (kept) | mean reward ± 95% CI | validated | status mix | "
+             "mean uplift | base-model share | turns | LLM USD | job USD |", "|" + "---|" * 10]
+    for name, r in rows.items():
+        reward = f"{_fmt(r['mean_reward'])} ± {_fmt(r['ci95'])}" if r["ci95"] is not None else _fmt(r["mean_reward"])
+        status = ", ".join(f"{k} {v}" for k, v in sorted(r["status"].items()))
+        share = ", ".join(f"{model_key(m)} {v:.0%}" for m, v in r["model_share"].items()) or "–"
+        lines.append(f"| {name} | {r['episodes']} ({r['kept']}) | {reward} | {_fmt(r['validation_rate'], '.0%')} | "
+                     f"{status} | {_fmt(r['mean_uplift'], '+.3f')} | {share} | {_fmt(r['mean_turns'], '.1f')} | "
+                     f"{r['llm_usd']:.4f} | {r['job_usd']:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(rows: dict[str, Any], path: Path, title: str) -> None:
+    """Mean reward per family with its 95% CI (families without a kept episode are left out)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n, r in rows.items() if r["mean_reward"] is not None]
+    fig, ax = plt.subplots(figsize=(1.2 * len(names) + 2, 3.6))
+    means = [rows[n]["mean_reward"] for n in names]
+    errs = [rows[n]["ci95"] or 0.0 for n in names]
+    ax.bar(names, means, yerr=errs, capsize=4, color=["#4c72b0" if n != "all" else "#555555" for n in names])
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_ylabel("mean episode reward (95% CI)")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------ the run
+def run(agent: AgentSettings, families: list[str], episodes: int, *, backend: str | Backend = "stub",
+        out: Path, concurrency: int = 4, seed: int = 0, overrides: dict[str, Any] | None = None,
+        log: Any = print) -> dict[str, Any]:
+    """Play ``episodes`` episodes of each family, ``concurrency`` at a time, on one backend; write the
+    results to ``out`` and return the table."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    overrides = {"env": {"runs_dir": str(out / "runs")}, **(overrides or {})}
+    settings = compose(backend=backend if isinstance(backend, str) else "stub", overrides=overrides)
+    shared = backend if isinstance(backend, Backend) else make_backend(settings.backend, settings.env.runs_dir)
+    client = _client(agent)
+    catalog = [m.name for m in shared.catalog()]
+    plan = [(f, seed + i) for f in families for i in range(episodes)]
+    records: list[EpisodeRecord] = []
+    lock = threading.Lock()
+    t0 = time.time()
+
+    def one(item: tuple[str, int]) -> EpisodeRecord:
+        fam, s = item
+        env = gym.make("AIT/JobWriting-v0", family=fam, backend=shared, overrides=overrides)
+        try:
+            rec = play_episode(env, client, agent, fam, s)
+        finally:
+            env.close()
+        with lock:
+            records.append(rec)
+            with open(out / "episodes.jsonl", "a") as f:
+                f.write(rec.model_dump_json() + "\n")
+            log(f"[{len(records)}/{len(plan)} {time.time() - t0:.0f}s] {fam} seed {s}: {rec.status} "
+                f"reward {_fmt(rec.reward)} turns {rec.turns} ({rec.tool_mode}) LLM ${rec.llm_usd:.4f}"
+                + (f" — {rec.error}" if rec.error else ""))
+        return rec
+
+    (out / "episodes.jsonl").write_text("")
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="ait-llm") as pool:
+            list(pool.map(one, plan))
+    finally:
+        if not isinstance(backend, Backend):
+            shared.close()
+    records.sort(key=lambda r: (r.family, r.seed))
+    rows = summarize(records, catalog)
+    title = f"{agent.model} as a trainer agent ({shared.name} backend{', SURROGATE scores' if shared.surrogate else ''})"
+    meta = {"model": agent.model, "base_url": agent.base_url, "backend": shared.name, "surrogate": shared.surrogate,
+            "tool_mode": agent.tool_mode, "temperature": agent.temperature, "episodes_per_family": episodes,
+            "prices": {"as_of": agent.prices.as_of, "source": agent.prices.source, "in": agent.prices.prefill,
+                       "out": agent.prices.sample}, "seconds": round(time.time() - t0, 1),
+            "date": time.strftime("%Y-%m-%d")}
+    (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    (out / "results.md").write_text(markdown(rows, title))
+    chart(rows, out / "results.png", title)
+    return rows
+
+
+def family_list(spec: str) -> list[str]:
+    if spec == "all":
+        return list(FAMILY_NAMES)
+    if spec == "train":
+        return split_families(list(FAMILY_NAMES))[0]
+    names = [f.strip() for f in spec.split(",") if f.strip()]
+    unknown = [f for f in names if f not in FAMILY_NAMES]
+    if unknown:
+        raise SystemExit(f"unknown families {unknown}; choose from {', '.join(FAMILY_NAMES)}, train or all")
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ait_env.agents.llm", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base-url", required=True, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                    help="environment variable holding the API key (unset: 'none', fine for local servers)")
+    ap.add_argument("--families", default="train", help="train (default), all, or a comma-separated list")
+    ap.add_argument("--episodes", type=int, default=4, help="episodes per family")
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--backend", default="stub", help="stub (surrogate scores, instant) or local (real training)")
+    ap.add_argument("--tool-mode", choices=["auto", "native", "text"], default="auto")
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--max-tokens", type=int, default=4096)
+    ap.add_argument("--max-retries", type=int, default=6)
+    ap.add_argument("--price-in", type=float, default=0.0, help="USD per million prompt tokens")
+    ap.add_argument("--price-out", type=float, default=0.0, help="USD per million completion tokens")
+    ap.add_argument("--prices-as-of", default="", help="the date the prices were read (recorded with each cost)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, help="default: runs/llm/<model>-<backend>")
+    args = ap.parse_args(argv)
+    if (args.price_in or args.price_out) and not args.prices_as_of:
+        raise SystemExit("--prices-as-of is required with --price-in/--price-out (prices change; record when)")
+    prices = Prices.from_dict({"prefill": args.price_in, "cached_prefill": args.price_in, "sample": args.price_out,
+                               "train": 0.0, "as_of": args.prices_as_of, "source": "command line"})
+    agent = AgentSettings(base_url=args.base_url, model=args.model, api_key=os.environ.get(args.api_key_env) or "none",
+                          tool_mode=args.tool_mode, temperature=args.temperature, max_tokens=args.max_tokens,
+                          max_retries=args.max_retries, prices=prices)
+    out = args.out or Path("runs") / "llm" / re.sub(r"[^\w.-]+", "_", f"{args.model}-{args.backend}")
+    rows = run(agent, family_list(args.families), args.episodes, backend=args.backend, out=out,
+               concurrency=args.concurrency, seed=args.seed)
+    print(markdown(rows, f"{args.model} ({args.backend})"))
+    print(f"results: {out}/results.md, results.json, results.png, episodes.jsonl", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""The LLM agent runner against scripted OpenAI-compatible servers on 127.0.0.1: a competent agent scores
+above a careless one on every training family, costs add up against the ledger, transient endpoint
+errors are retried without failing episodes, an endpoint without tool support is driven in text mode,
+and an endpoint that keeps failing ends episodes as endpoint_failed (dropped, never scored)."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("openai")
+pytest.importorskip("verifiers")
+
+from ait_env.agents.llm import AgentSettings, family_list, main, run  # noqa: E402
+from ait_env.agents.reference import reference_files  # noqa: E402
+from ait_env.episode_metrics import Prices  # noqa: E402
+from ait_env.ledger import CostLedger  # noqa: E402
+from fakes.openai_server import DropConnection, PolicyHTTPError, ScriptedOpenAIServer  # noqa: E402
+
+LARGER, SMALL = "Qwen/Qwen3-1.7B", "Qwen/Qwen3-0.6B"
+PRICES = Prices(prefill=1.0, cached_prefill=1.0, sample=2.0, as_of="test", source="test")
+
+
+def _family(messages: list[dict[str, Any]]) -> str:
+    for m in messages:
+        found = re.search(r'family = \\?"(\w+)\\?"', str(m.get("content") or ""))
+        if found:
+            return found.group(1)
+    raise AssertionError("the policy never read job.toml")
+
+
+def _reply(tools: list[Any], calls: list[tuple[str, dict[str, Any]]], text: str = "") -> dict[str, Any]:
+    """An assistant message: native tool calls when the request offered tools, else <tool_call> text."""
+    if tools:
+        return {"content": text or None, "tool_calls": [
+            {"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls]}
+    blocks = "".join("<tool_call>" + json.dumps({"name": n, "arguments": a}) + "</tool_call>" for n, a in calls)
+    return {"content": (text + "\n" if text else "") + blocks}
+
+
+def scripted(careless: bool) -> Any:
+    """Reads job.toml, writes the reference job (careless: the small model and an invalid batch first,
+    then the fix), submits."""
+
+    def policy(messages: list[dict[str, Any]], tools: list[Any]) -> dict[str, Any]:
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        if turn == 0:
+            return _reply(tools, [("read_file", {"path": "job.toml"})], "Reading the job skeleton.")
+        files = reference_files(_family(messages), SMALL if careless else LARGER)
+        if careless and turn == 1:
+            files["job.toml"] = re.sub(r"(?m)^batch_size = .*$", "batch_size = 100", files["job.toml"], count=1)
+        if turn == 1 or (careless and turn == 3):
+            return _reply(tools, [("write_file", {"path": k, "content": v}) for k, v in files.items()])
+        return _reply(tools, [("submit_job", {})])
+
+    return policy
+
+
+def _agent(server: ScriptedOpenAIServer, **kw: Any) -> AgentSettings:
+    return AgentSettings(base_url=server.base_url, model="scripted", prices=PRICES, max_retries=kw.pop("retries", 6),
+                         **kw)
+
+
+def _run(policy: Any, tmp_path: Path, families: list[str], episodes: int = 1, **kw: Any) -> tuple[dict, Path, Any]:
+    with ScriptedOpenAIServer(policy) as server:
+        out = tmp_path / "out"
+        rows = run(_agent(server, **kw), families, episodes, backend="stub", out=out, concurrency=2,
+                   log=lambda _: None)
+        return rows, out, server
+
+
+def test_a_competent_agent_scores_above_a_careless_one_on_every_training_family(tmp_path):
+    train = family_list("train")
+    good, _, _ = _run(scripted(careless=False), tmp_path / "good", train)
+    bad, _, _ = _run(scripted(careless=True), tmp_path / "bad", train)
+    for fam in train:
+        assert good[fam]["status"] == {"scored": 1} and bad[fam]["status"] == {"scored": 1}, (good[fam], bad[fam])
+        assert good[fam]["mean_reward"] > bad[fam]["mean_reward"], fam
+        assert good[fam]["model_share"][LARGER] == 1.0 and bad[fam]["model_share"][SMALL] == 1.0
+    assert good["all"]["validation_rate"] == bad["all"]["validation_rate"] == 1.0
+    assert good["all"]["mean_turns"] == 3 and bad["all"]["mean_turns"] == 5
+
+
+def test_costs_add_up_against_the_ledger_and_every_file_is_written(tmp_path):
+    rows, out, server = _run(scripted(careless=False), tmp_path, ["arithmetic", "units"], episodes=2)
+    ledger = CostLedger(out / "runs" / "costs.jsonl")
+    llm = [r for r in ledger.records() if r.kind == "llm"]
+    assert len(llm) == server.n_requests == 12
+    assert rows["all"]["llm_usd"] + rows["all"]["job_usd"] == pytest.approx(ledger.spent())
+    assert rows["all"]["tokens_in"] == sum(r.tokens_in for r in llm) > 0
+    assert all(r.meta["prices_as_of"] == "test" for r in llm)
+    episodes = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
+    assert len(episodes) == 4 and {e["family"] for e in episodes} == {"arithmetic", "units"}
+    assert "| arithmetic | 2 (2) |" in (out / "results.md").read_text()
+    assert json.loads((out / "results.json").read_text())["rows"]["all"]["kept"] == 4
+    assert (out / "results.png").stat().st_size > 0
+
+
+def test_rate_limits_and_dropped_connections_are_retried_without_failing_episodes(tmp_path):
+    """Every request is first refused with a 429, then its connection dropped, then answered."""
+    inner = scripted(careless=False)
+    attempts: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def flaky(messages: list[dict[str, Any]], tools: list[Any]) -> dict[str, Any]:
+        key = json.dumps(messages, sort_keys=True)
+        with lock:
+            attempts[key] += 1
+            n = attempts[key]
+        if n == 1:
+            raise PolicyHTTPError(429, "rate limited")
+        if n == 2:
+            raise DropConnection()
+        return inner(messages, tools)
+
+    rows, _, server = _run(flaky, tmp_path, ["arithmetic", "persona"], episodes=2)
+    assert rows["all"]["status"] == {"scored": 4} and rows["all"]["kept"] == 4
+    assert server.status_counts[429] == server.status_counts[0] == server.status_counts[200] == 12
+
+
+def test_an_endpoint_without_tool_support_is_driven_in_text_mode(tmp_path):
+    inner = scripted(careless=False)
+
+    def no_tools(messages: list[dict[str, Any]], tools: list[Any]) -> dict[str, Any]:
+        if tools:
+            raise PolicyHTTPError(400, '"auto" tool choice requires --enable-auto-tool-choice')
+        return inner(messages, tools)
+
+    rows, out, _ = _run(no_tools, tmp_path, ["inventory"])
+    assert rows["inventory"]["status"] == {"scored": 1}
+    assert json.loads((out / "episodes.jsonl").read_text())["tool_mode"] == "text"
+
+
+def test_an_endpoint_that_keeps_failing_ends_episodes_unscored(tmp_path):
+    def down(messages: list[dict[str, Any]], tools: list[Any]) -> dict[str, Any]:
+        raise PolicyHTTPError(503, "overloaded")
+
+    rows, _, _ = _run(down, tmp_path, ["arithmetic"], episodes=2, retries=1)
+    assert rows["all"]["status"] == {"endpoint_failed": 2}
+    assert rows["all"]["kept"] == 0 and rows["all"]["mean_reward"] is None
+
+
+def test_the_command_line(tmp_path, capsys):
+    with ScriptedOpenAIServer(scripted(careless=False)) as server:
+        assert main(["--base-url", server.base_url, "--model", "scripted", "--families", "calendar",
+                     "--episodes", "1", "--out", str(tmp_path / "cli"), "--price-in", "1", "--price-out", "2",
+                     "--prices-as-of", "2026-12-01"]) == 0
+    assert "| calendar | 1 (1) |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="prices-as-of"):
+        main(["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--price-in", "1"])
+
+
+def test_the_example_plays_an_episode(tmp_path):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    with ScriptedOpenAIServer(scripted(careless=False)) as server:
+        out = subprocess.run([sys.executable, str(repo / "examples" / "llm_agent.py"), "--base-url", server.base_url,
+                              "--model", "scripted", "--family", "persona", "--runs-dir", str(tmp_path / "runs")],
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "episode 0: status=scored" in out.stdout, out.stdout
