@@ -10,6 +10,7 @@ import inspect
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -254,9 +255,10 @@ def test_rubric_reward_for_unfinished_and_errored_rollouts() -> None:
 def test_env_id_package_installs(tmp_path: Path) -> None:
     """``environments/ait_job_writing`` builds and installs (offline: no build isolation) and, once
     installed, ``verifiers.load_environment("ait-job-writing")`` finds its ``load_environment``."""
-    target = tmp_path / "site"
+    target, source = tmp_path / "site", tmp_path / "src"
+    shutil.copytree(PACKAGE, source)  # setuptools builds in the source tree
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                           "--no-build-isolation", "--target", str(target), str(PACKAGE)],
+                           "--no-build-isolation", "--target", str(target), str(source)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     check = ("from verifiers.utils.env_utils import import_env_module; import inspect; "
