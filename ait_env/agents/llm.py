@@ -10,7 +10,8 @@ Contract:
 
 - **Tool calls**: ``native`` sends the env's six tools as OpenAI ``tools`` (the system prompt without
   its text tool sections) and turns each returned ``tool_calls`` entry into the env's
-  ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` text; the conversation sent back is the
+  ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` text
+  (:func:`ait_env.integrations.messages.action_text`, as every outer loop does); the conversation sent back is the
   env's own (``info["messages"]``: its assistant turns carry the tool calls, its ``tool`` messages the
   results). ``text`` sends no ``tools``: the model writes ``<tool_call>`` blocks itself and reads the
   env's observations as user messages. ``auto`` starts native and switches an episode to text when the
@@ -52,6 +53,7 @@ import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.backends import Backend, make_backend
 from ait_env.config import compose, split_families
 from ait_env.episode_metrics import Prices, episode_metrics, fill_model_share, model_key
+from ait_env.integrations.messages import action_text
 from ait_env.jobs.schema import Job, parse_job
 from ait_env.ledger import CostRecord
 from ait_env.spec import strip_tool_sections
@@ -102,21 +104,6 @@ def _client(agent: AgentSettings) -> Any:
 
     return OpenAI(base_url=agent.base_url, api_key=agent.api_key, timeout=agent.timeout_s,
                   max_retries=agent.max_retries)
-
-
-def calls_to_action(content: str | None, tool_calls: list[Any] | None) -> str:
-    """An assistant reply as the env's text action: its prose, then one ``<tool_call>`` block per native
-    call (arguments that are not a JSON object are passed as they are: the env explains the problem)."""
-    parts = [content or ""]
-    for call in tool_calls or []:
-        fn = call.function
-        try:
-            args: Any = json.loads(fn.arguments or "{}")
-        except (TypeError, ValueError):
-            args = fn.arguments
-        parts.append("<tool_call>" + json.dumps({"name": fn.name, "arguments": args}, ensure_ascii=False)
-                     + "</tool_call>")
-    return "\n".join(p for p in parts if p)
 
 
 def _native_messages(info: dict[str, Any]) -> list[dict[str, Any]]:
@@ -173,7 +160,8 @@ def play_episode(env: Any, client: Any, agent: AgentSettings, family: str, seed:
                                  meta={"model": agent.model, "turn": rec.turns + 1, "tool_mode": mode,
                                        "prices_as_of": agent.prices.as_of}))
         choice = resp.choices[0].message
-        action = calls_to_action(choice.content, choice.tool_calls if mode == "native" else None)
+        calls = choice.tool_calls if mode == "native" else None
+        action = action_text(choice.content, [(c.function.name, c.function.arguments) for c in calls or []])
         text_msgs.append({"role": "assistant", "content": choice.content or ""})
         obs, _, terminated, truncated, info = env.step(action)
         text_msgs.append({"role": "user", "content": obs})

@@ -34,7 +34,6 @@ Every cookbook-specific call of the project lives here (plus the offline helpers
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import atexit
 import hashlib
@@ -69,6 +68,7 @@ from ait_env.episode_metrics import (
     fill_model_share,
     trained_tokens,
 )
+from ait_env.integrations.messages import action_text
 from ait_env.ledger import CostRecord
 from ait_env.spec import strip_tool_sections
 from ait_env.tools import tool_schemas
@@ -122,33 +122,11 @@ def env_executor(n: int) -> ThreadPoolExecutor:
 
 
 async def _in_thread(cfg: AdapterConfig, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    serialize_ast_parse()
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(env_executor(cfg.env_threads), lambda: fn(*args, **kwargs))
 
 
 _TOKENIZER_LOCK = threading.RLock()
-_AST_LOCK = threading.Lock()
-
-
-def serialize_ast_parse() -> None:
-    """Serialize ``ast.parse`` process-wide (idempotent).
-
-    The validation probe parses the agent's Python with ``ast.parse``; with many episodes stepping in
-    threads, CPython 3.11.7 (this project's interpreter) sometimes fails with ``SystemError: AST
-    constructor recursion depth mismatch`` (a CPython 3.11 thread-safety bug in the AST constructor).
-    Measured here in an offline run; without the lock the episode fails and is retried as an error.
-    """
-    if getattr(ast.parse, "_ait_serialized", False):
-        return
-    original = ast.parse
-
-    def parse(*args: Any, **kwargs: Any) -> Any:
-        with _AST_LOCK:
-            return original(*args, **kwargs)
-
-    parse._ait_serialized = True  # type: ignore[attr-defined]
-    ast.parse = parse  # type: ignore[assignment]
 
 
 def serialize_tokenizer(tokenizer: Any) -> Any:
@@ -226,27 +204,13 @@ TOOL_SPECS: list[renderers.ToolSpec] = [t["function"] for t in tool_schemas()]  
 
 
 def message_to_action(message: Message) -> str:
-    """The env's text action for a parsed assistant message: its visible text (thinking dropped),
-    then one ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` block per parsed call and
-    the raw text of each call the renderer could not parse (so the env explains the problem).
-    Every argument of the env's tools is a string: values a renderer decoded as JSON (Qwen3.5's XML
-    parameters) are turned back into their JSON text."""
-    parts: list[str] = []
-    text = renderers.get_text_content(message).strip()
-    if text:
-        parts.append(text)
-    for tc in message.get("tool_calls", []) or []:
-        try:
-            args = json.loads(tc.function.arguments) if tc.function.arguments else {}
-        except json.JSONDecodeError:
-            args = tc.function.arguments
-        if isinstance(args, dict):
-            args = {k: v if isinstance(v, str) else json.dumps(v) for k, v in args.items()}
-        parts.append("<tool_call>\n" + json.dumps({"name": tc.function.name, "arguments": args},
-                                                  ensure_ascii=False) + "\n</tool_call>")
-    for u in message.get("unparsed_tool_calls", []) or []:
-        parts.append(u.raw_text)
-    return "\n".join(parts)
+    """The env's text action for a parsed assistant message (:func:`ait_env.integrations.messages.action_text`):
+    its visible text (thinking dropped), one ``<tool_call>`` block per parsed call (values a renderer
+    decoded as JSON, e.g. Qwen3.5's XML parameters, go back to their JSON text), then the raw text of
+    each call the renderer could not parse (so the env explains the problem)."""
+    return action_text(renderers.get_text_content(message),
+                       [(tc.function.name, tc.function.arguments) for tc in message.get("tool_calls", []) or []],
+                       [u.raw_text for u in message.get("unparsed_tool_calls", []) or []])
 
 
 def canonical_assistant(message: Message) -> Message:

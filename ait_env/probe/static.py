@@ -18,6 +18,7 @@ import ast
 import importlib.machinery
 import os
 import sys
+import threading
 from pathlib import Path
 
 from ait_env.jobs.primerl import PRIME_RL_ENV_MODULES, config_rules
@@ -36,6 +37,10 @@ ALLOWED_THIRD_PARTY = frozenset({"verifiers", "datasets"})
 _OWN_PACKAGES = frozenset({"ait_env", "task_families", "gpu", "trainers", "benchmarks", "research", "scripts",
                            "tests", "examples"})
 _CHECKOUT = Path(__file__).resolve().parents[2]
+#: Serializes parsing: with many episodes stepping in threads (every outer loop does), CPython 3.11.7
+#: sometimes fails with "SystemError: AST constructor recursion depth mismatch" (measured by the Tinker
+#: adapter's offline run, which used to patch ast.parse process-wide; the env now guards itself).
+_PARSE_LOCK = threading.Lock()
 FORBIDDEN_CALLS = frozenset({"__import__", "eval", "exec", "compile", "open", "breakpoint", "input",
                              "globals", "vars", "memoryview"})
 FORBIDDEN_ATTRS = frozenset({"__subclasses__", "__globals__", "__builtins__", "__code__", "__closure__",
@@ -195,8 +200,9 @@ def run_static(root: Path, bounds: Bounds, family: str,
             continue  # ours, read-only; replaced by the family's copy when the job is bundled
         try:
             source = p.read_text(encoding="utf-8")
-            tree = ast.parse(source, filename=name)
-            compile(tree, name, "exec")  # compile-time errors ast.parse lets through (e.g. __future__ placement)
+            with _PARSE_LOCK:  # CPython 3.11's AST constructor is not thread-safe (envs step in threads)
+                tree = ast.parse(source, filename=name)
+                compile(tree, name, "exec")  # compile-time errors ast.parse lets through (__future__ placement)
             trees[name] = tree
         except UnicodeDecodeError:
             parsable = False

@@ -1,0 +1,58 @@
+"""A scripted job-writing agent for the outer loop, as a policy of :mod:`tests.fakes.openai_server`.
+
+It plays ``AIT/JobWriting-v0`` through OpenAI chat messages, one turn per request (the turn is the number
+of assistant messages so far): ``read_file job.toml`` (the family is in it), ``get_baseline_scores``,
+``write_file`` of the family's reference job for the ``larger`` model, then ``submit_job``.
+
+For the families in ``infra_families`` the job is marked ``simulate_infra_failure``, which
+``tests/integrations/flaky_backend.py`` fails on. ``structured=True`` answers with OpenAI ``tool_calls``
+(a server with a tool parser), ``False`` with ``<tool_call>`` text in ``content`` (a server without one).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ait_env.agents.reference import reference_files
+from tests.fakes.openai_server import Policy
+
+__all__ = ["job_writer_policy", "plan_files"]
+
+
+def _text(messages: list[dict[str, Any]]) -> str:
+    return "\n".join(str(m.get("content") or "") for m in messages)
+
+
+def plan_files(text: str, infra_families: tuple[str, ...] = ()) -> dict[str, str]:
+    """The files the agent writes, read off the conversation ``text``."""
+    family = re.search(r'family = \\?"(\w+)\\?"', text)
+    model = re.search(r"- `([^`]+)` \(larger\)", text)
+    backend = re.search(r"available on the `([\w-]+)` backend", text)
+    name = family.group(1) if family else "arithmetic"
+    files = reference_files(name, model.group(1) if model else "?", backend.group(1) if backend else None)
+    if name in infra_families:
+        files["job.toml"] = files["job.toml"].replace("[env]", "[env]\nsimulate_infra_failure = true", 1)
+    return files
+
+
+def job_writer_policy(structured: bool = True, infra_families: tuple[str, ...] = ()) -> Policy:
+    def policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        if turn == 0:
+            calls = [("read_file", {"path": "job.toml"})]
+        elif turn == 1:
+            calls = [("get_baseline_scores", {})]
+        elif turn == 2:
+            files = plan_files(_text(messages), infra_families)
+            calls = [("write_file", {"path": k, "content": v}) for k, v in files.items()]
+        else:
+            calls = [("submit_job", {})]
+        if not structured:
+            blocks = [f"<tool_call>{json.dumps({'name': n, 'arguments': a})}</tool_call>" for n, a in calls]
+            return {"content": "\n".join(blocks)}
+        structured_calls = [{"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls]
+        return {"content": f"Turn {turn}.", "tool_calls": structured_calls}
+
+    return policy
