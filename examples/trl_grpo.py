@@ -25,7 +25,7 @@ from ait_env.integrations.trl import EnvironmentFactory, JobWritingToolEnv, prep
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="Qwen/Qwen3-0.6B", help="the policy: a hub id or an HF model folder")
-    ap.add_argument("--family", default="train", help="one task family, or 'train' (all but the held-out one)")
+    ap.add_argument("--family", default="train", help="a task family, or 'train' (all but the held-out one)")
     ap.add_argument("--backend", default="stub", help="the backend that runs the submitted jobs")
     ap.add_argument("--max-steps", type=int, default=20, help="GRPO optimizer steps")
     ap.add_argument("--num-generations", type=int, default=4, help="episodes per task instance (GRPO group)")

@@ -80,7 +80,8 @@ def _docstring(name: str) -> str:
     description, args_model = TOOL_DOCS[name]
     lines = [description]
     if args_model.model_fields:
-        lines += ["", "Args:"] + [f"    {k}: {f.description or k}" for k, f in args_model.model_fields.items()]
+        fields = args_model.model_fields.items()
+        lines += ["", "Args:"] + [f"    {k}: {f.description or k}" for k, f in fields]
     return "\n".join(lines + ["", "Returns:", "    The env's answer: the tool's output or what to fix."])
 
 
@@ -161,8 +162,9 @@ class EnvironmentFactory:
     def __init__(self, backend: Backend, *, family: str = "train",
                  overrides: list[str] | dict[str, Any] | None = None) -> None:
         if not isinstance(backend, Backend):
-            raise TypeError(f"backend must be a Backend instance shared by the run, got {type(backend).__name__}; "
-                            "build one with ait_env.backends.make_backend(compose(backend='stub').backend)")
+            raise TypeError("backend must be a Backend instance shared by the run, got "
+                            f"{type(backend).__name__}; build one with ait_env.backends.make_backend("
+                            "ait_env.config.compose(backend='stub').backend)")
         self.backend = backend
         self.family = family
         self.overrides = overrides

@@ -18,7 +18,8 @@ from ait_env.tools import tool_schemas
 
 
 def _factory(runs: Path, backend_overrides: dict[str, Any] | None = None, **env: Any) -> EnvironmentFactory:
-    backend = make_backend(compose(backend="stub", overrides={"backend": backend_overrides or {}}).backend, runs)
+    settings = compose(backend="stub", overrides={"backend": backend_overrides or {}})
+    backend = make_backend(settings.backend, runs)
     overrides = {"env": {"runs_dir": str(runs), "probe": {"enabled": False}, **env}}
     return EnvironmentFactory(backend, family="arithmetic", overrides=overrides)
 
@@ -91,7 +92,8 @@ def test_reset_and_dataset(tmp_path: Path) -> None:
         assert rows.column_names == ["prompt", "family", "instance"]
         assert rows["prompt"][0] == [{"role": "system", "content": system_prompt(7, 3, with_tools=False)},
                                      {"role": "user", "content": ""}]
-        assert set(rows["family"]) == {"arithmetic"} and rows["instance"] == factory.dataset(6, seed=0)["instance"]
+        assert set(rows["family"]) == {"arithmetic"}
+        assert rows["instance"] == factory.dataset(6, seed=0)["instance"]
         a, b = factory(), factory()
         assert a.reset(**rows[0]) == b.reset(**rows[0])  # a GRPO group shares the row's instance
         alone = a.reset()  # no dataset: the system prompt and a sampled task in one text

@@ -1,7 +1,7 @@
-"""Real TRL ``GRPOTrainer`` steps on CPU against AIT/JobWriting-v0 (stub backend), with a policy built from the
-project's own tiny model (TinyLM saved in HF Llama format, loaded by transformers). The policy is fitted for a
-few seconds to answer with a ``submit_job`` or a ``list_files`` call, so TRL really parses and runs tool calls
-and the env's rewards differ within a group (invalid 0 vs unparsable -0.1); it writes no real job."""
+"""Real TRL ``GRPOTrainer`` steps on CPU against AIT/JobWriting-v0 (stub backend), with a policy built from
+the project's own tiny model (TinyLM saved in HF Llama format, loaded by transformers). The policy is fitted
+for a few seconds to answer with a ``submit_job`` or a ``list_files`` call, so TRL really parses and runs
+tool calls and the env's rewards differ within a group (invalid 0 vs unparsable -0.1); it writes no job."""
 
 from __future__ import annotations
 
@@ -99,8 +99,9 @@ def test_grpo_steps_learn_from_the_envs_rewards(micro_policy: Path, tmp_path: Pa
         config = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, max_steps=2,
                             per_device_train_batch_size=8, num_generations=4, max_completion_length=96,
                             learning_rate=1e-3, logging_steps=1, report_to="none", save_strategy="no", seed=0)
-        trainer = GRPOTrainer(model=model, processing_class=prepare_tokenizer(AutoTokenizer.from_pretrained(
-            micro_policy)), args=config, train_dataset=factory.dataset(2, seed=0), environment_factory=factory)
+        tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(micro_policy))
+        trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config,
+                              train_dataset=factory.dataset(2, seed=0), environment_factory=factory)
         trainer.train()
         factory.backend.close()
 
