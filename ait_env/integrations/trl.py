@@ -139,8 +139,8 @@ class JobWritingToolEnv:
         obs = self._step("<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>")
         # One call per step: the observation is "<tool_response>\n{result}\n</tool_response>" and maybe a
         # note (the turn limit); TRL wraps the result in the chat template's tool message itself.
-        body, _, note = obs.removeprefix("<tool_response>\n").rpartition("\n</tool_response>")
-        return body + note if body else obs
+        body, wrapped, note = obs.removeprefix("<tool_response>\n").rpartition("\n</tool_response>")
+        return body + note if wrapped else obs
 
     def _step(self, action: str) -> str:
         obs, _, terminated, truncated, self.info = self.env.step(action)
