@@ -1,0 +1,126 @@
+"""The TRL environment class (ait_env.integrations.trl) without TRL: the contract TRL's ``GRPOTrainer``
+relies on (reserved methods, tools with schemas, reset from a dataset row, get_reward), driven directly."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ait_env.agents.reference import reference_files
+from ait_env.backends import make_backend
+from ait_env.config import compose
+from ait_env.integrations.trl import EnvironmentFactory, JobWritingToolEnv, prepare_tokenizer
+from ait_env.spec import system_prompt
+from ait_env.tools import tool_schemas
+
+
+def _factory(runs: Path, backend_overrides: dict[str, Any] | None = None, **env: Any) -> EnvironmentFactory:
+    settings = compose(backend="stub", overrides={"backend": backend_overrides or {}})
+    backend = make_backend(settings.backend, runs)
+    overrides = {"env": {"runs_dir": str(runs), "probe": {"enabled": False}, **env}}
+    return EnvironmentFactory(backend, family="arithmetic", overrides=overrides)
+
+
+def _tools(env: JobWritingToolEnv) -> list[Any]:
+    """The methods TRL exposes as tools: public functions of the class but ``reset`` and ``get_reward``."""
+    return [getattr(env, n) for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
+            if n not in ("reset", "get_reward") and not n.startswith("_")]
+
+
+def _write_reference(env: JobWritingToolEnv) -> None:
+    for path, content in reference_files("arithmetic", "Qwen/Qwen3-0.6B").items():
+        assert env.write_file(path=path, content=content).startswith("wrote ")
+
+
+def test_tools_are_the_envs_six_with_its_schemas(tmp_path: Path) -> None:
+    get_json_schema = pytest.importorskip("transformers.utils").get_json_schema
+    with _factory(tmp_path) as factory:
+        schemas = {s["function"]["name"]: s["function"] for s in map(get_json_schema, _tools(factory()))}
+    for want in tool_schemas():
+        f = want["function"]
+        got = schemas.pop(f["name"])
+        assert got["description"] == f["description"]
+        assert got["parameters"]["properties"] == f["parameters"]["properties"]
+        assert got["parameters"].get("required", []) == f["parameters"]["required"]
+    assert not schemas, f"tools the env does not have: {sorted(schemas)}"
+
+
+def test_a_scored_episode_through_the_tools(tmp_path: Path) -> None:
+    with _factory(tmp_path) as factory:
+        env = factory()
+        row = factory.dataset(1, seed=3)[0]
+        task = env.reset(**row)
+        assert task == env.info["messages"][1]["content"] and env.info["family"] == "arithmetic"
+        assert "job.toml" in env.list_files()
+        _write_reference(env)
+        result = env.submit_job()
+        assert "SURROGATE" in result and not result.startswith("<tool_response>")
+        assert env.info["reward"]["status"] == "scored"
+        assert env.get_reward() == pytest.approx(env.info["reward"]["total"]) and env.get_reward() > 0.5
+        with pytest.raises(ValueError, match="episode is over"):
+            env.list_files()
+        assert env.info["turn"] == 4  # one env turn per tool call
+
+
+def test_an_episode_trl_ends_early_is_scored_by_the_env(tmp_path: Path) -> None:
+    with _factory(tmp_path, max_turns=5) as factory:
+        env = factory()
+        env.reset(family="arithmetic", instance=1, prompt=[])
+        env.read_file(path="job.toml")
+        assert env.get_reward() == pytest.approx(-0.1)  # no submission at all: unparsable
+        assert env.info["reward"]["status"] == "unparsable" and env.info["turn"] == 5
+        env.reset(family="arithmetic", instance=1, prompt=[])
+        assert "validation failed" in env.submit_job()  # the template's placeholder model
+        assert env.get_reward() == 0.0 and env.info["reward"]["status"] == "invalid"
+
+
+def test_infra_failed_is_none_never_zero(tmp_path: Path) -> None:
+    with _factory(tmp_path, {"cost_usd_per_job": 2.0}, ledger={"global_budget_usd": 1.0}) as factory:
+        env = factory()
+        env.reset(family="arithmetic", instance=2, prompt=[])
+        _write_reference(env)
+        assert "could not be dispatched" in env.submit_job()
+        assert env.info["reward"]["drop"] and env.get_reward() is None
+
+
+def test_reset_and_dataset(tmp_path: Path) -> None:
+    with _factory(tmp_path, max_turns=7) as factory:
+        rows = factory.dataset(6, seed=0)
+        assert rows.column_names == ["prompt", "family", "instance"]
+        assert rows["prompt"][0] == [{"role": "system", "content": system_prompt(7, 3, with_tools=False)},
+                                     {"role": "user", "content": ""}]
+        assert set(rows["family"]) == {"arithmetic"}
+        assert rows["instance"] == factory.dataset(6, seed=0)["instance"]
+        a, b = factory(), factory()
+        assert a.reset(**rows[0]) == b.reset(**rows[0])  # a GRPO group shares the row's instance
+        alone = a.reset()  # no dataset: the system prompt and a sampled task in one text
+        assert alone.startswith(system_prompt(7, 3, with_tools=False)) and "# Tools" not in alone
+
+
+def test_factory_shares_and_keeps_the_backend(tmp_path: Path) -> None:
+    factory = _factory(tmp_path)
+    envs = [factory(), factory()]
+    assert all(e.env.unwrapped.backend is factory.backend for e in envs)
+    for e in envs:
+        e.reset(prompt=[])
+    roots = [e.env.unwrapped.workspace.root for e in envs]
+    factory.close()
+    assert not any(r.exists() for r in roots) and not factory.backend.closed
+    factory.backend.close()
+    with pytest.raises(TypeError, match="make_backend"):
+        EnvironmentFactory("stub")  # type: ignore[arg-type]
+
+
+def test_prepare_tokenizer_only_touches_the_local_chat_format() -> None:
+    from ait_env.local.chat import CHAT_TEMPLATE
+
+    class Tok:
+        def __init__(self, template: str) -> None:
+            self.chat_template = template
+            self.response_template = None
+
+    assert prepare_tokenizer(Tok(CHAT_TEMPLATE)).response_template is not None
+    assert prepare_tokenizer(Tok("{{ messages }}")).response_template is None
