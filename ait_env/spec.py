@@ -10,11 +10,12 @@ from ait_env.tools import tool_schemas
 from task_families.base import TaskSpec
 
 
-def system_prompt(max_turns: int, max_attempts: int, *, with_tools: bool = True) -> str:
-    """The episode's system prompt. ``with_tools=False`` leaves out the "# Tools" and "# How to call tools"
-    sections, for trainers whose chat template declares the tools in the model's own format."""
+def system_prompt(max_turns: int, max_attempts: int) -> str:
     tools = "\n".join(json.dumps(t, separators=(",", ":")) for t in tool_schemas())
-    tool_sections = f"""# Tools
+    return f"""You are an ML engineer. You write complete reinforcement-learning training jobs that make a small
+language model better at a task. You work in a sandboxed workspace through tool calls.
+
+# Tools
 <tools>
 {tools}
 </tools>
@@ -24,11 +25,7 @@ Put each call in its own block; you may make several calls in one message:
 {CALL_FORMAT}
 "arguments" must be a JSON object; escape newlines (\\n) and quotes (\\") inside JSON strings.
 
-""" if with_tools else ""
-    return f"""You are an ML engineer. You write complete reinforcement-learning training jobs that make a small
-language model better at a task. You work in a sandboxed workspace through tool calls.
-
-{tool_sections}# Rules
+# Rules
 - You have {max_turns} messages in total and {max_attempts} submit_job attempts.
 - submit_job validates your job; if it is invalid you get every problem and may fix and resubmit.
 - A valid job is trained and evaluated on hidden questions; that ends the episode."""

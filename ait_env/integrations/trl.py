@@ -46,7 +46,7 @@ import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.backends import Backend
 from ait_env.config import Settings, compose, split_families
 from ait_env.local.chat import CHAT_TEMPLATE
-from ait_env.spec import system_prompt
+from ait_env.spec import strip_tool_sections, system_prompt
 from ait_env.tools import TOOL_DOCS
 from task_families import FAMILY_NAMES
 
@@ -104,7 +104,7 @@ class JobWritingToolEnv:
         if "prompt" in row:  # the dataset's prompt holds the system message (EnvironmentFactory.dataset)
             return task
         es = self.env.unwrapped.settings.env
-        return system_prompt(es.max_turns, es.max_attempts, with_tools=False) + "\n\n" + task
+        return strip_tool_sections(system_prompt(es.max_turns, es.max_attempts)) + "\n\n" + task
 
     def get_reward(self) -> float | None:
         """The env's reward for the episode; ``None`` for an ``infra_failed`` one (dropped by TRL)."""
@@ -186,7 +186,7 @@ class EnvironmentFactory:
         from datasets import Dataset
 
         es = self.settings.env
-        system = system_prompt(es.max_turns, es.max_attempts, with_tools=False)
+        system = strip_tool_sections(system_prompt(es.max_turns, es.max_attempts))
         families = split_families(FAMILY_NAMES)[0] if self.family == "train" else [self.family]
         rng = random.Random(seed)
         rows = [(rng.choice(families), rng.randrange(2**31 - 1)) for _ in range(n)]

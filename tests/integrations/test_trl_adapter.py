@@ -13,7 +13,7 @@ from ait_env.agents.reference import reference_files
 from ait_env.backends import make_backend
 from ait_env.config import compose
 from ait_env.integrations.trl import EnvironmentFactory, JobWritingToolEnv, prepare_tokenizer
-from ait_env.spec import system_prompt
+from ait_env.spec import strip_tool_sections, system_prompt
 from ait_env.tools import tool_schemas
 
 
@@ -90,14 +90,14 @@ def test_reset_and_dataset(tmp_path: Path) -> None:
     with _factory(tmp_path, max_turns=7) as factory:
         rows = factory.dataset(6, seed=0)
         assert rows.column_names == ["prompt", "family", "instance"]
-        assert rows["prompt"][0] == [{"role": "system", "content": system_prompt(7, 3, with_tools=False)},
+        assert rows["prompt"][0] == [{"role": "system", "content": strip_tool_sections(system_prompt(7, 3))},
                                      {"role": "user", "content": ""}]
         assert set(rows["family"]) == {"arithmetic"}
         assert rows["instance"] == factory.dataset(6, seed=0)["instance"]
         a, b = factory(), factory()
         assert a.reset(**rows[0]) == b.reset(**rows[0])  # a GRPO group shares the row's instance
         alone = a.reset()  # no dataset: the system prompt and a sampled task in one text
-        assert alone.startswith(system_prompt(7, 3, with_tools=False)) and "# Tools" not in alone
+        assert alone.startswith(strip_tool_sections(system_prompt(7, 3))) and "# Tools" not in alone
 
 
 def test_factory_shares_and_keeps_the_backend(tmp_path: Path) -> None:
