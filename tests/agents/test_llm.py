@@ -6,7 +6,6 @@ and an endpoint that keeps failing ends episodes as endpoint_failed (dropped, ne
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections import Counter
 from pathlib import Path
@@ -18,48 +17,19 @@ pytest.importorskip("openai")
 pytest.importorskip("verifiers")
 
 from ait_env.agents.llm import AgentSettings, family_list, main, run  # noqa: E402
-from ait_env.agents.reference import reference_files  # noqa: E402
 from ait_env.episode_metrics import Prices  # noqa: E402
 from ait_env.ledger import CostLedger  # noqa: E402
-from fakes.openai_server import DropConnection, PolicyHTTPError, ScriptedOpenAIServer  # noqa: E402
+from tests.fakes.job_writer import job_writer_policy  # noqa: E402
+from tests.fakes.openai_server import DropConnection, PolicyHTTPError, ScriptedOpenAIServer  # noqa: E402
 
 LARGER, SMALL = "Qwen/Qwen3-1.7B", "Qwen/Qwen3-0.6B"
 PRICES = Prices(prefill=1.0, cached_prefill=1.0, sample=2.0, as_of="test", source="test")
 
 
-def _family(messages: list[dict[str, Any]]) -> str:
-    for m in messages:
-        found = re.search(r'family = \\?"(\w+)\\?"', str(m.get("content") or ""))
-        if found:
-            return found.group(1)
-    raise AssertionError("the policy never read job.toml")
-
-
-def _reply(tools: list[Any], calls: list[tuple[str, dict[str, Any]]], text: str = "") -> dict[str, Any]:
-    """An assistant message: native tool calls when the request offered tools, else <tool_call> text."""
-    if tools:
-        return {"content": text or None, "tool_calls": [
-            {"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls]}
-    blocks = "".join("<tool_call>" + json.dumps({"name": n, "arguments": a}) + "</tool_call>" for n, a in calls)
-    return {"content": (text + "\n" if text else "") + blocks}
-
-
 def scripted(careless: bool) -> Any:
-    """Reads job.toml, writes the reference job (careless: the small model and an invalid batch first,
-    then the fix), submits."""
-
-    def policy(messages: list[dict[str, Any]], tools: list[Any]) -> dict[str, Any]:
-        turn = sum(1 for m in messages if m.get("role") == "assistant")
-        if turn == 0:
-            return _reply(tools, [("read_file", {"path": "job.toml"})], "Reading the job skeleton.")
-        files = reference_files(_family(messages), SMALL if careless else LARGER)
-        if careless and turn == 1:
-            files["job.toml"] = re.sub(r"(?m)^batch_size = .*$", "batch_size = 100", files["job.toml"], count=1)
-        if turn == 1 or (careless and turn == 3):
-            return _reply(tools, [("write_file", {"path": k, "content": v}) for k, v in files.items()])
-        return _reply(tools, [("submit_job", {})])
-
-    return policy
+    """Reads job.toml, checks the baselines, writes the reference job and submits (careless: the small
+    model and an invalid batch size first, then the fix); native tool calls exactly when offered."""
+    return job_writer_policy(structured=None, careless=careless)
 
 
 def _agent(server: ScriptedOpenAIServer, **kw: Any) -> AgentSettings:
@@ -84,14 +54,14 @@ def test_a_competent_agent_scores_above_a_careless_one_on_every_training_family(
         assert good[fam]["mean_reward"] > bad[fam]["mean_reward"], fam
         assert good[fam]["model_share"][LARGER] == 1.0 and bad[fam]["model_share"][SMALL] == 1.0
     assert good["all"]["validation_rate"] == bad["all"]["validation_rate"] == 1.0
-    assert good["all"]["mean_turns"] == 3 and bad["all"]["mean_turns"] == 5
+    assert good["all"]["mean_turns"] == 4 and bad["all"]["mean_turns"] == 6
 
 
 def test_costs_add_up_against_the_ledger_and_every_file_is_written(tmp_path):
     rows, out, server = _run(scripted(careless=False), tmp_path, ["arithmetic", "units"], episodes=2)
     ledger = CostLedger(out / "runs" / "costs.jsonl")
     llm = [r for r in ledger.records() if r.kind == "llm"]
-    assert len(llm) == server.n_requests == 12
+    assert len(llm) == server.n_requests == 16
     assert rows["all"]["llm_usd"] + rows["all"]["job_usd"] == pytest.approx(ledger.spent())
     assert rows["all"]["tokens_in"] == sum(r.tokens_in for r in llm) > 0
     assert all(r.meta["prices_as_of"] == "test" for r in llm)
@@ -121,7 +91,7 @@ def test_rate_limits_and_dropped_connections_are_retried_without_failing_episode
 
     rows, _, server = _run(flaky, tmp_path, ["arithmetic", "persona"], episodes=2)
     assert rows["all"]["status"] == {"scored": 4} and rows["all"]["kept"] == 4
-    assert server.status_counts[429] == server.status_counts[0] == server.status_counts[200] == 12
+    assert server.status_counts[429] == server.status_counts[0] == server.status_counts[200] == 16
 
 
 def test_an_endpoint_without_tool_support_is_driven_in_text_mode(tmp_path):
