@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ait_env.baselines import BaselineEntry, BaselineStore
 from ait_env.jobs.bundle import JobBundle
+from ait_env.jobs.cache import JobCache, job_key
 
 JobStatus = Literal["succeeded", "job_failed", "infra_failed"]
 
@@ -49,6 +50,9 @@ class BackendSettings(BaseModel):
     bounds: BackendBounds = Field(default_factory=BackendBounds)
     cost_usd_per_job: float = 0.0
     options: dict[str, Any] = Field(default_factory=dict)
+    #: serve identical jobs from the run's job result cache (<runs_dir>/job_cache.sqlite) instead of
+    #: training them again (:mod:`ait_env.jobs.cache`)
+    job_cache: bool = False
 
 
 class JobHandle(BaseModel):
@@ -73,6 +77,10 @@ class JobResult(BaseModel):
     timings: dict[str, float] = Field(default_factory=dict)
     error: str = ""
     log_tail: str = ""
+    #: served from the job result cache: nothing was trained or paid for this job; ``cached_from`` is the
+    #: job id the result was measured under
+    cache_hit: bool = False
+    cached_from: str = ""
 
     def save(self, path: Path) -> None:
         """Write this result to ``path`` atomically (a reader sees the old file or the whole new one)."""
@@ -120,6 +128,7 @@ class Backend(abc.ABC):
             raise BackendOptionsError(f"backend {settings.name!r}: {problems}. Allowed options: {allowed} "
                                       f"(conf/backend/{settings.name}.yaml, or backend.options.<key>=...)") from None
         self.baselines = BaselineStore(settings.name, user_dir=self.runs_dir / "baselines")
+        self.job_cache = JobCache(self.runs_dir / "job_cache.sqlite") if settings.job_cache else None
         self.closed = False
 
     @property
@@ -162,7 +171,21 @@ class Backend(abc.ABC):
         raise NotImplementedError(f"backend {self.name!r} cannot measure baselines")
 
     def run(self, bundle: JobBundle, timeout: float | None = None) -> JobResult:
-        return self.wait(self.submit(bundle), timeout=timeout)
+        """Submit and wait; with ``job_cache`` on, an identical job's result is served instead (free,
+        ``cache_hit``), and identical jobs running at once are trained once."""
+        if self.job_cache is None:
+            return self.wait(self.submit(bundle), timeout=timeout)
+        from ait_env.secrets import hidden_set_hash
+
+        key = job_key(bundle, self.settings.model_dump(exclude={"job_cache"}),
+                      self.built_weights_hash(bundle.job.job.base_model), hidden_set_hash(bundle.manifest.family))
+        data, hit = self.job_cache.get_or_run(
+            key, lambda: self.wait(self.submit(bundle), timeout=timeout).model_dump(), bundle.manifest.family)
+        result = JobResult.model_validate(data)
+        if hit:
+            result = result.model_copy(update={"job_id": bundle.job_id, "cache_hit": True, "cost_usd": 0.0,
+                                               "cached_from": data["job_id"]})
+        return result
 
     def close(self) -> None:
         """Release what the backend holds (running jobs, servers, pods); idempotent."""
