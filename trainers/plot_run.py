@@ -1,4 +1,4 @@
-"""Charts of a Tinker outer-loop run from its ``metrics.jsonl``.
+"""Charts of an outer-loop run (Tinker or the local trainer) from its ``metrics.jsonl``.
 
     python trainers/plot_run.py runs/tinker/7b                 # writes runs/tinker/7b/charts/*.png
     python trainers/plot_run.py path/to/metrics.jsonl --out charts/ --format svg
@@ -13,7 +13,8 @@ chart, skipping a chart whose metrics are absent (and saying so):
 - ``model_share``: share of validated jobs per base model (``env/all/ait/model/*``);
 - ``adoption``: ``[prime_rl]`` surface adoption (any field changed / a field beyond the template);
 - ``status_mix``: job status mix per step (stacked) and the infra-dropped share;
-- ``cost``: LLM USD and tokens per episode.
+- ``cost``: LLM USD and tokens per episode;
+- ``cache``: the share of jobs served from the job result cache (the local outer loop).
 
 Every chart follows :mod:`ait_env.plots`' conventions: integer step ticks, the legend below the axes.
 Returns (and prints) the written paths. Uses matplotlib's Agg backend (no display needed).
@@ -101,6 +102,8 @@ def figures(series: dict[str, list[tuple[int, float]]], source: str = "metrics")
            ("env/all/ait/surface/beyond_template", "set a field the template does not show")], "share",
           ylim=(0, 1.05))
     chart("cost", "LLM cost per episode (estimate)", [("env/all/ait/llm_usd", "USD per episode")], "USD")
+    chart("cache", "Jobs served from the job result cache", [("env/all/ait/cache_hit", "share of the jobs run")],
+          "share", ylim=(0, 1.05))
 
     keys = [f"env/all/ait/status/{s}" for s in STATUSES]
     if any(series.get(k) for k in keys):

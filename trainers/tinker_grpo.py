@@ -219,6 +219,8 @@ def run_offline(cfg: DictConfig, config: Any, record: Any = None) -> None:
 def main(cfg: DictConfig) -> None:
     if cfg.get("pilot") is None:
         raise SystemExit("choose a pilot: python trainers/tinker_grpo.py +pilot=<smoke|7|7b|7c> (conf/pilot/)")
+    if cfg.pilot.get("trainer", "tinker") != "tinker":
+        raise SystemExit(f"pilot {cfg.pilot.name} is for trainers/{cfg.pilot.trainer}.py, not the Tinker trainer")
     if not cfg.dry_run and not os.environ.get("TINKER_API_KEY"):
         print(missing_key_message(str(cfg.pilot.name)), file=sys.stderr)
         raise SystemExit(2)

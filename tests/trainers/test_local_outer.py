@@ -1,0 +1,95 @@
+"""trainers/local_outer.py on the stub backend (seconds): the Tinker trainer's metric keys and charts, a
+summary of first vs last quarter, a rerun from the warm job cache with identical metrics, and a control
+(policy_lr=0) whose policy never moves."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ait_env.agents.slot_policy import SLOTS, SlotPolicy, job_files, slots_for
+from ait_env.jobs.schema import parse_job
+
+REPO = Path(__file__).resolve().parents[2]
+pytest.importorskip("verifiers")
+
+
+@pytest.fixture(scope="module")
+def local_outer():
+    spec = importlib.util.spec_from_file_location("local_outer_script", REPO / "trainers" / "local_outer.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _cfg(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO / "ait_env" / "conf"), version_base="1.3"):
+        return compose("local_outer", overrides=list(overrides))
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_every_slot_choice_writes_a_parsable_job():
+    slots = slots_for(["ait-tiny-s", "ait-tiny-m"])
+    for s in slots:
+        for i in range(len(s.choices)):
+            choice = {t.name: 0 for t in slots} | {s.name: i}
+            files = job_files("arithmetic", slots, choice, "local")
+            job, issues = parse_job(files["job.toml"])
+            assert job is not None, (s.name, i, issues)
+    assert {s.name for s in SLOTS} == {"lr", "max_steps", "temperature", "batch_group", "loss", "algo", "rubric",
+                                        "difficulty"}
+
+
+def test_the_policy_moves_toward_what_scored_better():
+    slots = slots_for(["small", "large"])
+    policy = SlotPolicy(slots, lr=0.5, seed=0)
+    before = policy.probs("base_model")[1]
+    for _ in range(10):
+        choices = [policy.sample() for _ in range(8)]
+        rewards = [1.0 if c["base_model"] == 1 else 0.0 for c in choices]
+        mean = sum(rewards) / len(rewards)
+        policy.update(choices, [r - mean for r in rewards])
+    assert policy.probs("base_model")[1] > max(0.9, before)
+
+
+def test_smoke_run_metrics_summary_charts_and_a_cached_rerun(local_outer, tmp_path):
+    base = ("+pilot=local_smoke", f"run_dir={tmp_path}", "pilot.steps=3")
+    out = local_outer.run(_cfg(*base))
+    rows = _rows(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    for key in ("env/all/ait/reward", "env/all/ait/validated", "env/all/ait/status/scored", "env/all/ait/cache_hit",
+                "env/all/ait/model/Qwen3-1.7B", "env/all/ait/surface/adopted", "policy/entropy", "policy/lr/3e-06"):
+        assert key in rows[0], key
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["first"]["episodes"] == 8 and summary["last"]["episodes"] == 8
+    assert (out / "charts" / "reward.png").is_file() and (out / "charts" / "model_share.png").is_file()
+    episodes = _rows(out / "episodes.jsonl")
+    assert len(episodes) == 24 and all(e["reward"] is not None for e in episodes)
+    # the same command again: every job is served from the run's cache, and the metrics are the same
+    again = local_outer.run(_cfg(*base))
+    rows2 = _rows(again / "metrics.jsonl")
+    assert all(r["env/all/ait/cache_hit"] == 1.0 for r in rows2)
+    strip = lambda r: {k: v for k, v in r.items() if not k.startswith("time/") and k != "env/all/ait/cache_hit"}  # noqa: E731
+    assert [strip(r) for r in rows2] == [strip(r) for r in rows]
+
+
+def test_the_control_policy_never_moves(local_outer, tmp_path):
+    out = local_outer.run(_cfg("+pilot=local_smoke", f"run_dir={tmp_path}", "pilot.steps=2", "pilot.policy_lr=0"))
+    rows = _rows(out / "metrics.jsonl")
+    assert all(abs(r["policy/base_model/Qwen/Qwen3-1.7B"] - 0.5) < 1e-12 for r in rows)
+
+
+def test_a_tinker_pilot_is_refused(local_outer, tmp_path):
+    with pytest.raises(SystemExit, match="not a local outer-loop pilot"):
+        local_outer.run(_cfg("+pilot=smoke", f"run_dir={tmp_path}"))
