@@ -152,6 +152,11 @@ def compose(status: Status, s: RewardSettings, *, attempts: int, validated_attem
                            validated_attempt=validated_attempt, reason=reason)
 
 
+def best_job(jobs: list[RewardBreakdown]) -> int:
+    """The index of the job with the highest reward of its own (ties: the earlier; unscored jobs count 0)."""
+    return max(range(len(jobs)), key=lambda i: (jobs[i].gym_reward, -i))
+
+
 def research_charge(jobs: list[RewardBreakdown], s: RewardSettings) -> float:
     """``per_extra_job·(n-1) + per_usd·(USD of jobs 2..n)`` over the jobs that ran."""
     if len(jobs) < 2:
@@ -169,7 +174,7 @@ def combine(jobs: list[RewardBreakdown], s: RewardSettings, *, attempts: int, en
     if failed is not None:
         return failed.model_copy(update={"attempts": attempts, "jobs": list(jobs), "end": "infra_failed",
                                          "reason": reason or failed.reason})
-    best = max(range(len(jobs)), key=lambda i: (jobs[i].gym_reward, -i))
+    best = best_job(jobs)
     charge = research_charge(jobs, s)
     b = jobs[best]
     assert b.total is not None
