@@ -17,7 +17,7 @@ from ait_env.config import compose
 from ait_env.ledger import CostRecord
 from ait_env.reward import RewardSettings
 from ait_env.tools import TOOL_NAMES
-from conftest import call
+from conftest import call, play
 
 MODEL = "Qwen/Qwen3-1.7B"
 FILES = reference_files("arithmetic", MODEL)
@@ -233,12 +233,7 @@ def test_the_two_job_reference_agent_uses_its_first_result(make_env):
     for min_rise, jobs in ((0.0, 2), (0.01, 1)):
         env = make_env(family="arithmetic", overrides={"env": {"max_jobs_per_episode": 2}})
         agent = TwoJobReferenceAgent(min_rise=min_rise)
-        obs, info = env.reset(seed=1)
-        agent.reset(info)
-        for _ in range(10):
-            obs, r, term, trunc, info = env.step(agent.act(obs, info))
-            if term or trunc:
-                break
+        obs, _, term, _, info = play(env, agent, seed=1)
         b = info["reward"]
         assert term and b["status"] == "scored" and len(b["jobs"]) == jobs, obs
         assert agent.curve[0][0] == 0 and agent.curve[-1][0] == 5 and agent.second is (jobs == 2)

@@ -52,6 +52,20 @@ def _rollout(builder: JobWritingGroupBuilder, plans: tuple[str, ...] = PLANS, **
     return asyncio.run(do_group_rollout(builder, policy, strategy=drop_infra_strategy(builder.group_size, **strategy)))
 
 
+def _keep_envs(builder: JobWritingGroupBuilder) -> list[Any]:
+    """The list that will hold the envs the builder makes (the builder forgets them at cleanup)."""
+    envs: list[Any] = []
+    orig = builder.make_envs
+
+    async def keep() -> Any:
+        made = await orig()
+        envs.extend(made)
+        return made
+
+    builder.make_envs = keep  # type: ignore[method-assign]
+    return envs
+
+
 def _direct_reward(runs: Path, family: str, instance: int, plan: str) -> float:
     """The same job written straight into the gym env (JSON tool calls, no renderer, no cookbook)."""
     env = gym.make("AIT/JobWriting-v0", family="train", backend="stub",
@@ -76,15 +90,7 @@ def test_group_rollout_rewards_actions_datums_advantages(local_tokenizer, tmp_pa
                                                          datums_per_traj):
     builder = JobWritingGroupBuilder(_cfg(tmp_path / "runs", renderer, model), "arithmetic", 7, 4, "train",
                                      ["train", "arithmetic"])
-    envs: list[Any] = []
-    orig = builder.make_envs
-
-    async def keep() -> Any:
-        made = await orig()
-        envs.extend(made)
-        return made
-
-    builder.make_envs = keep  # type: ignore[method-assign]
+    envs = _keep_envs(builder)
     group = _rollout(builder)
     rewards = group.get_total_rewards()
     assert len(rewards) == 4 and not group.rollout_errors
@@ -156,15 +162,7 @@ def test_research_episodes_through_the_cookbook(local_tokenizer, tmp_path):
     cfg = _cfg(tmp_path / "runs", backend_factory="flaky_backend:FlakyStubBackend")
     cfg.env_overrides["env"]["max_jobs_per_episode"] = 2
     builder = JobWritingGroupBuilder(cfg, "arithmetic", 7, 3, "train", ["train"])
-    envs: list[Any] = []
-    orig = builder.make_envs
-
-    async def keep() -> Any:
-        made = await orig()
-        envs.extend(made)
-        return made
-
-    builder.make_envs = keep  # type: ignore[method-assign]
+    envs = _keep_envs(builder)
     group = _rollout(builder, plans=("research", "reference", "research_infra"), min_group=2, max_retries=0)
     assert [e.error_type for e in group.rollout_errors] == ["InfraFailedEpisode"]
     done = {e.message_env.info["reward"]["jobs"][0]["job_id"]: e.message_env for e in envs

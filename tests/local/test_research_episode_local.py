@@ -11,6 +11,7 @@ pytest.importorskip("verifiers")
 
 from ait_env.agents.reference import TwoJobReferenceAgent  # noqa: E402
 from ait_env.reward import RewardSettings  # noqa: E402
+from conftest import play  # noqa: E402
 
 MODEL = "ait-tiny-m"
 
@@ -23,12 +24,7 @@ def test_the_second_job_of_the_two_job_reference_agent_improves_on_the_first(mak
         pytest.skip(f"{MODEL} is not built here: python -m ait_env.local.build")
     env = make_env(family="arithmetic", backend="local", overrides={"env": {"max_jobs_per_episode": 2}})
     agent = TwoJobReferenceAgent()
-    obs, info = env.reset(seed=0)
-    agent.reset(info)
-    for _ in range(10):
-        obs, reward, terminated, truncated, info = env.step(agent.act(obs, info))
-        if terminated or truncated:
-            break
+    obs, reward, terminated, _, info = play(env, agent, seed=0)
     b = info["reward"]
     assert terminated and agent.second, (agent.curve, obs)
     first, second = b["jobs"]
