@@ -32,6 +32,9 @@ class ConfigError(ValueError):
 class EnvSettings(BaseModel):
     max_turns: int = Field(30, ge=2)
     max_attempts: int = Field(3, ge=1)
+    #: jobs one episode may run; above 1 a research episode (results come back, a finish tool, see
+    #: docs/env.md "Research episodes"); its USD budget is ledger.episode_budget_usd
+    max_jobs_per_episode: int = Field(1, ge=1)
     max_action_chars: int = Field(100_000, ge=100)
     max_observation_chars: int = Field(200_000, ge=1000)
     runs_dir: str = "runs"

@@ -14,7 +14,13 @@ Contract:
   ``aborted`` = the outer loop ended the episode: unparsable turn, turn over ``max_tokens``, context
   overflow, an endpoint that kept failing); ``ait/model/<name>`` (one-hot base model of validated jobs: the base-model share);
   ``ait/surface/adopted``, ``ait/surface/beyond_template``, ``ait/surface/n_changed`` and
-  ``ait/surface/changed/<group>`` (validated jobs; see :func:`surface_changes`).
+  ``ait/surface/changed/<group>`` (validated jobs; see :func:`surface_changes`); ``ait/jobs`` (jobs that
+  ran). In an episode of several jobs the job-quality keys (``ait/post``, ``ait/uplift``, ``ait/V``,
+  ``ait/Q``, ``ait/S``, the model and surface keys) are the best job's, the one the reward counts; a
+  research episode (``research=True``: ``env.max_jobs_per_episode > 1``) adds ``ait/charge`` (the
+  research charge), ``ait/end/<job_limit|budget|finish|turn_limit|attempts>`` (one-hot: how it ended)
+  and, with two jobs or more, ``ait/later_job_best`` (a later job beat the first) and ``ait/post_gain``
+  (the best job's post score minus the first's, when both scored).
 - :func:`surface_changes` compares a job's ``[prime_rl]`` table with the family template's, both
   completed with the schema defaults, and lists the dotted fields that differ. *Adopted* means at
   least one field differs; *beyond_template* means at least one differing field is one the template
@@ -36,6 +42,7 @@ from typing import Any
 from ait_env.jobs.schema import Job, PrimeRL
 
 STATUSES = ("scored", "job_failed", "invalid", "unparsable", "aborted")
+ENDS = ("job_limit", "budget", "finish", "turn_limit", "attempts")
 SURFACE_GROUPS = ("max_steps", "seq_len", "batch_size", "group_size", "sampling", "optim", "scheduler", "loss",
                   "algo")
 
@@ -131,10 +138,11 @@ def model_key(name: str) -> str:
 
 
 def episode_metrics(reward: dict[str, Any] | None, job: Job | None, family: str, turns: int,
-                    total_reward: float, aborted: bool = False) -> dict[str, float]:
+                    total_reward: float, aborted: bool = False, research: bool = False) -> dict[str, float]:
     """Metrics of one kept (not dropped) episode. ``reward`` is the env's ``info["reward"]`` (None when
     the adapter aborted the episode); ``total_reward`` is what the trainer learns from (the env's
-    reward, or the adapter's parse-error / overflow reward for an aborted episode)."""
+    reward, or the adapter's parse-error / overflow reward for an aborted episode); ``job``: the job the
+    reward counts; ``research``: the episode allowed several jobs (``"jobs_left" in info``)."""
     m: dict[str, float] = {"ait/turns": float(turns), "ait/reward": float(total_reward)}
     status = "aborted" if aborted or reward is None else str(reward["status"])
     for s in STATUSES:
@@ -150,6 +158,18 @@ def episode_metrics(reward: dict[str, Any] | None, job: Job | None, family: str,
         for k in ("post", "uplift", "best_pre"):
             if reward.get(k) is not None:
                 m[f"ait/{k}"] = float(reward[k])
+    jobs = reward.get("jobs") or []
+    m["ait/jobs"] = float(len(jobs))
+    if research:
+        m["ait/charge"] = float(reward.get("charge") or 0.0)
+        for e in ENDS:
+            m[f"ait/end/{e}"] = 1.0 if reward.get("end") == e else 0.0
+        best = reward.get("best_job")
+        if len(jobs) >= 2 and best is not None:
+            m["ait/later_job_best"] = 1.0 if best > 0 else 0.0
+            first, top = jobs[0].get("post"), jobs[best].get("post")
+            if first is not None and top is not None:
+                m["ait/post_gain"] = float(top) - float(first)
     if job is not None and m["ait/validated"]:
         m[f"ait/model/{model_key(job.job.base_model)}"] = 1.0
         changed, beyond = surface_changes(job, family)

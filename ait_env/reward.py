@@ -23,6 +23,21 @@ Statuses (``info["reward"]["status"]``):
 - ``infra_failed``: the infrastructure failed (pod lost, out of stock, our bug, budget refusal).
   **Missing is not zero**: ``total`` is ``None``; the gym ``step`` returns 0.0 and
   ``info["reward"]["drop"]`` is True. Trainers must drop such episodes, not learn from them.
+
+Research episodes (``env.max_jobs_per_episode > 1``): the agent may run several jobs. :func:`compose`
+scores each job as if it were the episode's only job (``R_k``: its own ``V`` from the attempts that job
+took, its ``Q`` and ``S``); :func:`combine` keeps the best and charges the research::
+
+    R = max_k R_k - charge
+    charge = research.per_extra_job * (n - 1) + research.per_usd * (USD of jobs 2..n)
+
+over the ``n`` jobs that ran (ties: the earlier job). A one-job episode is charged nothing, so its
+reward is the single-job formula whatever the limit. The episode's breakdown is the best job's (``V``,
+``Q``, ``S``, ``post``, ...) with ``total`` less the charge, ``jobs`` (every job's own breakdown),
+``best_job`` (its index in ``jobs``), ``charge`` and ``end`` (why the episode ended). Its status is
+``scored`` when the best job scored, ``job_failed`` when every job died. An infrastructure failure in
+any job drops the whole episode (``infra_failed``): scoring it on the jobs that did run would count the
+missing job as no better than those, i.e. as a zero.
 """
 
 from __future__ import annotations
@@ -33,6 +48,9 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 Status = Literal["scored", "job_failed", "invalid", "unparsable", "infra_failed"]
+#: why an episode ended: its last allowed job ran, the budget was spent, the agent called ``finish``, the
+#: turn limit, the submit_job attempts ran out, an infrastructure failure
+End = Literal["", "job_limit", "budget", "finish", "turn_limit", "attempts", "infra_failed"]
 
 
 class RewardWeights(BaseModel):
@@ -46,9 +64,17 @@ class QualityWeights(BaseModel):
     uplift: float = 0.75
 
 
+class ResearchCharge(BaseModel):
+    """What an episode of several jobs pays for the jobs after its first (reward units)."""
+
+    per_extra_job: float = Field(0.02, ge=0.0)
+    per_usd: float = Field(0.05, ge=0.0)
+
+
 class RewardSettings(BaseModel):
     weights: RewardWeights = Field(default_factory=RewardWeights)
     quality: QualityWeights = Field(default_factory=QualityWeights)
+    research: ResearchCharge = Field(default_factory=ResearchCharge)
     validation_decay: float = Field(0.5, ge=0.0, le=1.0)
     unparsable_reward: float = -0.1
 
@@ -67,6 +93,12 @@ class RewardBreakdown(BaseModel):
     validated_attempt: int | None = None
     drop: bool = False           # True: trainers must drop this episode (infra_failed)
     reason: str = ""
+    job_id: str | None = None    # a job's own breakdown: its id
+    cost_usd: float = 0.0        # a job's own breakdown: what it cost
+    jobs: list[RewardBreakdown] = Field(default_factory=list)  # every job that ran, each scored alone
+    best_job: int | None = None  # the index in ``jobs`` of the job the reward counts
+    charge: float = 0.0          # research charge subtracted from the best job's reward
+    end: End = ""
 
     @property
     def gym_reward(self) -> float:
@@ -118,3 +150,35 @@ def compose(status: Status, s: RewardSettings, *, attempts: int, validated_attem
     return RewardBreakdown(status=status, total=total, V=V, Q=Q, S=S, post=post, best_pre=best_pre,
                            uplift=post - best_pre, U=U, attempts=attempts,
                            validated_attempt=validated_attempt, reason=reason)
+
+
+def best_job(jobs: list[RewardBreakdown]) -> int:
+    """The index of the job with the highest reward of its own (ties: the earlier; unscored jobs count 0)."""
+    return max(range(len(jobs)), key=lambda i: (jobs[i].gym_reward, -i))
+
+
+def research_charge(jobs: list[RewardBreakdown], s: RewardSettings) -> float:
+    """``per_extra_job·(n-1) + per_usd·(USD of jobs 2..n)`` over the jobs that ran."""
+    if len(jobs) < 2:
+        return 0.0
+    return s.research.per_extra_job * (len(jobs) - 1) + s.research.per_usd * sum(j.cost_usd for j in jobs[1:])
+
+
+def combine(jobs: list[RewardBreakdown], s: RewardSettings, *, attempts: int, end: End,
+            reason: str = "") -> RewardBreakdown:
+    """The episode's breakdown from its jobs' own (:func:`compose` of each, ``status`` scored, job_failed or
+    infra_failed): the best job's, less :func:`research_charge`; an infra_failed job drops the episode."""
+    if not jobs:
+        raise ValueError("combine needs at least one job; an episode without a job is composed directly")
+    failed = next((j for j in jobs if j.status == "infra_failed"), None)
+    if failed is not None:
+        return failed.model_copy(update={"attempts": attempts, "jobs": list(jobs), "end": "infra_failed",
+                                         "reason": reason or failed.reason})
+    best = best_job(jobs)
+    charge = research_charge(jobs, s)
+    b = jobs[best]
+    assert b.total is not None
+    return b.model_copy(update={"total": b.total - charge if charge else b.total, "attempts": attempts,
+                                "jobs": list(jobs), "best_job": best, "charge": charge, "end": end,
+                                "reason": reason or b.reason, "job_id": b.job_id,
+                                "cost_usd": sum(j.cost_usd for j in jobs)})

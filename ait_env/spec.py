@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from ait_env.toolcalls import CALL_FORMAT
 from ait_env.backends.base import ModelInfo
@@ -10,9 +11,35 @@ from ait_env.tools import tool_schemas
 from task_families.base import TaskSpec
 
 
-def system_prompt(max_turns: int, max_attempts: int) -> str:
-    tools = "\n".join(json.dumps(t, separators=(",", ":")) for t in tool_schemas())
-    return f"""You are an ML engineer. You write complete reinforcement-learning training jobs that make a small
+@dataclass(frozen=True)
+class ResearchTerms:
+    """What the system prompt of a research episode (several jobs) tells the agent."""
+
+    max_jobs: int
+    budget_usd: float | None     # the episode's USD budget (env.ledger.episode_budget_usd); None: none
+    per_extra_job: float         # reward charged per job after the first
+    per_usd: float               # reward charged per USD the jobs after the first cost
+
+    def rules(self, max_turns: int, max_attempts: int) -> str:
+        budget = f" within a budget of ${self.budget_usd:.2f}" if self.budget_usd is not None else ""
+        usd = f" and {self.per_usd:g} per USD they cost" if self.per_usd else ""
+        return f"""- You have {max_turns} messages in total and {max_attempts} submit_job attempts per job.
+- submit_job validates your job; if it is invalid you get every problem and may fix and resubmit.
+- A valid job is trained and evaluated on hidden questions, and you see its result: scores, the curve of
+  eval points during training, time, cost (and the log of a job that failed).
+- You may run up to {self.max_jobs} jobs{budget}. Your reward is the reward of your best job, less
+  {self.per_extra_job:g} for each job after the first{usd}: run another job only if you expect it to
+  be better.
+- The episode ends after the last job, when the budget cannot pay for another, at the message limit, or
+  when you call finish."""
+
+
+def system_prompt(max_turns: int, max_attempts: int, research: ResearchTerms | None = None) -> str:
+    """The agent's system prompt; ``research``: the terms of an episode of several jobs (None: one job)."""
+    schemas = tool_schemas(research=research is not None)
+    tools = "\n".join(json.dumps(t, separators=(",", ":")) for t in schemas)
+    head = f"""\
+You are an ML engineer. You write complete reinforcement-learning training jobs that make a small
 language model better at a task. You work in a sandboxed workspace through tool calls.
 
 # Tools
@@ -26,7 +53,10 @@ Put each call in its own block; you may make several calls in one message:
 "arguments" must be a JSON object; escape newlines (\\n) and quotes (\\") inside JSON strings.
 
 # Rules
-- You have {max_turns} messages in total and {max_attempts} submit_job attempts.
+"""
+    if research is not None:
+        return head + research.rules(max_turns, max_attempts)
+    return head + f"""- You have {max_turns} messages in total and {max_attempts} submit_job attempts.
 - submit_job validates your job; if it is invalid you get every problem and may fix and resubmit.
 - A valid job is trained and evaluated on hidden questions; that ends the episode."""
 

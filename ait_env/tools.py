@@ -4,6 +4,10 @@
 ``get_baseline_scores`` and ``submit_job`` are delegated to callbacks the env provides. Tools never
 raise on bad input: every problem becomes a :class:`ToolOutcome` with ``ok=False`` and a message
 that says how to fix the call.
+
+A research episode (``env.max_jobs_per_episode > 1``) has a seventh tool, ``finish``, and a
+``submit_job`` whose description says that a job's result comes back (:func:`tool_docs` with
+``research=True``); an episode of one job never shows either.
 """
 
 from __future__ import annotations
@@ -51,12 +55,25 @@ TOOL_DOCS: dict[str, tuple[str, type[_Args]]] = {
                    "limited.", NoArgs),
 }
 TOOL_NAMES: tuple[str, ...] = tuple(TOOL_DOCS)
+#: what changes in a research episode: submit_job's description, and the finish tool
+RESEARCH_TOOL_DOCS: dict[str, tuple[str, type[_Args]]] = {
+    "submit_job": ("Validate job.toml and your environment module; if valid, run the training job and show "
+                   "you its result (scores, eval curve, time, cost). You may then revise the workspace and "
+                   "submit another job until the job limit or the budget ends, or call finish. If invalid, "
+                   "every problem is listed and attempts per job are limited.", NoArgs),
+    "finish": ("End the episode now; your reward counts your best job so far.", NoArgs),
+}
 
 
-def tool_schemas() -> list[dict[str, Any]]:
-    """OpenAI-style function schemas of the six tools."""
+def tool_docs(research: bool = False) -> dict[str, tuple[str, type[_Args]]]:
+    """The tools of an episode: the six, or in a research episode the six with ``finish``."""
+    return {**TOOL_DOCS, **RESEARCH_TOOL_DOCS} if research else TOOL_DOCS
+
+
+def tool_schemas(research: bool = False) -> list[dict[str, Any]]:
+    """OpenAI-style function schemas of the episode's tools (see :func:`tool_docs`)."""
     out = []
-    for name, (desc, model) in TOOL_DOCS.items():
+    for name, (desc, model) in tool_docs(research).items():
         props = {k: {"type": "string", "description": f.description or ""} for k, f in model.model_fields.items()}
         out.append({"type": "function", "function": {
             "name": name, "description": desc,
@@ -84,17 +101,20 @@ class ToolBox:
     """Dispatches parsed calls to the workspace and to the env's callbacks."""
 
     def __init__(self, workspace: Workspace, baselines: Callable[[], str],
-                 submit: Callable[[], ToolOutcome]) -> None:
+                 submit: Callable[[], ToolOutcome], finish: Callable[[], ToolOutcome] | None = None) -> None:
+        """``finish``: the research episode's ``finish`` callback; without it the tool does not exist."""
         self.ws = workspace
         self._baselines = baselines
         self._submit = submit
+        self._finish_cb = finish
+        self.docs = tool_docs(research=finish is not None)
 
     def run(self, call: ToolCall) -> ToolOutcome:
         name = call.name
-        if name not in TOOL_DOCS:
+        if name not in self.docs:
             return ToolOutcome(name, False, f"error: unknown tool {name!r}. Available tools: "
-                               + ", ".join(TOOL_NAMES) + ".")
-        model = TOOL_DOCS[name][1]
+                               + ", ".join(self.docs) + ".")
+        model = self.docs[name][1]
         try:
             args = model.model_validate(call.arguments)
         except ValidationError as exc:
@@ -132,3 +152,7 @@ class ToolBox:
 
     def _submit_job(self, a: NoArgs) -> ToolOutcome:  # noqa: ARG002
         return self._submit()
+
+    def _finish(self, a: NoArgs) -> ToolOutcome:  # noqa: ARG002
+        assert self._finish_cb is not None  # run() knows finish only when the callback exists
+        return self._finish_cb()

@@ -2,6 +2,11 @@
 
     python scripts/run_episode.py                       # arithmetic, scripted reference agent, default backend
     python scripts/run_episode.py family=arithmetic backend=stub seed=3
+    python scripts/run_episode.py agent=research env.max_jobs_per_episode=2   # a research episode: two jobs
+
+``agent=research`` is the two-job reference agent (:class:`ait_env.agents.reference.TwoJobReferenceAgent`):
+a 5-step first job, then, when its eval curve was still rising, the reference job; it needs
+``env.max_jobs_per_episode`` of 2 or more.
 
 The ``local`` backend trains models built beforehand by ``python -m ait_env.local.build`` (``scripts/main.sh``
 runs it first); this script builds nothing. Each turn's tool output is shown clipped to
@@ -16,12 +21,12 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from ait_env.agents.reference import ScriptedReferenceAgent
+from ait_env.agents.reference import ScriptedReferenceAgent, TwoJobReferenceAgent
 from ait_env.config import settings_from_cfg
 from ait_env.display import clip, status_label
 from ait_env.env import JobWritingEnv
 
-AGENTS = {"reference": ScriptedReferenceAgent}
+AGENTS = {"reference": ScriptedReferenceAgent, "research": TwoJobReferenceAgent}
 SHOWN_CHARS = 800  # of each turn's tool output
 
 
@@ -30,7 +35,10 @@ def main(cfg: DictConfig) -> None:
     console = Console()
     if cfg.agent not in AGENTS:
         raise SystemExit(f"unknown agent {cfg.agent!r}; choose one of: {', '.join(AGENTS)}")
-    env = JobWritingEnv(settings=settings_from_cfg(cfg))
+    settings = settings_from_cfg(cfg)
+    if cfg.agent == "research" and settings.env.max_jobs_per_episode < 2:
+        raise SystemExit("agent=research runs two jobs: add env.max_jobs_per_episode=2 to the command line")
+    env = JobWritingEnv(settings=settings)
     agent = AGENTS[cfg.agent]()
     obs, info = env.reset(seed=int(cfg.seed))
     console.rule(f"episode {info['episode_id']}: family={info['family']} backend={info['backend']}")
@@ -55,7 +63,17 @@ def main(cfg: DictConfig) -> None:
     for key in ("total", "V", "Q", "S", "post", "best_pre", "uplift", "U", "attempts"):
         value = r.get(key)
         table.add_row(key, "—" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value))
+    if len(r["jobs"]) > 1:
+        table.add_row("charge", f"{r['charge']:.4f}")
+        table.add_row("best job", str(r["best_job"] + 1) if r["best_job"] is not None else "—")
     console.print(table)
+    if len(r["jobs"]) > 1:
+        jobs = Table("job", "status", "post", "uplift", "reward alone", "wall s",
+                     title=f"jobs (ended: {r['end']})")
+        for k, (j, res) in enumerate(zip(r["jobs"], info["jobs"], strict=True), 1):
+            jobs.add_row(str(k), j["status"], *(f"{v:.4f}" if v is not None else "—" for v in
+                         (j["post"], j["uplift"], j["total"])), f"{res['wall_seconds']:.1f}")
+        console.print(jobs)
     if "job" in info:
         job_dir = env.runs_dir / "jobs" / info["job"]["job_id"]
         console.print(f"job bundle and result: {job_dir}")

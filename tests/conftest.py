@@ -21,6 +21,19 @@ def call(name: str, **arguments: Any) -> str:
     return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
 
 
+def play(env: Any, agent: Any, seed: int, turns: int = 10) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    """Reset ``env`` and let a scripted ``agent`` (``reset(info)``, ``act(obs, info)``) play until the episode
+    ends or ``turns`` turns; the last step's ``(obs, reward, terminated, truncated, info)``."""
+    obs, info = env.reset(seed=seed)
+    agent.reset(info)
+    out: tuple[str, float, bool, bool, dict[str, Any]] = (obs, 0.0, False, False, info)
+    for _ in range(turns):
+        out = env.step(agent.act(out[0], out[4]))
+        if out[2] or out[3]:
+            break
+    return out
+
+
 def make_bundle(files: dict[str, str], folder: Path, family: str = "arithmetic") -> Any:
     """Write ``files`` as a workspace under ``folder`` and bundle the job without the probe, the way the
     env bundles a validated job."""

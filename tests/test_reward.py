@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from ait_env.reward import RewardSettings, compose, uplift_score
+from ait_env.reward import RewardSettings, combine, compose, research_charge, uplift_score
 
 S = RewardSettings()
 
@@ -67,3 +67,61 @@ def test_weights_come_from_config():
     assert s.reward.weights.validation == 0.5
     b = compose("scored", s.reward, attempts=2, validated_attempt=2, post=0.3, best_pre=0.3)
     assert b.V == pytest.approx(0.9)
+
+
+def _job(post: float, attempts: int = 1, cost: float = 0.0, status: str = "scored", job_id: str = "j"):
+    if status != "scored":
+        return compose(status, S, attempts=attempts, validated_attempt=attempts, best_pre=0.3,  # type: ignore[arg-type]
+                       reason="boom").model_copy(update={"job_id": job_id, "cost_usd": cost})
+    return compose("scored", S, attempts=attempts, validated_attempt=attempts, post=post, best_pre=0.3,
+                   train_seconds=600, wall_clock_limit_s=3600).model_copy(update={"job_id": job_id, "cost_usd": cost})
+
+
+def test_combine_one_job_is_the_single_job_reward():
+    """A research episode that ran one job gets exactly the single-job reward: no charge."""
+    one = _job(0.5, cost=3.0)
+    b = combine([one], S, attempts=1, end="finish")
+    assert b.total == one.total and b.charge == 0.0 and b.best_job == 0 and b.jobs == [one]
+    assert (b.V, b.Q, b.S, b.post, b.uplift) == (one.V, one.Q, one.S, one.post, one.uplift)
+
+
+def test_combine_keeps_the_best_job_and_charges_the_research():
+    """R = max_k R_k - (per_extra_job·(n-1) + per_usd·USD of jobs 2..n); the first job's USD is free."""
+    jobs = [_job(0.4, cost=1.0, job_id="a"), _job(0.6, attempts=2, cost=0.5, job_id="b"),
+            _job(0.5, cost=0.25, job_id="c")]
+    b = combine(jobs, S, attempts=5, end="job_limit")
+    best = max(jobs, key=lambda j: j.total)
+    charge = S.research.per_extra_job * 2 + S.research.per_usd * 0.75
+    assert b.best_job == jobs.index(best) and b.job_id == best.job_id
+    assert b.charge == pytest.approx(charge) == pytest.approx(research_charge(jobs, S))
+    assert b.total == pytest.approx(best.total - charge)
+    assert b.attempts == 5 and b.validated_attempt == best.validated_attempt and b.end == "job_limit"
+    assert b.cost_usd == pytest.approx(1.75) and b.status == "scored"
+    # the per-job V counts the attempts of that job: job b validated on its 2nd attempt
+    assert jobs[1].V == S.validation_decay
+    # ties go to the earlier job
+    assert combine([_job(0.5, job_id="x"), _job(0.5, job_id="y")], S, attempts=2, end="finish").job_id == "x"
+
+
+def test_combine_statuses_and_infra_failure():
+    failed, scored = _job(0.0, status="job_failed"), _job(0.5)
+    assert combine([failed], S, attempts=1, end="job_limit").status == "job_failed"
+    b = combine([failed, scored], S, attempts=2, end="job_limit")
+    assert b.status == "scored" and b.best_job == 1
+    assert b.total == pytest.approx(scored.total - S.research.per_extra_job)
+    # an infrastructure failure in any job drops the episode: missing is not zero
+    infra = compose("infra_failed", S, attempts=1, validated_attempt=1, reason="pod lost")
+    d = combine([scored, infra], S, attempts=2, end="job_limit")
+    assert d.status == "infra_failed" and d.total is None and d.drop and d.end == "infra_failed"
+    assert d.gym_reward == 0.0 and len(d.jobs) == 2 and d.reason == "pod lost"
+    with pytest.raises(ValueError, match="at least one job"):
+        combine([], S, attempts=0, end="finish")
+
+
+def test_research_charge_comes_from_config():
+    from ait_env.config import load_group
+
+    s = RewardSettings.model_validate(load_group("reward", "default"))
+    assert s.research == RewardSettings().research  # the yaml and the code defaults agree
+    cheap = RewardSettings(research={"per_extra_job": 0.0, "per_usd": 0.0})
+    assert combine([_job(0.4), _job(0.6)], cheap, attempts=2, end="finish").charge == 0.0

@@ -113,7 +113,15 @@ def _native_messages(info: dict[str, Any]) -> list[dict[str, Any]]:
     return msgs
 
 
-def _submitted_job(env: Any) -> Job | None:
+def _submitted_job(env: Any, info: dict[str, Any]) -> Job | None:
+    """The job the reward counts: its bundle's (a research episode's best job), else the workspace's."""
+    if "jobs_left" in info and info.get("job"):
+        from ait_env.jobs.bundle import JobBundle
+
+        try:
+            return JobBundle.load(Path(env.unwrapped.runs_dir) / "jobs" / info["job"]["job_id"]).job
+        except Exception:  # noqa: BLE001 - metrics never break a run
+            return None
     ws = env.unwrapped.workspace
     try:
         job, _ = parse_job(ws.read("job.toml")) if ws is not None else (None, [])
@@ -174,11 +182,12 @@ def play_episode(env: Any, client: Any, agent: AgentSettings, family: str, seed:
         rec.breakdown = breakdown
         rec.status = str(breakdown.get("status", ""))
         rec.reward = None if breakdown.get("drop") else float(breakdown.get("total") or 0.0)
-        job = _submitted_job(env) if breakdown.get("validated_attempt") is not None else None
+        job = _submitted_job(env, info) if breakdown.get("validated_attempt") is not None else None
         rec.base_model = job.job.base_model if job is not None else None
-        rec.job_usd = float((info.get("job") or {}).get("cost_usd") or 0.0)
+        rec.job_usd = float(sum(j.get("cost_usd") or 0.0 for j in info.get("jobs") or []))
         if rec.reward is not None:
-            rec.metrics = episode_metrics(breakdown, job, family, rec.turns, rec.reward)
+            rec.metrics = episode_metrics(breakdown, job, family, rec.turns, rec.reward,
+                                          research="jobs_left" in info)
     return rec
 
 

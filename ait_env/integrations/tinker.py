@@ -4,12 +4,16 @@ Every cookbook-specific call of the project lives here (plus the offline helpers
 :mod:`ait_env.integrations.tinker_offline`). The shape:
 
 - :class:`JobWritingMessageEnv` (a cookbook ``MessageEnv``): one gym episode. Its first
-  observation is the episode's system prompt *without* the env's own tool section, with the six
-  tools declared by the model's renderer (``create_conversation_prefix_with_tools``, so each model
-  sees its native tool-call format), followed by the task message. Each assistant message (already
-  parsed by the renderer) becomes the env's text action (:func:`message_to_action`); the env's new
-  tool results come back as ``tool`` messages and its notes as ``user`` messages; the whole
-  conversation is returned each step, as ``MessageEnv`` requires. ``reset``/``step`` are blocking
+  observation is the episode's system prompt *without* the env's own tool section, with the
+  episode's tools (``info["tools"]``: the six, plus ``finish`` in a research episode,
+  ``env.max_jobs_per_episode > 1`` in ``env_overrides``) declared by the model's renderer
+  (``create_conversation_prefix_with_tools``, so each model sees its native tool-call format), followed
+  by the task message. Each assistant message (already parsed by the renderer) becomes the env's text
+  action (:func:`message_to_action`); the env's new tool results come back as ``tool`` messages and its
+  notes as ``user`` messages; the whole conversation is returned each step, as ``MessageEnv`` requires.
+  In a research episode the job results come back as tool messages and the reward arrives when the
+  episode ends (the last job, the budget, ``finish``, the turn limit); the metrics count the best job
+  and the research charge. ``reset``/``step`` are blocking
   (``submit_job`` waits for the job: minutes) and run in a dedicated thread pool
   (``env_threads``), never on the event loop and never in asyncio's small default pool.
 - :class:`MeteredEnv` (``EnvFromMessageEnv``): the token-level env the cookbook samples against. It
@@ -71,7 +75,6 @@ from ait_env.episode_metrics import (
 from ait_env.integrations.messages import action_text
 from ait_env.ledger import CostRecord
 from ait_env.spec import strip_tool_sections
-from ait_env.tools import tool_schemas
 from task_families import FAMILY_NAMES
 
 logger = logging.getLogger(__name__)
@@ -200,7 +203,9 @@ def make_gym_env(cfg: AdapterConfig) -> gym.Env:
 
 
 # --------------------------------------------------------------------------- messages <-> actions
-TOOL_SPECS: list[renderers.ToolSpec] = [t["function"] for t in tool_schemas()]  # type: ignore[misc]
+def tool_specs(tools: list[dict[str, Any]]) -> list[renderers.ToolSpec]:
+    """The renderer's tool specs for an episode's OpenAI-style tool schemas (``info["tools"]``)."""
+    return [t["function"] for t in tools]  # type: ignore[misc]
 
 
 def message_to_action(message: Message) -> str:
@@ -279,7 +284,8 @@ class JobWritingMessageEnv(MessageEnv):
         _, self.info = await _in_thread(self.cfg, self.env.reset, seed=self.instance, options={
             "family": self.family, "instance": self.instance, "episode_id": self.episode_id})
         system, task = self.info["messages"][0]["content"], self.info["messages"][1]["content"]
-        prefix = self.renderer.create_conversation_prefix_with_tools(TOOL_SPECS, strip_tool_sections(system))
+        prefix = self.renderer.create_conversation_prefix_with_tools(tool_specs(self.info["tools"]),
+                                                                     strip_tool_sections(system))
         self.history = list(prefix) + [Message(role="user", content=task)]
         return list(self.history)
 
@@ -323,7 +329,7 @@ class JobWritingMessageEnv(MessageEnv):
         await _in_thread(self.cfg, self.env.unwrapped.ledger.append, rec)
 
     def job(self) -> Any:
-        """The submitted, validated job (from its bundle), or None."""
+        """The job the reward counts (from its bundle; a research episode's best job), or None."""
         job_info = self.info.get("job")
         if not job_info or self.env is None:
             return None
@@ -410,7 +416,8 @@ class JobWritingGroupBuilder(types.EnvGroupBuilder):
             me = env.message_env
             total = sum(t.reward for t in traj.transitions)
             m = episode_metrics(me.info.get("reward") if me.finished else None, me.job() if me.finished else None,
-                                self.family, me.turns, total, aborted=not me.finished)
+                                self.family, me.turns, total, aborted=not me.finished,
+                                research="jobs_left" in me.info)
             m.update({"ait/infra_dropped_frac": drop_frac, "ait/llm_usd": me.llm_usd,
                       "ait/llm_tokens_in": float(me.tokens_in), "ait/llm_tokens_out": float(me.tokens_out)})
             n_train = trained_tokens(env.turns)

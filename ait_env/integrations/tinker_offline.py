@@ -36,7 +36,7 @@ from tinker_cookbook.completers import StopCondition, TokenCompleter, TokensWith
 from tinker_cookbook.renderers.base import RenderContext, ToolCall
 from tinker_cookbook.tokenizer_utils import register_tokenizer
 
-from ait_env.agents.reference import reference_files
+from ait_env.agents.reference import reference_files, with_steps
 
 QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 QWEN_ADDED = ["<tool_call>", "</tool_call>", "<think>", "</think>", "<tool_response>", "</tool_response>"]
@@ -130,14 +130,32 @@ def _job_files(ctx: PlanContext, variant: str) -> dict[str, str]:
         files["job.toml"] = re.sub(r"(?m)^batch_size = .*$", "batch_size = 100", files["job.toml"], count=1)
     elif variant == "infra":
         files["job.toml"] = files["job.toml"].replace("[env]", "[env]\nsimulate_infra_failure = true", 1)
+    elif variant.startswith("research"):  # the first, short job of a research plan
+        files["job.toml"] = with_steps(files["job.toml"], 5)
     return files
+
+
+def _research_turn(variant: str, ctx: PlanContext) -> renderers.Message:
+    """Turns 4 and later of a research plan (its first job was submitted at turn 3): the reference's
+    job.toml (``research``) or one a test backend fails on (``research_infra``), submit, then finish."""
+    if ctx.turn == 4:
+        files = reference_files(ctx.family, ctx.model("larger"), ctx.backend)
+        if variant == "research_infra":
+            files = _job_files(ctx, "infra")
+        return renderers.Message(role="assistant", content="The curve still rose: the longer job.",
+                                 tool_calls=[_call("write_file", path="job.toml", content=files["job.toml"])])
+    if ctx.turn == 5:
+        return renderers.Message(role="assistant", content="", tool_calls=[_call("submit_job")])
+    return renderers.Message(role="assistant", content="", tool_calls=[_call("finish")])
 
 
 def plan_turn(variant: str, ctx: PlanContext) -> renderers.Message:
     """The assistant message of plan ``variant`` at ``ctx.turn``. Plans: ``reference`` (the reference
     job, larger model), ``template`` (the template's [prime_rl] untouched, small model), ``collapse``
     (reference with a diverging learning rate), ``invalid`` (batch not divisible by the group size,
-    resubmitted until the attempts run out), ``infra`` (a marker a test backend fails on)."""
+    resubmitted until the attempts run out), ``infra`` (a marker a test backend fails on); for research
+    episodes (``env.max_jobs_per_episode >= 2``) ``research`` (a 5-step reference job, then the reference
+    job, then ``finish``) and ``research_infra`` (its second job carries the ``infra`` marker)."""
     if ctx.turn == 0:
         return renderers.Message(role="assistant", content=f"[plan {variant}] Reading the job skeleton first.",
                                  tool_calls=[_call("read_file", path="job.toml")])
@@ -147,6 +165,8 @@ def plan_turn(variant: str, ctx: PlanContext) -> renderers.Message:
         files = _job_files(ctx, variant)
         return renderers.Message(role="assistant", content="Writing the job.",
                                  tool_calls=[_call("write_file", path=k, content=v) for k, v in files.items()])
+    if variant.startswith("research") and ctx.turn >= 4:
+        return _research_turn(variant, ctx)
     return renderers.Message(role="assistant", content="", tool_calls=[_call("submit_job")])
 
 

@@ -52,6 +52,20 @@ def _rollout(builder: JobWritingGroupBuilder, plans: tuple[str, ...] = PLANS, **
     return asyncio.run(do_group_rollout(builder, policy, strategy=drop_infra_strategy(builder.group_size, **strategy)))
 
 
+def _keep_envs(builder: JobWritingGroupBuilder) -> list[Any]:
+    """The list that will hold the envs the builder makes (the builder forgets them at cleanup)."""
+    envs: list[Any] = []
+    orig = builder.make_envs
+
+    async def keep() -> Any:
+        made = await orig()
+        envs.extend(made)
+        return made
+
+    builder.make_envs = keep  # type: ignore[method-assign]
+    return envs
+
+
 def _direct_reward(runs: Path, family: str, instance: int, plan: str) -> float:
     """The same job written straight into the gym env (JSON tool calls, no renderer, no cookbook)."""
     env = gym.make("AIT/JobWriting-v0", family="train", backend="stub",
@@ -76,15 +90,7 @@ def test_group_rollout_rewards_actions_datums_advantages(local_tokenizer, tmp_pa
                                                          datums_per_traj):
     builder = JobWritingGroupBuilder(_cfg(tmp_path / "runs", renderer, model), "arithmetic", 7, 4, "train",
                                      ["train", "arithmetic"])
-    envs: list[Any] = []
-    orig = builder.make_envs
-
-    async def keep() -> Any:
-        made = await orig()
-        envs.extend(made)
-        return made
-
-    builder.make_envs = keep  # type: ignore[method-assign]
+    envs = _keep_envs(builder)
     group = _rollout(builder)
     rewards = group.get_total_rewards()
     assert len(rewards) == 4 and not group.rollout_errors
@@ -147,6 +153,41 @@ def test_infra_failed_episodes_are_dropped_not_scored(local_tokenizer, tmp_path)
     with pytest.raises(AllTrajectoriesFailedError):
         _rollout(JobWritingGroupBuilder(cfg, "units", 3, 2, "train", ["train"]), plans=("infra",),
                  min_group=2, max_retries=1)
+
+
+def test_research_episodes_through_the_cookbook(local_tokenizer, tmp_path):
+    """env.max_jobs_per_episode=2 in the env overrides: the renderer declares the finish tool, both jobs'
+    results come back as tool messages, the reward is the best job's less the charge, and the metrics say
+    so; an infrastructure failure in the second job drops the episode."""
+    cfg = _cfg(tmp_path / "runs", backend_factory="flaky_backend:FlakyStubBackend")
+    cfg.env_overrides["env"]["max_jobs_per_episode"] = 2
+    builder = JobWritingGroupBuilder(cfg, "arithmetic", 7, 3, "train", ["train"])
+    envs = _keep_envs(builder)
+    group = _rollout(builder, plans=("research", "reference", "research_infra"), min_group=2, max_retries=0)
+    assert [e.error_type for e in group.rollout_errors] == ["InfraFailedEpisode"]
+    done = {e.message_env.info["reward"]["jobs"][0]["job_id"]: e.message_env for e in envs
+            if not e.message_env.dropped}
+    assert len(done) == 2
+    by_plan = {("research" if "[plan research]" in json.dumps(me.info["messages"][2]) else "reference"): me
+               for me in done.values()}
+    research, reference = by_plan["research"], by_plan["reference"]
+    first = research.history[0]
+    assert first["role"] == "system" and '"finish"' in str(first["content"])  # the renderer's tool list
+    r = research.info["reward"]
+    assert r["status"] == "scored" and r["end"] == "job_limit" and r["best_job"] == 1
+    assert [m["role"] for m in research.history].count("tool") >= 6
+    assert any("Job 1 of 2" in str(m["content"]) and "Eval points during training" in str(m["content"])
+               for m in research.history if m["role"] == "tool")
+    # the reference plan submitted the same job twice: the first counts, charged for the second
+    ref = reference.info["reward"]
+    assert ref["best_job"] == 0 and ref["total"] == pytest.approx(ref["jobs"][0]["total"] - 0.02)
+    m = {"research" if v["ait/later_job_best"] else "reference": v for v in group.metrics_G}
+    assert len(m) == 2
+    assert m["research"]["ait/jobs"] == 2 and m["research"]["ait/later_job_best"] == 1
+    assert m["research"]["ait/charge"] == pytest.approx(0.02) and m["research"]["ait/end/job_limit"] == 1
+    assert m["research"]["ait/post_gain"] == pytest.approx(r["jobs"][1]["post"] - r["jobs"][0]["post"])
+    assert m["research"]["ait/post"] == r["jobs"][1]["post"]  # the best job's
+    assert m["reference"]["ait/later_job_best"] == 0 and m["reference"]["ait/post_gain"] == 0
 
 
 def test_llm_calls_and_train_tokens_go_to_the_ledger(local_tokenizer, tmp_path):

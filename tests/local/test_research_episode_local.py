@@ -1,0 +1,34 @@
+"""A research episode on the real local backend (slow: about 2 minutes on 2 cores; run with ``pytest -m
+slow``): the two-job reference agent trains ait-tiny-m for 5 steps, reads the still-rising curve and
+submits the reference job, which scores better; the reward counts it, less the charge for a second job.
+The same as ``python scripts/run_episode.py agent=research env.max_jobs_per_episode=2``."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("verifiers")
+
+from ait_env.agents.reference import TwoJobReferenceAgent  # noqa: E402
+from ait_env.reward import RewardSettings  # noqa: E402
+from conftest import play  # noqa: E402
+
+MODEL = "ait-tiny-m"
+
+
+@pytest.mark.slow
+def test_the_second_job_of_the_two_job_reference_agent_improves_on_the_first(make_env):
+    from ait_env.local import catalog
+
+    if not catalog.is_current(MODEL):
+        pytest.skip(f"{MODEL} is not built here: python -m ait_env.local.build")
+    env = make_env(family="arithmetic", backend="local", overrides={"env": {"max_jobs_per_episode": 2}})
+    agent = TwoJobReferenceAgent()
+    obs, reward, terminated, _, info = play(env, agent, seed=0)
+    b = info["reward"]
+    assert terminated and agent.second, (agent.curve, obs)
+    first, second = b["jobs"]
+    assert first["status"] == second["status"] == "scored", obs
+    assert [j["curves"]["eval_step"][-1] for j in info["jobs"]] == [5, 27]
+    assert second["post"] > first["post"] and b["best_job"] == 1 and b["end"] == "job_limit"
+    assert reward == b["total"] == pytest.approx(second["total"] - RewardSettings().research.per_extra_job)
