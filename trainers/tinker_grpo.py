@@ -106,6 +106,20 @@ def env_overrides(cfg: DictConfig, run_log: Path) -> dict[str, Any]:
     return out
 
 
+def _wandb_project(cfg: DictConfig) -> str | None:
+    """The W&B project (the cookbook's own logger), or None; ``wandb.mode=offline`` needs no account."""
+    w = cfg.get("wandb") or {}
+    if not w.get("project"):
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is None:
+        raise SystemExit("wandb.project is set but wandb is not installed: pip install wandb "
+                         "(or leave wandb.project unset; metrics.jsonl is written either way)")
+    os.environ.setdefault("WANDB_MODE", str(w.get("mode") or "online"))
+    return str(w.project)
+
+
 def build_train_config(cfg: DictConfig) -> Any:
     """The cookbook's ``train.Config`` for this pilot (chz does no type checks: every value is cast)."""
     import json
@@ -147,6 +161,7 @@ def build_train_config(cfg: DictConfig) -> Any:
         async_config=(train.AsyncConfig(max_steps_off_policy=int(k), groups_per_batch=int(p.groups_per_batch))
                       if k is not None else None),
         base_url=str(p.base_url) if p.get("base_url") else None, max_steps=int(p.steps),
+        wandb_project=_wandb_project(cfg), wandb_name=str(p.name) if _wandb_project(cfg) else None,
         num_groups_to_log=1, rollout_json_export=False)
 
 

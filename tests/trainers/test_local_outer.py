@@ -93,3 +93,37 @@ def test_the_control_policy_never_moves(local_outer, tmp_path):
 def test_a_tinker_pilot_is_refused(local_outer, tmp_path):
     with pytest.raises(SystemExit, match="not a local outer-loop pilot"):
         local_outer.run(_cfg("+pilot=smoke", f"run_dir={tmp_path}"))
+
+
+class _FakeRun:
+    def __init__(self, **kwargs):
+        self.init = kwargs
+        self.logged: list[tuple[int, dict]] = []
+        self.finished = False
+
+    def log(self, row, step):
+        self.logged.append((step, dict(row)))
+
+    def finish(self):
+        self.finished = True
+
+
+def test_rows_go_to_weights_and_biases_when_a_project_is_set(local_outer, tmp_path, monkeypatch):
+    """A stand-in ``wandb`` module (the real one needs no account in offline mode, but is not installed here)."""
+    import types
+
+    runs: list[_FakeRun] = []
+    fake = types.SimpleNamespace(init=lambda **kw: runs.append(_FakeRun(**kw)) or runs[-1])
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    out = local_outer.run(_cfg("+pilot=local_smoke", f"run_dir={tmp_path}", "pilot.steps=2", "wandb.project=ait",
+                               "wandb.mode=offline"))
+    (run,) = runs
+    assert run.init["project"] == "ait" and run.init["mode"] == "offline" and run.finished
+    assert [s for s, _ in run.logged] == [0, 1]
+    assert [r for _, r in run.logged] == _rows(out / "metrics.jsonl")  # the same rows: metrics.jsonl is the record
+
+
+def test_a_project_without_wandb_installed_says_how_to_fix(local_outer, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    with pytest.raises(SystemExit, match="pip install wandb"):
+        local_outer.run(_cfg("+pilot=local_smoke", f"run_dir={tmp_path}", "wandb.project=ait"))

@@ -165,3 +165,18 @@ def test_one_backend_serves_the_whole_dry_run(tinker_grpo, compose_cfg, tmp_path
     assert len(envs) > 10, "the dry run played fewer episodes than expected"
     assert len(built) == 1 and all(e.backend is built[0] for e in envs)
     assert closes == built and built[0].closed
+
+
+def test_wandb_goes_through_the_cookbooks_own_logger(tinker_grpo, compose_cfg, tmp_path, monkeypatch):
+    import importlib.util
+    import types
+
+    assert tinker_grpo.build_train_config(compose_cfg("+pilot=smoke", f"run_dir={tmp_path}")).wandb_project is None
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: types.SimpleNamespace() if name == "wandb" else real_find_spec(name, *a))
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    c = tinker_grpo.build_train_config(compose_cfg("+pilot=smoke", f"run_dir={tmp_path}", "wandb.project=ait",
+                                                   "wandb.mode=offline"))
+    assert c.wandb_project == "ait" and c.wandb_name == "smoke" and os.environ["WANDB_MODE"] == "offline"
+    monkeypatch.delenv("WANDB_MODE", raising=False)
