@@ -1,0 +1,94 @@
+"""The gpu executor under test: jobs run through the runner with the fake prime-rl ``rl`` and fake ``vllm``
+(``tests/gpu/fakes``), on the micro model saved as an HF folder."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ait_env.agents.reference import reference_files
+from ait_env.backends.base import BackendBounds, BackendSettings, ModelInfo
+from gpu.processes import tagged_pids
+from gpu.vllm_server import free_port
+
+FAKES = Path(__file__).with_name("fakes")
+FAKE_RL = [sys.executable, str(FAKES / "fake_rl.py")]
+FAKE_VLLM = [sys.executable, str(FAKES / "fake_vllm.py")]
+MODEL = "Qwen/Qwen3-0.6B"       # the job's base model: prime-rl v0.7.0 has a renderer for it
+OTHER = "Qwen/Qwen3-1.7B"
+
+
+def leftovers(run_id: str) -> set[int]:
+    """Live processes started for this test (every fake process inherits ``FAKE_RUN_ID``)."""
+    return tagged_pids(run_id, var="FAKE_RUN_ID")
+
+
+@pytest.fixture(scope="session")
+def micro_dirs(tmp_path_factory: pytest.TempPathFactory, micro_model: Any,
+               micro_tokenizer: Any) -> dict[str, str]:
+    """HF folders of the micro model for both model ids (the fakes' "hub")."""
+    root = tmp_path_factory.mktemp("hf")
+    out = {}
+    for name in (MODEL, OTHER):
+        d = root / name.replace("/", "--")
+        micro_model.save(d)
+        micro_tokenizer.save(d, model_max_length=micro_model.cfg.max_position_embeddings)
+        out[name] = str(d)
+    return out
+
+
+@pytest.fixture
+def gpu_bundle(tmp_path: Path) -> Callable[..., Any]:
+    """``make(env_edit=...)``: a 3-step arithmetic job on ``MODEL``, bundled with its rendered rl.toml."""
+    from ait_env.jobs.bundle import build_bundle
+    from ait_env.jobs.schema import parse_job
+    from task_families import get_family
+
+    def make(env_edit: Callable[[str], str] = lambda t: t) -> Any:
+        ws = tmp_path / f"ws-{uuid.uuid4().hex[:6]}"
+        ws.mkdir()
+        files = reference_files("arithmetic", MODEL)
+        job_toml = files["job.toml"]
+        for old, new in (("max_steps = 60", "max_steps = 3"), ("batch_size = 128", "batch_size = 16"),
+                         ("group_size = 8", "group_size = 4"), ("warmup_steps = 5", "warmup_steps = 1"),
+                         ("max_tokens = 256", "max_tokens = 48"),
+                         ("num_examples = 4000", "num_examples = 200")):
+            job_toml = job_toml.replace(old, new)
+        files["job.toml"] = job_toml
+        files["environment.py"] = env_edit(files["environment.py"])
+        for k, v in files.items():
+            (ws / k).write_text(v)
+        job, issues = parse_job(files["job.toml"])
+        assert job is not None, issues
+        bundle = build_bundle(ws, job, get_family("arithmetic"), tmp_path / "jobs")
+        assert (bundle.root / "rl.toml").is_file()
+        return bundle
+
+    return make
+
+
+@pytest.fixture
+def gpu_settings(tmp_path: Path, micro_dirs: dict[str, str]) -> Callable[..., BackendSettings]:
+    """``make(scenario, **options)``: the ``gpu`` backend's settings with the fakes; ``run_id`` (the
+    ``FAKE_RUN_ID`` of every process it starts) is in ``settings.options["env"]``."""
+
+    def make(scenario: str = "success", models: tuple[str, ...] = (MODEL,),
+             **options: Any) -> BackendSettings:
+        env = {"FAKE_PRIMERL_MODELS": json.dumps(micro_dirs), "FAKE_PRIMERL_SCENARIO": scenario,
+               "FAKE_RUN_ID": uuid.uuid4().hex, "FAKE_VLLM_RECORD": str(tmp_path / "vllm_launches.jsonl"),
+               **options.pop("env", {})}
+        opts = {"primerl_cmd": FAKE_RL, "vllm_cmd": FAKE_VLLM, "gpus": [0], "model_paths": dict(micro_dirs),
+                "env": env, "eval_every": 0, "eval_subset": 8, "eval_limit": 8, "eval_max_tokens": 48,
+                "eval_concurrency": 8, "measure_pre": True, "kill_grace_s": 2.0, "poll_s": 0.1,
+                "vllm_startup_timeout_s": 60.0, "policy_port": free_port(), **options}
+        return BackendSettings(name="gpu", models=[ModelInfo(name=m) for m in models],
+                               bounds=BackendBounds(wall_clock_minutes=5), options=opts)
+
+    return make
+
