@@ -116,7 +116,8 @@ class TrainerExecutor(Protocol):
 
 
 #: backend name -> "module:factory" of its trainer executor
-EXECUTORS: dict[str, str] = {"local": "ait_env.local.executor:LocalExecutor"}
+EXECUTORS: dict[str, str] = {"local": "ait_env.local.executor:LocalExecutor",
+                             "gpu": "gpu.primerl_executor:PrimeRLExecutor"}
 
 
 def executor_factory(backend: str) -> Callable[..., TrainerExecutor]:

@@ -1,0 +1,677 @@
+"""The ``gpu`` backend's trainer executor: the bundle's ``rl.toml`` trained by prime-rl v0.7.0, scored
+by vLLM.
+
+It implements :class:`ait_env.runner.TrainerExecutor` (the runner owns the phases). Every prime-rl fact
+below was read at tag v0.7.0 (commit d334ea52940b47f426293a7d146239e3fbf91caa); paths are in that
+repository.
+
+- **Command**: ``<primerl_cmd> @ <bundle>/rl.toml --output-dir <bundle>/outputs [flags]``; ``primerl_cmd``
+  defaults to ``rl``, the console script ``rl = prime_rl.entrypoints.rl:main`` (``pyproject.toml``
+  ``[project.scripts]``), e.g. ``uv run --no-sync rl`` in a prime-rl checkout. The ``@`` takes a space
+  before the file, later CLI flags win, kebab-case on the CLI (``docs/configuration.md``). The launcher
+  starts ``inference``, ``orchestrator`` and ``torchrun`` **by name** (``src/prime_rl/entrypoints/rl.py``),
+  so the folder of a ``primerl_cmd`` given as a path goes first on ``PATH``.
+- **Dry run first**: the same command with ``--dry-run`` validates the config and writes the resolved
+  ``<output_dir>/configs/{trainer,orchestrator,inference}.toml`` and launches nothing (``rl.py``
+  ``rl_local``); it runs when the executor is built, before any vLLM starts. A refusal is
+  ``InfraFailed``: the job passed our own rules (:mod:`ait_env.jobs.primerl`), so the gap is ours.
+- **GPUs** (``rl.py`` ``rl_local``): the launcher reads ``CUDA_VISIBLE_DEVICES`` as a list of integers,
+  gives inference the first ``deployment.num_infer_gpus`` entries and the trainer the next
+  ``num_train_gpus`` (default 1 + 1: ``packages/prime-rl-configs/src/prime_rl/configs/rl.py``
+  ``SingleNodeDeploymentConfig``), and passes each child only its own entries. Two GPUs: we set
+  ``CUDA_VISIBLE_DEVICES=<g0>,<g1>``. **One GPU** (the 1 + 1 default): ``CUDA_VISIBLE_DEVICES=<g>,<g>``,
+  so both children run on that GPU, ``--weight-broadcast.type filesystem`` (NCCL, the default broadcast
+  with an inference server (``RLConfig.auto_setup_weight_broadcast``), needs two devices) and
+  ``--inference.gpu-memory-utilization <colocated share>`` so vLLM leaves the rest to the trainer.
+  The hidden-eval vLLM runs on the inference GPU and is stopped before training starts.
+- **The job's environment**: prime-rl imports it by its env id (verifiers 0.2.0's ``load_environment``,
+  ``verifiers/utils/env_utils.py``), so ``<bundle>/src`` is the children's ``PYTHONPATH``. Children get a
+  scrubbed environment: :data:`PASS_ENV` from ours, ``options.env``, and nothing else (no API keys,
+  no ``AIT_SECRETS_FILE``); ``WANDB_MODE=disabled`` (the rl.toml has no ``[wandb]``).
+- **Logs**: prime-rl writes ``<output_dir>/logs/{orchestrator,trainer,inference}.log`` and
+  ``logs/envs/{train,eval}/<name>.log`` (``rl.py``, ``src/prime_rl/utils/pathing.py`` ``get_log_dir``,
+  ``src/prime_rl/orchestrator/envs.py``); the launcher's own output goes to ``<bundle>/logs/
+  rl-launcher.log``. All of them stream into the runner's log (and so ``log_tail``), ANSI codes removed;
+  vLLM's info lines stay in ``inference.log`` and the launcher's copy of the orchestrator log is skipped.
+- **Curves**: per step, from the orchestrator's and trainer's step lines (:mod:`gpu.primerl_logs`).
+- **Eval points** (``eval_every``): while prime-rl runs, ``serve_trained`` is prime-rl's own policy server
+  (vLLM with the tool parser, ``--inference.server.port``, default 8000), which loads every new policy;
+  an eval point scores whatever policy it holds then (prime-rl is asynchronous: up to
+  ``max_off_policy_steps`` behind) while rollouts continue.
+- **Final weights**: HF safetensors + config + tokenizer in ``<output_dir>/weights/step_<max_steps>/``
+  with a ``STABLE`` file once complete (``src/prime_rl/trainer/ckpt.py`` ``WeightCheckpointManager``;
+  :func:`ait_env.jobs.primerl.final_weights_dir`); the post eval serves that folder with vLLM.
+- **Wall clock**: ``bounds.wall_clock_minutes`` from the launch of the training run; past it the run is
+  stopped: ``JobFailed`` when training had made steps (too slow for its bounds), ``InfraFailed`` when
+  it made none and no log names a fault of the job.
+- **Failures**: the job's own (``JobFailed``, in the agent's terms): its ``load_environment`` raises, a
+  non-finite loss or mean reward, the trainer's CUDA OOM, no trainable rollout for 10 steps in a row,
+  too slow for the wall clock. Everything else (no GPU, prime-rl or vLLM missing or refusing, a crash with
+  no job cause, a killed process, no weights) is ``InfraFailed`` with what to fix.
+- **Processes**: every command runs as a :class:`gpu.processes.ProcessTree` (own session, tagged
+  environment), killed on every exit path, including the torchrun ranks that leave the session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import tomllib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from ait_env.backends.base import BackendSettings
+from ait_env.jobs.bundle import JobBundle
+from ait_env.jobs.primerl import PRIME_RL_TAG, final_weights_dir
+from ait_env.runner import InfraFailed, JobFailed, Log, RunnerSettings, Served, Trained
+from gpu.primerl_logs import Signal, Source, StepLine, clean, failure_signal, level, parse_step
+from gpu.processes import ProcessTree
+from gpu.vllm_server import VllmServer, tool_call_parser_for
+
+#: variables passed from the worker's environment to prime-rl and vLLM (nothing else is: no keys)
+PASS_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "HF_HOME", "HF_HUB_CACHE",
+            "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "XDG_CACHE_HOME",
+            "TRITON_CACHE_DIR", "CUDA_HOME", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES",
+            "NVIDIA_DRIVER_CAPABILITIES", "UV_CACHE_DIR", "UV_PYTHON_INSTALL_DIR")
+
+#: prime-rl v0.7.0 defaults used when the dry run's resolved configs are unavailable
+DEFAULT_POLICY_PORT = 8000   # configs/inference.py ServerConfig.port
+MAX_EMPTY_BATCHES = 10       # src/prime_rl/orchestrator/orchestrator.py MAX_CONSECUTIVE_EMPTY_BATCHES
+_LAUNCHER_STARTED = "Startup complete"   # rl.py: "Startup complete. Showing orchestrator logs..."
+_LAUNCHER_FINISHED = "Training finished!"
+_ENV_LINES_FORWARDED = 2000   # per env log: the agent's prints cannot flood the job log
+
+
+class GpuOptions(RunnerSettings):
+    """``options`` of the ``gpu`` backends' executor (and the runner's own knobs); unknown keys are
+    refused."""
+
+    primerl_cmd: list[str] = Field(default_factory=lambda: ["rl"])  # e.g. ["uv", "run", "--no-sync", "rl"]
+    primerl_dir: str | None = None          # working folder of primerl_cmd (a prime-rl checkout for uv run)
+    vllm_cmd: list[str] = Field(default_factory=lambda: ["vllm"])
+    gpus: list[int] | None = None           # physical GPU ids; None: CUDA_VISIBLE_DEVICES, else nvidia-smi's
+    model_paths: dict[str, str] = Field(default_factory=dict)  # model id -> local HF folder (eval vLLM)
+    env: dict[str, str] = Field(default_factory=dict)          # extra variables for prime-rl and vLLM
+    dry_run: bool = True                    # prime-rl's own --dry-run before anything starts
+    #: one GPU: vLLM's share of it while the trainer runs next to it
+    colocated_gpu_memory_utilization: float = Field(0.3, gt=0, lt=1)
+    eval_gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    eval_max_model_len: int = 8192
+    eval_enforce_eager: bool = False
+    vllm_startup_timeout_s: float = 900.0
+    dry_run_timeout_s: float = 600.0
+    policy_port: int | None = None          # prime-rl's policy server port (default 8000)
+    kill_grace_s: float = 20.0              # SIGTERM -> SIGKILL
+    poll_s: float = 0.5
+    wall_clock_s: float | None = None       # tests only: overrides bounds.wall_clock_minutes
+
+
+# ----------------------------------------------------------------------------- GPUs
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """Which GPUs prime-rl's children and the eval vLLM use, and the flags that make it so."""
+
+    visible: str                    # CUDA_VISIBLE_DEVICES of the launcher
+    eval_gpu: int                   # the hidden-eval vLLM's GPU (the inference GPU)
+    colocated: bool                 # inference and trainer share one GPU
+    flags: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        if self.colocated:
+            return f"inference and trainer share GPU {self.eval_gpu} (filesystem weight broadcast)"
+        ids = self.visible.split(",")
+        return f"inference on GPU {ids[0]}, trainer on GPU(s) {','.join(ids[1:])}"
+
+
+def visible_gpus(gpus: list[int] | None) -> list[int]:
+    """The physical GPU ids this worker may use: ``gpus``, else ``CUDA_VISIBLE_DEVICES``, else
+    nvidia-smi's."""
+    if gpus is not None:
+        return list(gpus)
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if raw is not None:
+        tokens = [t.strip() for t in raw.split(",") if t.strip()]
+        if not all(t.isdigit() for t in tokens):
+            # prime-rl's launcher parses the entries as integers (rl.py get_physical_gpu_ids)
+            raise InfraFailed(f"CUDA_VISIBLE_DEVICES={raw!r} is not a list of GPU indices, which prime-rl "
+                              f"{PRIME_RL_TAG}'s launcher needs; set backend.options.gpus to the indices")
+        return [int(t) for t in tokens]
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(t) for t in out.split() if t.strip().isdigit()]
+
+
+def plan_gpus(gpus: list[int], num_infer: int, num_train: int, colocated_share: float) -> GpuPlan:
+    """Place prime-rl's inference and trainer the way its launcher assigns GPUs (module docstring)."""
+    need = num_infer + num_train
+    if not gpus:
+        raise InfraFailed("no GPU is visible (CUDA_VISIBLE_DEVICES / nvidia-smi): the gpu backend runs "
+                          "prime-rl on one or two NVIDIA GPUs (or set backend.options.gpus)")
+    if len(gpus) >= need:
+        return GpuPlan(visible=",".join(map(str, gpus[:need])), eval_gpu=gpus[0], colocated=False)
+    if len(gpus) == 1 and (num_infer, num_train) == (1, 1):
+        g = gpus[0]
+        return GpuPlan(visible=f"{g},{g}", eval_gpu=g, colocated=True,
+                       flags=["--weight-broadcast.type", "filesystem",
+                              "--inference.gpu-memory-utilization", f"{colocated_share:g}"])
+    raise InfraFailed(f"the job's rl.toml asks for {need} GPUs ({num_infer} inference + {num_train} trainer) "
+                      f"but this worker has {len(gpus)} ({gpus}); give the worker more GPUs")
+
+
+# ----------------------------------------------------------------------------- weights identity
+
+_HASHES: dict[tuple[str, tuple[tuple[str, int, int], ...]], str] = {}
+
+
+def dir_hash(path: Path) -> str:
+    """sha256 (16 hex) of a weights folder's files, names and bytes (``STABLE`` and logs left out)."""
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != "STABLE" and p.suffix != ".log")
+    key = (str(path), tuple((p.relative_to(path).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
+                            for p in files))
+    if key not in _HASHES:
+        h = hashlib.sha256()
+        for p in files:
+            h.update(p.relative_to(path).as_posix().encode() + b"\0")
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 22), b""):
+                    h.update(chunk)
+        _HASHES[key] = h.hexdigest()[:16]
+    return _HASHES[key]
+
+
+def hf_revision(model: str, env: dict[str, str]) -> str:
+    """``hf:<commit>`` of a hub model in the Hugging Face cache (``refs/main``), or "" when not cached."""
+    hub = env.get("HF_HUB_CACHE") or (str(Path(env["HF_HOME"]) / "hub") if env.get("HF_HOME") else "")
+    root = Path(hub) if hub else Path(env.get("HOME", str(Path.home()))) / ".cache" / "huggingface" / "hub"
+    ref = root / f"models--{model.replace('/', '--')}" / "refs" / "main"
+    try:
+        return "hf:" + ref.read_text().strip()
+    except OSError:
+        return ""
+
+
+# ----------------------------------------------------------------------------- log streaming
+
+class _Tail:
+    """New complete lines of a file that another process appends to."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.pos = 0
+        self.buf = b""
+
+    def read(self, final: bool = False) -> list[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read(1 << 22)
+        except OSError:
+            data = b""
+        self.pos += len(data)
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        if final and self.buf:
+            lines, self.buf = [*lines, self.buf], b""
+        return [line.decode("utf-8", "replace").split("\r")[-1] for line in lines]
+
+
+class _RunWatch:
+    """Reads prime-rl's logs while it runs (a thread): forwards them, parses steps, stops the run on a
+    job failure or at the deadline. ``verdict`` is the exception :meth:`PrimeRLExecutor.train` raises."""
+
+    def __init__(self, ex: PrimeRLExecutor, tree: ProcessTree, launcher_log: Path, deadline: float) -> None:
+        self.ex, self.tree, self.deadline = ex, tree, deadline
+        logs = ex.out / "logs"
+        self.tails: dict[Path, tuple[Source, str, _Tail]] = {
+            launcher_log: ("launcher", "prime-rl launcher", _Tail(launcher_log)),
+            **{logs / f"{s}.log": (s, f"prime-rl {s}", _Tail(logs / f"{s}.log"))
+               for s in ("orchestrator", "trainer", "inference")}}  # type: ignore[misc]
+        self.steps: dict[str, dict[int, StepLine]] = {"orchestrator": {}, "trainer": {}}
+        self.trainer_steps: queue.Queue[int] = queue.Queue()
+        self.signals: list[Signal] = []
+        self.env_lines: dict[str, deque[str]] = {}
+        self.recent: deque[str] = deque(maxlen=40)
+        self.verdict: Exception | None = None
+        self.first_step_at: float | None = None
+        self.finished = threading.Event()
+        self._launched = False
+        self._forwarded: dict[Path, int] = {}
+        self._settle_until: float | None = None
+        self._rebuild: Callable[[], Exception] | None = None
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="ait-primerl-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self) -> None:
+        self._halt.set()
+        self._thread.join(timeout=60)
+
+    # -- the loop
+    def _loop(self) -> None:
+        try:
+            while not self._halt.is_set():
+                self._read_logs()
+                if self.verdict is None:
+                    self._check()
+                if self._settle_until is not None and time.monotonic() >= self._settle_until:
+                    self._settle_until = None
+                    if self._rebuild is not None:
+                        self.verdict = self._rebuild()
+                    self.tree.kill()
+                if self.tree.poll() is not None:
+                    self.tree.kill()   # the launcher is gone; its children go too
+                    self._read_logs(final=True)
+                    return
+                time.sleep(self.ex.opts.poll_s)
+        except Exception as exc:  # noqa: BLE001 - a dead watch must not leave the run unsupervised
+            self.verdict = self.verdict or RuntimeError(
+                f"the prime-rl log watch failed: {type(exc).__name__}: {exc}")
+            self.tree.kill()
+        finally:
+            self.finished.set()
+
+    def _read_logs(self, final: bool = False) -> None:
+        for path in sorted((self.ex.out / "logs" / "envs").glob("*/*.log")):
+            if path not in self.tails:
+                self.tails[path] = ("env", f"env {path.parent.name}/{path.stem}", _Tail(path))
+        for path, (source, label, tail) in list(self.tails.items()):
+            for raw in tail.read(final):
+                self._line(path, source, label, clean(raw))
+
+    def _line(self, path: Path, source: Source, label: str, text: str) -> None:
+        if not text:
+            return
+        if source == "launcher":
+            # after startup the launcher tails orchestrator.log to its stdout: keep only its own verdicts
+            if _LAUNCHER_STARTED in text:
+                self._launched = True
+            elif (self._launched and level(text) not in ("ERROR", "WARNING")
+                  and _LAUNCHER_FINISHED not in text):
+                return
+        if source == "inference" and not any(k in text for k in ("ERROR", "WARNING", "Error", "Traceback",
+                                                                 "out of memory")):
+            return  # vLLM's info lines stay in inference.log
+        if source == "env":
+            self.env_lines.setdefault(label, deque(maxlen=30)).append(text)
+            n = self._forwarded[path] = self._forwarded.get(path, 0) + 1
+            if n > _ENV_LINES_FORWARDED:
+                if n == _ENV_LINES_FORWARDED + 1:
+                    self.ex.log(f"[{label}] ... further lines only in {path}")
+                return
+        self.recent.append(f"[{label}] {text}")
+        self.ex.log(f"[{label}] {text}")
+        sig = failure_signal(text, source)
+        if sig is not None:
+            self.signals.append(sig)
+        if source in ("orchestrator", "trainer"):
+            step = parse_step(text, source)  # type: ignore[arg-type]
+            if step is not None and step.step not in self.steps[source]:
+                self.steps[source][step.step] = step
+                if source == "trainer":
+                    self.first_step_at = self.first_step_at or time.monotonic()
+                    self.trainer_steps.put(step.step)
+
+    def _check(self) -> None:
+        """A job failure that prime-rl does not end by itself (NaN, an env that failed to load), or the
+        deadline."""
+        for source in ("trainer", "orchestrator"):
+            for step in self.steps[source].values():
+                bad = step.non_finite()
+                if bad:
+                    self._stop(self.ex.non_finite_failure(step, bad))
+                    return
+        for sig in self.signals:
+            if sig.kind == "env_load":  # the orchestrator would wait for this env server without end
+                self._stop(self.ex.signal_failure(sig, self), settle_s=2.0,
+                           rebuild=lambda sig=sig: self.ex.signal_failure(sig, self))
+                return
+        if time.monotonic() > self.deadline:
+            self._stop(self.ex.deadline_failure(self))
+
+    def _stop(self, verdict: Exception, settle_s: float = 0.0,
+              rebuild: Callable[[], Exception] | None = None) -> None:
+        """Record the verdict and stop the run (after ``settle_s``, then ``rebuild`` the verdict from the
+        lines that arrived meanwhile: a traceback follows its error line)."""
+        self.verdict = verdict
+        self.ex.log(f"stopping prime-rl: {str(verdict).splitlines()[0]}")
+        if settle_s:
+            self._settle_until = time.monotonic() + settle_s
+            self._rebuild = rebuild
+        else:
+            self.tree.kill()
+
+    def curves(self, max_steps: int) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for source, prefix in (("orchestrator", "orchestrator_"), ("trainer", "")):
+            rows = [self.steps[source][k] for k in sorted(self.steps[source]) if k <= max_steps]
+            if not rows:
+                continue
+            for key in rows[0].values:
+                if all(key in r.values for r in rows):
+                    out[key] = [r.values[key] for r in rows]
+            if all(r.seconds is not None for r in rows):
+                out[f"{prefix}step_seconds"] = [float(r.seconds or 0.0) for r in rows]
+        return out
+
+
+# ----------------------------------------------------------------------------- the executor
+
+class PrimeRLExecutor:
+    """See the module docstring. Built by the runner per job; :meth:`close` stops everything it started."""
+
+    def __init__(self, bundle: JobBundle, backend: BackendSettings, log: Log, progress: bool = True) -> None:
+        self.bundle = bundle
+        self.backend = backend
+        self.opts = GpuOptions.model_validate(backend.options)
+        self.log = log
+        self.progress = progress
+        self.job = bundle.job
+        self.model_name = self.job.job.base_model
+        self.rl_toml = bundle.root.resolve() / "rl.toml"
+        if not self.rl_toml.is_file():
+            why = bundle.manifest.extra.get("rl_toml", "missing")
+            raise InfraFailed(f"the bundle has no rendered rl.toml ({why})")
+        self.cfg = tomllib.loads(self.rl_toml.read_text(encoding="utf-8"))
+        self.out = bundle.root.resolve() / "outputs"
+        self.logs = bundle.root.resolve() / "logs"
+        self.logs.mkdir(exist_ok=True)
+        if self.out.exists():  # an earlier attempt's; prime-rl refuses a folder with checkpoints (pathing.py)
+            shutil.rmtree(self.out)
+            log(f"removed {self.out} of an earlier attempt")
+        dep = self.cfg.get("deployment") or {}
+        self.num_infer = int(dep.get("num_infer_gpus", 1)) if "inference" in self.cfg else 0
+        self.plan = plan_gpus(visible_gpus(self.opts.gpus), self.num_infer, int(dep.get("num_train_gpus", 1)),
+                              self.opts.colocated_gpu_memory_utilization)
+        self.flags = ["--output-dir", str(self.out), *self.plan.flags]
+        if self.opts.policy_port:
+            port = self.opts.policy_port
+            self.flags += ["--inference.server.port", str(port),
+                           "--orchestrator.model.client.base-url", f"http://localhost:{port}/v1"]
+        port = self.opts.policy_port or DEFAULT_POLICY_PORT
+        self.policy = Served(f"http://localhost:{port}/v1", self.model_name)
+        self.eval_server: VllmServer | None = None
+        self.eval_label = ""
+        self.run_tree: ProcessTree | None = None
+        self.training = False
+        self.wall_s = 0.0
+        self.weights: Path | None = None
+        self.timings: dict[str, float] = {"on_gpu": 1.0, "colocated": float(self.plan.colocated),
+                                          "gpus": float(len(set(self.plan.visible.split(","))))}
+        log(f"prime-rl {PRIME_RL_TAG} on {self.plan.describe()}")
+        if self.opts.dry_run:
+            self._dry_run()
+
+    # ------------------------------------------------------------------ environment and commands
+    def child_env(self, **extra: str) -> dict[str, str]:
+        """The scrubbed environment of prime-rl's and vLLM's processes (module docstring)."""
+        env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
+        env.update(WANDB_MODE="disabled", PYTHONUNBUFFERED="1",
+                   PYTHONPATH=str(self.bundle.root.resolve() / "src"))
+        env.update(self.opts.env)
+        env.update(extra)
+        bins = [str(Path(cmd[0]).resolve().parent) for cmd in (self.opts.primerl_cmd, self.opts.vllm_cmd)
+                if "/" in cmd[0]]
+        env["PATH"] = os.pathsep.join([*bins, env.get("PATH", os.defpath)])
+        return env
+
+    def primerl_command(self, *extra: str) -> list[str]:
+        return [*self.opts.primerl_cmd, "@", str(self.rl_toml), *self.flags, *extra]
+
+    def _start_primerl(self, cmd: list[str], log_path: Path) -> ProcessTree:
+        tree = ProcessTree(grace_s=self.opts.kill_grace_s)
+        with open(log_path, "ab") as f:
+            try:
+                tree.start(cmd, env=self.child_env(CUDA_VISIBLE_DEVICES=self.plan.visible),
+                           cwd=self.opts.primerl_dir or str(self.bundle.root.resolve()), stdout=f)
+            except FileNotFoundError:
+                raise InfraFailed(f"prime-rl's command {cmd[0]!r} was not found: install prime-rl "
+                                  f"{PRIME_RL_TAG} or set backend.options.primerl_cmd (e.g. uv run "
+                                  "--no-sync rl, with primerl_dir)") from None
+        return tree
+
+    def _dry_run(self) -> None:
+        cmd = self.primerl_command("--dry-run")
+        log_path = self.logs / "rl-dry-run.log"
+        self.log(f"prime-rl dry run: {shlex.join(cmd)}")
+        t0 = time.time()
+        tree = self._start_primerl(cmd, log_path)
+        try:
+            assert tree.proc is not None
+            rc = tree.proc.wait(timeout=self.opts.dry_run_timeout_s)
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            tree.kill()
+        self.timings["primerl_dry_run"] = round(time.time() - t0, 2)
+        tail = "\n".join(clean(x) for x in log_path.read_text(errors="replace").splitlines()[-25:])
+        if rc != 0:
+            why = (f"exited with code {rc}" if rc is not None
+                   else f"took over {self.opts.dry_run_timeout_s:.0f} s")
+            raise InfraFailed(f"prime-rl {PRIME_RL_TAG}'s --dry-run {why} on the rendered rl.toml, "
+                              "which passed our own rules (ait_env/jobs/primerl.py: a rule is missing "
+                              f"there, or prime-rl is not installed as pinned):\n{tail}")
+        configs = self.out / "configs"
+        try:  # the resolved configs say where the policy server really is
+            orch = tomllib.loads((configs / "orchestrator.toml").read_text())
+            url = ((orch.get("model") or {}).get("client") or {}).get("base_url")
+            name = (orch.get("model") or {}).get("name")
+            self.policy = Served(url[0] if isinstance(url, list) and url else self.policy.base_url,
+                                 name if isinstance(name, str) else self.model_name)
+        except (OSError, tomllib.TOMLDecodeError):
+            self.log(f"the dry run wrote no readable {configs}/orchestrator.toml; "
+                     f"assuming {self.policy.base_url}")
+        self.log(f"prime-rl dry run passed ({self.timings['primerl_dry_run']:.0f} s)")
+
+    # ------------------------------------------------------------------ serving for the hidden eval
+    def _vllm(self, model: str, label: str, weights: Path | None = None) -> VllmServer:
+        """An eval vLLM serving ``model`` (from ``weights``, else its ``model_paths`` folder, else the hub)
+        on the inference GPU, with the job's thinking mode when its rl.toml sets one (the training
+        renderer's)."""
+        renderer = (self.cfg.get("orchestrator") or {}).get("renderer") or {}
+        thinking = {"enable_thinking": renderer["enable_thinking"]} if "enable_thinking" in renderer else None
+        server = VllmServer(
+            weights or self.opts.model_paths.get(model, model), served_model_name=model,
+            env=self.child_env(CUDA_VISIBLE_DEVICES=str(self.plan.eval_gpu)),
+            log_path=self.logs / f"vllm-{label}.log", max_model_len=self.opts.eval_max_model_len,
+            gpu_memory_utilization=self.opts.eval_gpu_memory_utilization,
+            tool_call_parser=tool_call_parser_for(model), chat_template_kwargs=thinking,
+            enforce_eager=self.opts.eval_enforce_eager, vllm_cmd=self.opts.vllm_cmd,
+            startup_timeout_s=self.opts.vllm_startup_timeout_s, kill_grace_s=self.opts.kill_grace_s)
+        self.log(f"vLLM ({label}): {shlex.join(server.command)}")
+        return server
+
+    def _serve(self, server: VllmServer, label: str) -> Served:
+        """Keep one eval vLLM at a time: vLLM takes its share of the whole GPU (module docstring)."""
+        self._stop_eval_server()
+        t0 = time.time()
+        self.eval_server, self.eval_label = server, label
+        served = server.start()
+        self.timings[f"vllm_start_{label}"] = round(time.time() - t0, 2)
+        return served
+
+    def _stop_eval_server(self) -> None:
+        server, self.eval_server, self.eval_label = self.eval_server, None, ""
+        if server is not None:
+            server.stop()
+
+    # ------------------------------------------------------------------ TrainerExecutor
+    def weights_hash(self, model: str) -> str:
+        path = self.opts.model_paths.get(model)
+        if path:
+            return dir_hash(Path(path))
+        return hf_revision(model, {**os.environ, **self.opts.env})
+
+    def serve_base(self) -> Served:
+        if self.eval_label == "base" and self.eval_server is not None:
+            return self.eval_server.served
+        return self._serve(self._vllm(self.model_name, "base"), "base")
+
+    def measure_base(self, model: str, evaluate: Callable[[Served], Any]) -> Any:
+        label = "base-" + model.replace("/", "--")
+        try:
+            return evaluate(self._serve(self._vllm(model, label), label))
+        finally:
+            self._stop_eval_server()
+
+    def serve_trained(self) -> Served:
+        if self.training:
+            if not self.num_infer:
+                raise InfraFailed("this rl.toml starts no policy server ([inference]), so there is nothing "
+                                  "to score during training; set backend.options.eval_every = 0")
+            return self.policy
+        if self.weights is None:
+            raise InfraFailed("serve_trained before a successful train()")
+        if self.eval_label == "trained" and self.eval_server is not None:
+            return self.eval_server.served
+        return self._serve(self._vllm(self.model_name, "trained", self.weights), "trained")
+
+    def train(self, eval_point: Callable[[int], float | None]) -> Trained:
+        self._stop_eval_server()   # vLLM refuses to start on a GPU another vLLM holds (module docstring)
+        job = self.job.prime_rl
+        wall = self.opts.wall_clock_s or self.backend.bounds.wall_clock_minutes * 60.0
+        cmd = self.primerl_command()
+        launcher_log = self.logs / "rl-launcher.log"
+        self.log(f"prime-rl: {shlex.join(cmd)} (CUDA_VISIBLE_DEVICES={self.plan.visible}; "
+                 f"wall clock {wall:.0f} s)")
+        t0, m0 = time.time(), time.monotonic()
+        self.wall_s = wall
+        tree = self.run_tree = self._start_primerl(cmd, launcher_log)
+        watch = _RunWatch(self, tree, launcher_log, m0 + wall)
+        self.training = True
+        watch.start()
+        eval_seconds = 0.0
+        try:
+            while not (watch.finished.is_set() and watch.trainer_steps.empty()):
+                try:
+                    step = watch.trainer_steps.get(timeout=self.opts.poll_s)
+                except queue.Empty:
+                    continue
+                if watch.verdict is not None or watch.finished.is_set():
+                    continue
+                t_eval = time.time()
+                try:
+                    eval_point(step)
+                except Exception:
+                    if watch.finished.wait(10.0):   # the run ended under the eval: its outcome decides
+                        self.log(f"the eval point of step {step} was lost: the prime-rl run ended")
+                        continue
+                    raise
+                finally:
+                    eval_seconds += time.time() - t_eval
+        finally:
+            self.training = False
+            watch.join()
+            tree.kill()
+        train_seconds = time.time() - t0
+        if watch.first_step_at is not None:
+            self.timings["primerl_first_step"] = round(watch.first_step_at - m0, 2)
+        if watch.verdict is not None:
+            raise watch.verdict
+        rc = tree.poll()
+        if rc != 0:
+            raise self.exit_failure(rc, watch)
+        weights = final_weights_dir(self.job, self.out)
+        if not (weights / "STABLE").is_file():
+            raise InfraFailed(f"prime-rl finished but wrote no complete weights at {weights} (no STABLE "
+                              "file): is [ckpt] on in the rendered rl.toml?")
+        self.weights = weights
+        curves = watch.curves(job.max_steps)
+        tps = curves.get("train_tokens_per_s") or []
+        self.timings.update(eval_points=round(eval_seconds, 2),
+                            **({"train_tokens_per_s": round(sum(tps) / len(tps), 1)} if tps else {}))
+        return Trained(train_seconds=train_seconds, curves=curves, timings=dict(self.timings),
+                       weights=weights)
+
+    def close(self) -> None:
+        try:
+            self._stop_eval_server()
+        finally:
+            if self.run_tree is not None:
+                self.run_tree.kill()
+
+    # ------------------------------------------------------------------ failures, in the agent's terms
+    def non_finite_failure(self, step: StepLine, bad: dict[str, float]) -> JobFailed:
+        p = self.job.prime_rl
+        if step.source == "orchestrator":
+            value = bad.get("train_reward", next(iter(bad.values())))
+            return JobFailed(f"the mean reward was {value} at training step {step.step}: your rubric "
+                             "returned NaN or infinity for some rollout. Make every reward function "
+                             "return a finite float.")
+        names = ", ".join(f"{k} = {v}" for k, v in bad.items())
+        return JobFailed(f"training diverged at step {step.step} ({names}; prime-rl has no guard against "
+                         "it): the rewards were not finite or the update blew up. Check that every reward "
+                         f"function returns a finite float, and lower optim.lr (now {p.optim.lr:g}).")
+
+    def signal_failure(self, sig: Signal, watch: _RunWatch) -> Exception:
+        p = self.job.prime_rl
+        if sig.kind == "env_load":
+            detail = sig.line.split("Failed to load environment", 1)[-1].strip()
+            env_tail = "\n".join(line for lines in watch.env_lines.values() for line in lines)[-1500:]
+            return JobFailed("your environment failed to load under prime-rl (load_environment raised): "
+                             f"{detail}\n{env_tail}")
+        if sig.kind == "empty_batches":
+            env_tail = "\n".join(x for lines in watch.env_lines.values() for x in list(lines)[-8:])[-1000:]
+            return JobFailed(f"prime-rl stopped after {MAX_EMPTY_BATCHES} consecutive empty train "
+                             f"batches: in every group of {p.group_size} rollouts all errored or got the "
+                             "same reward, so there was nothing to learn from. Make rewards differ between "
+                             "the rollouts of one example and check that your environment's rollouts do "
+                             f"not raise.\n{env_tail}".rstrip())
+        if sig.kind == "oom" and sig.blame == "job":
+            done = max(watch.steps["trainer"], default=0)
+            return JobFailed(f"the trainer ran out of GPU memory (CUDA out of memory) after {done} of "
+                             f"{p.max_steps} steps: seq_len = {p.seq_len} with batch_size = "
+                             f"{p.batch_size} and sampling.max_tokens = {p.sampling.max_tokens} need more "
+                             "memory than the GPU has. Lower seq_len, sampling.max_tokens or batch_size.")
+        return InfraFailed(f"prime-rl failed on our side ({sig.kind} in the {sig.source} log): "
+                           f"{sig.line[-800:]}")
+
+    def deadline_failure(self, watch: _RunWatch) -> Exception:
+        done = max(watch.steps["trainer"], default=0)
+        limit = f"{self.wall_s / 60:g} min"
+        job_signals = [s for s in watch.signals if s.blame == "job"]
+        if job_signals:
+            return self.signal_failure(job_signals[0], watch)
+        if done:
+            return JobFailed(f"the job ran past its wall-clock limit of {limit} "
+                             f"(bounds.wall_clock_minutes) after {done} of {self.job.prime_rl.max_steps} "
+                             "training steps. Lower max_steps, batch_size or sampling.max_tokens so that it "
+                             "fits.")
+        return InfraFailed(f"prime-rl made no training step within the wall-clock limit of {limit} and no "
+                           "log names a fault of the job (model download, vLLM start-up, a hung "
+                           "process?):\n" + "\n".join(watch.recent)[-1500:])
+
+    def exit_failure(self, rc: int | None, watch: _RunWatch) -> Exception:
+        job_signals = [s for s in watch.signals if s.blame == "job"]
+        if job_signals:
+            return self.signal_failure(job_signals[0], watch)
+        tail = "\n".join(watch.recent)[-1500:]
+        if rc is not None and rc < 0:
+            try:
+                name = signal.Signals(-rc).name
+            except ValueError:
+                name = f"signal {-rc}"
+            return InfraFailed(f"prime-rl's launcher was killed by {name} (host out of memory, or stopped "
+                               f"from outside); the job is not at fault:\n{tail}")
+        infra = [s for s in watch.signals if s.blame == "infra"]
+        why = f" ({infra[0].kind} in the {infra[0].source} log)" if infra else ""
+        return InfraFailed(f"prime-rl exited with code {rc}{why} and no log names a fault of the job; the "
+                           f"end of its logs (all in {self.out / 'logs'}):\n{tail}")
+

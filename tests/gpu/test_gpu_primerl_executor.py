@@ -1,0 +1,238 @@
+"""The gpu executor through the runner (``ait_env.runner.run(bundle, BackendSettings(name="gpu"))``) with the
+fake prime-rl ``rl`` and fake ``vllm`` (tests/gpu/fakes): each scenario's status and message, result.json,
+and no process left behind. Plus the pure parts: GPU placement, the command, the children's environment."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ait_env import runner
+from ait_env.backends.base import BackendBounds, BackendSettings
+from ait_env.baselines import BaselineEntry, BaselineStore
+from ait_env.evaluation import evaluate
+from ait_env.jobs.primerl import final_weights_dir
+from ait_env.local.endpoint import LocalEndpoint
+from ait_env.local.model import TinyLM
+from ait_env.local.tokenizer import ChatTokenizer
+from ait_env.runner import InfraFailed
+from gpu.primerl_executor import PrimeRLExecutor, dir_hash, hf_revision, plan_gpus
+from tests.gpu.conftest import MODEL, OTHER, leftovers
+
+pytest.importorskip("verifiers")
+
+
+def _run(bundle: Any, settings: BackendSettings, baselines_dir: Path | None = None) -> runner.JobResult:
+    res = runner.run(bundle.root, settings, progress=False, baselines_dir=baselines_dir)
+    assert leftovers(settings.options["env"]["FAKE_RUN_ID"]) == set(), "processes left behind"
+    on_disk = json.loads((bundle.root / "result.json").read_text())
+    assert on_disk["status"] == res.status and on_disk["error"] == res.error and on_disk["backend"] == "gpu"
+    return res
+
+
+def _launches(settings: BackendSettings) -> list[dict[str, Any]]:
+    path = Path(settings.options["env"]["FAKE_VLLM_RECORD"])
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture
+def pinned(tmp_path: Path, micro_dirs: dict[str, str]) -> Path:
+    """A user baseline store in which the job's model holds (no pre-eval: failure tests stay short)."""
+    store = BaselineStore("gpu", user_dir=tmp_path / "pins")
+    store.put([BaselineEntry(backend="gpu", family="arithmetic", model=MODEL, score=0.1,
+                             model_hash=dir_hash(Path(micro_dirs[MODEL])))])
+    return tmp_path / "pins"
+
+
+# ----------------------------------------------------------------------------- success
+
+def test_a_job_trains_and_the_trained_weights_are_scored(gpu_bundle: Any, gpu_settings: Any,
+                                                        micro_dirs: dict[str, str]) -> None:
+    bundle = gpu_bundle()
+    settings = gpu_settings("success", models=(MODEL, OTHER))
+    res = _run(bundle, settings)
+    assert res.status == "succeeded", res.error + res.log_tail
+    weights = final_weights_dir(bundle.job, bundle.root / "outputs")
+    assert weights == bundle.root / "outputs" / "weights" / "step_3" and (weights / "STABLE").is_file()
+    # base, the other model's base (measure_base), then the trained folder: one vLLM at a time
+    launches = _launches(settings)
+    assert [x["argv"][1] for x in launches] == [micro_dirs[MODEL], micro_dirs[OTHER], str(weights)]
+    assert [x["argv"][x["argv"].index("--served-model-name") + 1] for x in launches] == [MODEL, OTHER, MODEL]
+    assert all(x["env"]["CUDA_VISIBLE_DEVICES"] == "0" for x in launches)
+    # the post eval scored exactly those weights (greedy: the same score served in-process)
+    with LocalEndpoint(TinyLM.load(weights), ChatTokenizer.load(weights), MODEL) as ep:
+        direct = evaluate("arithmetic", base_url=ep.base_url, model=MODEL, limit=8, max_tokens=48,
+                          concurrency=8)
+    assert res.post_score == direct.score
+    assert set(res.baselines) == {MODEL, OTHER}
+    c = res.curves
+    assert c["train_reward"] == pytest.approx([0.3, 0.4, 0.5])
+    assert c["loss"] == pytest.approx([0.01, 0.02, 0.03])
+    assert c["eval_step"] == [0.0, 3.0] and len(c["eval_score"]) == 2
+    assert {"entropy", "grad_norm", "lr", "step_seconds", "rollout_error_rate"} <= set(c)
+    assert res.timings["on_gpu"] == 1.0 and res.timings["colocated"] == 1.0 and res.train_seconds > 0
+    # prime-rl's log streamed into the job's log, each step line once (not the launcher's copy of it)
+    log = (bundle.root / "job.log").read_text()
+    assert log.count("[prime-rl orchestrator]") >= 3 and "Reward 0.4000" in log
+    assert sum("SUCCESS Step 2 | " in line and "Reward" in line for line in log.splitlines()) == 1
+    assert "[prime-rl trainer] [trainer0]:" in log and "Training finished!" in res.log_tail
+    # one GPU: both prime-rl children on it, filesystem broadcast, vLLM's share lowered (else the fake
+    # refuses, as NCCL and vLLM would)
+    assert "CUDA_VISIBLE_DEVICES=0,0" in log and "--weight-broadcast.type filesystem" in log
+    assert (bundle.root / "outputs" / "configs" / "orchestrator.toml").is_file()  # the dry run's
+
+
+def test_two_gpus_and_eval_points_on_the_policy_server(gpu_bundle: Any, gpu_settings: Any,
+                                                       pinned: Path) -> None:
+    """Two GPUs: inference on the first, trainer on the second, no colocation flags. Eval points score
+    prime-rl's own policy server (the fake serves the base micro model on the configured port)."""
+    bundle = gpu_bundle()
+    settings = gpu_settings("success", gpus=[3, 5], eval_every=1, measure_pre=False,
+                            env={"FAKE_INFERENCE_SERVE": "1", "FAKE_STEP_SECONDS": "4"})
+    res = _run(bundle, settings, baselines_dir=pinned)
+    assert res.status == "succeeded", res.error + res.log_tail
+    log = (bundle.root / "job.log").read_text()
+    assert "CUDA_VISIBLE_DEVICES=3,5" in log and "--weight-broadcast.type" not in log
+    assert "inference on GPU 3, trainer on GPU(s) 5" in log
+    assert res.curves["eval_step"] == [0.0, 1.0, 2.0, 3.0] and len(res.curves["eval_score"]) == 4
+    # the eval vLLM on the inference GPU: the base model, then the trained one
+    assert [x["env"]["CUDA_VISIBLE_DEVICES"] for x in _launches(settings)] == ["3", "3"]
+    assert res.baselines[MODEL] == 0.1 and res.timings["colocated"] == 0.0
+
+
+# ----------------------------------------------------------------------------- the job's own failures
+
+def test_an_environment_that_raises_in_load_environment_is_job_failed(gpu_bundle: Any, gpu_settings: Any,
+                                                                      pinned: Path) -> None:
+    bundle = gpu_bundle(lambda t: t.replace("    dataset = build_dataset(num_examples, seed)\n",
+                                            "    raise RuntimeError('broken at training time')\n"))
+    res = _run(bundle, gpu_settings("success", measure_pre=False), pinned)
+    assert res.status == "job_failed", res.error + res.log_tail
+    assert res.error.startswith("your environment failed to load under prime-rl (load_environment raised)")
+    assert "broken at training time" in res.error and "Traceback" in res.error
+
+
+@pytest.mark.parametrize("scenario,message", [
+    ("nan_loss", "training diverged at step 2 (loss = nan; prime-rl has no guard against it)"),
+    ("nan_reward", "the mean reward was nan at training step 2: your rubric returned NaN or infinity"),
+    ("oom", "the trainer ran out of GPU memory (CUDA out of memory) after 1 of 3 steps: seq_len = "),
+    ("empty_batches", "prime-rl stopped after 10 consecutive empty train batches: in every group of 4"),
+])
+def test_the_jobs_own_failures(scenario: str, message: str, gpu_bundle: Any, gpu_settings: Any,
+                               pinned: Path) -> None:
+    bundle = gpu_bundle()
+    res = _run(bundle, gpu_settings(scenario, measure_pre=False), pinned)
+    assert res.status == "job_failed", res.error + res.log_tail
+    assert message in res.error
+    assert res.post_score is None and not (bundle.root / "outputs" / "weights" / "step_3" / "STABLE").exists()
+
+
+def test_a_job_too_slow_for_its_wall_clock_is_stopped(gpu_bundle: Any, gpu_settings: Any,
+                                                       pinned: Path) -> None:
+    """The trainer stops after step 1 and ignores SIGTERM, in its own session (as torch elastic starts
+    ranks): the run is stopped at the limit and nothing of it survives."""
+    bundle = gpu_bundle()
+    res = _run(bundle, gpu_settings("hang", measure_pre=False, wall_clock_s=12.0), pinned)
+    assert res.status == "job_failed", res.error + res.log_tail
+    assert res.error.startswith("the job ran past its wall-clock limit of 0.2 min "
+                                "(bounds.wall_clock_minutes) after 1 of 3 training steps")
+
+
+# ----------------------------------------------------------------------------- ours
+
+def test_no_step_within_the_wall_clock_and_no_job_fault_is_ours(gpu_bundle: Any, gpu_settings: Any,
+                                                                pinned: Path) -> None:
+    """The policy server never gets ready (a vLLM start-up, a model download...): nothing blames the job."""
+    res = _run(gpu_bundle(), gpu_settings("stall", measure_pre=False, wall_clock_s=6.0), pinned)
+    assert res.status == "infra_failed", res.error + res.log_tail
+    assert res.error.startswith("prime-rl made no training step within the wall-clock limit of 0.1 min")
+
+
+def test_a_killed_launcher_is_infra_failed(gpu_bundle: Any, gpu_settings: Any, pinned: Path) -> None:
+    res = _run(gpu_bundle(), gpu_settings("killed", measure_pre=False), pinned)
+    assert res.status == "infra_failed" and "killed by SIGKILL" in res.error, res.error + res.log_tail
+
+
+def test_a_config_prime_rl_refuses_fails_its_dry_run_before_any_vllm(gpu_bundle: Any,
+                                                                     gpu_settings: Any) -> None:
+    settings = gpu_settings("bad_config")
+    res = _run(gpu_bundle(), settings)
+    assert res.status == "infra_failed" and "--dry-run exited with code 1" in res.error
+    assert "ait_env/jobs/primerl.py" in res.error and "Config file error" in res.error
+    assert _launches(settings) == []
+
+
+def test_a_colocated_vllm_share_too_large_is_ours(gpu_bundle: Any, gpu_settings: Any, pinned: Path) -> None:
+    """The inference process failing (here: vLLM's free-memory check) says nothing about the job."""
+    res = _run(gpu_bundle(), gpu_settings(measure_pre=False, colocated_gpu_memory_utilization=0.6), pinned)
+    assert res.status == "infra_failed" and "prime-rl exited with code 1" in res.error
+    assert "Inference failed with exit code 1" in res.error
+
+
+def test_prime_rl_not_installed(gpu_bundle: Any, gpu_settings: Any) -> None:
+    res = _run(gpu_bundle(), gpu_settings(primerl_cmd=["/nonexistent/bin/rl"]))
+    assert res.status == "infra_failed" and "backend.options.primerl_cmd" in res.error
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+def test_gpu_placement() -> None:
+    two = plan_gpus([0, 1], 1, 1, 0.3)
+    assert (two.visible, two.eval_gpu, two.colocated, two.flags) == ("0,1", 0, False, [])
+    assert plan_gpus([2, 4, 6], 1, 1, 0.3).visible == "2,4"
+    one = plan_gpus([7], 1, 1, 0.3)
+    assert (one.visible, one.eval_gpu, one.colocated) == ("7,7", 7, True)
+    assert one.flags == ["--weight-broadcast.type", "filesystem", "--inference.gpu-memory-utilization", "0.3"]
+    assert plan_gpus([0, 1, 2], 1, 2, 0.3).visible == "0,1,2"
+    with pytest.raises(InfraFailed, match=r"asks for 3 GPUs \(1 inference \+ 2 trainer\) but this worker"):
+        plan_gpus([0, 1], 1, 2, 0.3)
+    with pytest.raises(InfraFailed, match="no GPU is visible"):
+        plan_gpus([], 1, 1, 0.3)
+
+
+def test_command_and_scrubbed_environment(gpu_bundle: Any, gpu_settings: Any,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("AIT_SECRETS_FILE", "/secret/seeds.json")
+    monkeypatch.setenv("HF_HOME", "/cache/hf")
+    bundle = gpu_bundle()
+    settings = gpu_settings(dry_run=False, primerl_cmd=["/opt/prime-rl/.venv/bin/rl"], gpus=[0, 1],
+                            policy_port=None)
+    ex = PrimeRLExecutor(bundle, settings, log=lambda _: None, progress=False)
+    root = bundle.root.resolve()
+    assert ex.primerl_command() == ["/opt/prime-rl/.venv/bin/rl", "@", str(root / "rl.toml"),
+                                    "--output-dir", str(root / "outputs")]
+    assert ex.policy.base_url == "http://localhost:8000/v1" and ex.policy.model == MODEL
+    env = ex.child_env(CUDA_VISIBLE_DEVICES="0,1")
+    assert "OPENAI_API_KEY" not in env and "AIT_SECRETS_FILE" not in env
+    assert env["HF_HOME"] == "/cache/hf" and env["PYTHONPATH"] == str(root / "src")
+    assert env["WANDB_MODE"] == "disabled" and env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    # the launcher starts its children by name
+    assert env["PATH"].split(os.pathsep)[0] == "/opt/prime-rl/.venv/bin"
+    assert env["FAKE_PRIMERL_SCENARIO"] == "success"  # options.env
+    with pytest.raises(InfraFailed, match="serve_trained before a successful train"):
+        ex.serve_trained()
+    ex.close()
+
+
+def test_weights_identity(tmp_path: Path, micro_dirs: dict[str, str]) -> None:
+    assert dir_hash(Path(micro_dirs[MODEL])) == dir_hash(Path(micro_dirs[OTHER]))  # same bytes, same hash
+    ref = tmp_path / "hub" / "models--Qwen--Qwen3-1.7B" / "refs" / "main"
+    ref.parent.mkdir(parents=True)
+    ref.write_text("abc123\n")
+    assert hf_revision("Qwen/Qwen3-1.7B", {"HF_HUB_CACHE": str(tmp_path / "hub")}) == "hf:abc123"
+    assert hf_revision("Qwen/Qwen3-1.7B", {"HF_HOME": str(tmp_path)}) == "hf:abc123"
+    assert hf_revision("Qwen/Qwen3-0.6B", {"HF_HOME": str(tmp_path)}) == ""
+
+
+def test_wall_clock_comes_from_the_bounds(gpu_bundle: Any, gpu_settings: Any) -> None:
+    settings = gpu_settings(dry_run=False)
+    settings.bounds = BackendBounds(wall_clock_minutes=7)
+    assert settings.options.get("wall_clock_s") is None
+    ex = PrimeRLExecutor(gpu_bundle(), settings, log=lambda _: None, progress=False)
+    assert (ex.opts.wall_clock_s or ex.backend.bounds.wall_clock_minutes * 60.0) == 420.0
+    ex.close()
