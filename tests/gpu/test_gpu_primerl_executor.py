@@ -21,7 +21,9 @@ from ait_env.local.model import TinyLM
 from ait_env.local.tokenizer import ChatTokenizer
 from ait_env.runner import InfraFailed
 from gpu.primerl_executor import PrimeRLExecutor, dir_hash, hf_revision, plan_gpus
-from tests.gpu.conftest import MODEL, OTHER, leftovers
+from tests.gpu.gpu_helpers import MODEL, OTHER, leftovers
+
+pytest_plugins = ("tests.gpu.gpu_fixtures",)
 
 pytest.importorskip("verifiers")
 

@@ -13,7 +13,9 @@ import pytest
 from ait_env.evaluation import evaluate
 from ait_env.runner import InfraFailed
 from gpu.vllm_server import VLLM_ENV, VllmServer, build_serve_command, tool_call_parser_for
-from tests.gpu.conftest import FAKE_VLLM, MODEL, leftovers
+from tests.gpu.gpu_helpers import FAKE_VLLM, MODEL, leftovers
+
+pytest_plugins = ("tests.gpu.gpu_fixtures",)
 
 
 def test_the_launch_command() -> None:

@@ -1,10 +1,10 @@
-"""The gpu executor under test: jobs run through the runner with the fake prime-rl ``rl`` and fake ``vllm``
-(``tests/gpu/fakes``), on the micro model saved as an HF folder."""
+"""Fixtures of the gpu tests: jobs run through the runner with the fake prime-rl ``rl`` and fake ``vllm``
+(``tests/gpu/fakes``), on the micro model saved as an HF folder. A plugin module (``pytest_plugins``), not a
+``conftest.py`` (see ``gpu_helpers.py``)."""
 
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -14,19 +14,8 @@ import pytest
 
 from ait_env.agents.reference import reference_files
 from ait_env.backends.base import BackendBounds, BackendSettings, ModelInfo
-from gpu.processes import tagged_pids
 from gpu.vllm_server import free_port
-
-FAKES = Path(__file__).with_name("fakes")
-FAKE_RL = [sys.executable, str(FAKES / "fake_rl.py")]
-FAKE_VLLM = [sys.executable, str(FAKES / "fake_vllm.py")]
-MODEL = "Qwen/Qwen3-0.6B"       # the job's base model: prime-rl v0.7.0 has a renderer for it
-OTHER = "Qwen/Qwen3-1.7B"
-
-
-def leftovers(run_id: str) -> set[int]:
-    """Live processes started for this test (every fake process inherits ``FAKE_RUN_ID``)."""
-    return tagged_pids(run_id, var="FAKE_RUN_ID")
+from tests.gpu.gpu_helpers import FAKE_RL, FAKE_VLLM, MODEL, OTHER
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,22 @@
+"""What the gpu tests share: the fakes' commands, the model ids, and the check that no process is left.
+
+The fixtures are in ``gpu_fixtures.py``, registered by the test modules through ``pytest_plugins``: a
+``conftest.py`` here would shadow ``tests/conftest.py``, which the suite imports by the name ``conftest``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from gpu.processes import tagged_pids
+
+FAKES = Path(__file__).with_name("fakes")
+FAKE_RL = [sys.executable, str(FAKES / "fake_rl.py")]
+FAKE_VLLM = [sys.executable, str(FAKES / "fake_vllm.py")]
+MODEL = "Qwen/Qwen3-0.6B"       # the job's base model: prime-rl v0.7.0 has a renderer for it
+OTHER = "Qwen/Qwen3-1.7B"
+
+
+def leftovers(run_id: str) -> set[int]:
+    """Live processes started for this test (every fake process inherits ``FAKE_RUN_ID``)."""
+    return tagged_pids(run_id, var="FAKE_RUN_ID")
