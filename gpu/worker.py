@@ -338,14 +338,16 @@ def _child(request_path: Path) -> int:
 
 # ---------------------------------------------------------------------------------------------- the worker
 class Worker:
-    """Runs requests one at a time (see the module docstring). ``require_revision``: the image revision
-    every request must find (the self-check refuses otherwise); ``isolation``: the jail mode to insist on
-    (default ``$AIT_ISOLATION`` or the strongest available)."""
+    """Runs requests one at a time (see the module docstring; a second caller waits: the sweep after a
+    request kills every process that appeared below the worker meanwhile). ``require_revision``: the image
+    revision every request must find (the self-check refuses otherwise); ``isolation_mode``: the jail mode
+    to insist on (default ``$AIT_ISOLATION`` or the strongest available)."""
 
     def __init__(self, require_revision: str | None = None, isolation_mode: str | None = None) -> None:
         self.require_revision = require_revision
         self.isolation_mode = isolation_mode
         self._checks: dict[str, SelfCheck] = {}
+        self._one_at_a_time = threading.Lock()
         isolation.become_subreaper()
 
     def check(self, executor: str) -> SelfCheck:
@@ -418,10 +420,11 @@ class Worker:
                timeout_s: float) -> tuple[int | str, str, dict[str, Any]]:
         """Run ``req`` in the runner child; returns (its exit code, or "timeout", "cancelled" or "not started:
         <why>"; the log's tail; what the worker adds to the result)."""
-        try:
-            return self._run_child(req, chk, scrub, family, progress, cancel, timeout_s)
-        except (OSError, RuntimeError, ValueError) as exc:
-            return f"not started: {type(exc).__name__}: {exc}", "", {}
+        with self._one_at_a_time:
+            try:
+                return self._run_child(req, chk, scrub, family, progress, cancel, timeout_s)
+            except (OSError, RuntimeError, ValueError) as exc:
+                return f"not started: {type(exc).__name__}: {exc}", "", {}
 
     def _run_child(self, req: WorkerRequest, chk: SelfCheck, scrub: Scrubber, family: str | None,
                    progress: Progress | None, cancel: threading.Event | None,
@@ -549,7 +552,14 @@ class HandlerInput(BaseModel):
     timeout_s: float | None = None
 
 
-_WORKERS: dict[tuple[str | None, str | None], Worker] = {}
+_WORKERS: dict[str | None, Worker] = {}
+
+
+def _worker(require_revision: str | None) -> Worker:
+    """The process's worker for ``require_revision`` (its self-check runs once)."""
+    if require_revision not in _WORKERS:
+        _WORKERS[require_revision] = Worker(require_revision=require_revision)
+    return _WORKERS[require_revision]
 
 
 def handle_input(payload: dict[str, Any], progress: Progress | None = None,
@@ -558,8 +568,7 @@ def handle_input(payload: dict[str, Any], progress: Progress | None = None,
     measured. Raises ``ValueError`` for an input that does not validate (the SDK then marks the request
     FAILED: a caller's bug, not a job result)."""
     inp = HandlerInput.model_validate(payload)
-    key = (inp.require_revision, os.environ.get("AIT_ISOLATION"))
-    worker = _WORKERS.setdefault(key, Worker(require_revision=inp.require_revision))
+    worker = _worker(inp.require_revision)
     root = Path(tempfile.mkdtemp(prefix="ait-job-", dir=work_root))
     root.chmod(0o711)   # the training uid passes through to the job's folder (gpu/isolation.py, user mode)
     try:
@@ -614,7 +623,7 @@ def serve() -> None:
     ``--test_input``, from ``sys.argv``). The self-check runs first and is printed to the worker's log."""
     import runpod
 
-    chk = Worker().check(os.environ.get("AIT_EXECUTOR", "gpu"))
+    chk = _worker(None).check(os.environ.get("AIT_EXECUTOR", "gpu"))
     print(f"ait worker self-check: {json.dumps(chk.summary())}", flush=True)
     if not chk.ok:
         print(chk.refusal(), flush=True)
