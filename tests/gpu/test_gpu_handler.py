@@ -18,7 +18,7 @@ import pytest
 
 from ait_env.baselines import BaselineEntry
 from gpu import isolation, worker
-from tests.gpu.helpers import ROOT, local_settings, make_job, needs_tiny_model
+from tests.gpu.helpers import FAKE_KEY, ROOT, local_settings, make_job, needs_tiny_model
 
 
 def test_bundle_round_trip_carries_only_the_manifests_files(tmp_path):
@@ -64,7 +64,18 @@ def test_hostile_payloads_are_refused(tmp_path, payload, message):
     assert not (tmp_path / "evil.py").exists()
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="the handler's job folder must be passable to the training uid")
+def test_text_leaving_the_worker_is_scrubbed(tmp_path, monkeypatch):
+    from ait_env.secrets import hidden_questions
+
+    question = hidden_questions("arithmetic")[0]
+    monkeypatch.setenv("RUNPOD_AI_API_KEY", FAKE_KEY)
+    scrub = worker.Scrubber(isolation.secret_values() | {"31415926535"})
+    scrub.add(worker._hidden_questions("arithmetic", None))
+    text = scrub(f"failed on {question!r} with key {FAKE_KEY}, seed 31415926535, in {ROOT}/ait_env/runner.py")
+    assert question not in text and FAKE_KEY not in text and "31415926535" not in text
+    assert str(ROOT) not in text and "<ait>/ait_env/runner.py" in text and text.count("<redacted>") == 3
+
+
 def test_input_that_does_not_validate_is_a_caller_error():
     with pytest.raises(ValueError):
         worker.handle_input({"kind": "job"})

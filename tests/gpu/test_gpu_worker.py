@@ -53,17 +53,22 @@ ATTACKS = '''    import glob, json, os, socket
     raise RuntimeError("ATTACK REPORT " + json.dumps(report))
 '''
 
-#: a daemon that outlives load_environment (double fork, new session) and keeps trying to reach the
-#: listener and the secret seed file through training and the post eval
+#: a daemon that outlives load_environment (double fork, new session) and keeps trying, through training and
+#: the post eval, to read the secret seeds and the eval's records and to get them out (a file the test can
+#: see, the listener)
 DAEMON = '''    import os, sys
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            code = ("import socket, time\\n"
+            code = ("import glob, socket, time\\n"
                     "while True:\\n"
+                    "    for path in [%(secrets)r, *glob.glob(%(records)r), *glob.glob(%(copies)r)]:\\n"
+                    "        try:\\n"
+                    "            data = open(path).read()\\n"
+                    "            open(%(leak)r, 'a').write(data)\\n"
+                    "        except OSError:\\n            pass\\n"
                     "    try:\\n        socket.create_connection(('127.0.0.1', %(port)d), timeout=1)\\n"
                     "    except OSError:\\n        pass\\n"
-                    "    try:\\n        open(%(secrets)r).read()\\n    except OSError:\\n        pass\\n"
                     "    time.sleep(0.1)  # %(marker)s\\n")
             os.execv(sys.executable, [sys.executable, "-c", code])
         os._exit(0)
@@ -136,7 +141,9 @@ def test_daemon_left_by_the_environment_is_gone_before_the_post_eval(tmp_path, w
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        attack = _hostile(DAEMON, port=listener.port, secrets=env["AIT_SECRETS_FILE"], marker=marker)
+        attack = _hostile(DAEMON, port=listener.port, secrets=env["AIT_SECRETS_FILE"], marker=marker,
+                          records=f"{env['TMPDIR']}/ait-worker-*/tmp/ait-eval-*/records.jsonl",
+                          copies=f"{env['TMPDIR']}/ait-worker-*/secrets.json", leak=str(tmp_path / "leaked"))
         b = make_job(tmp_path, "hostile-b", attack)
         (tmp_path / "s.json").write_text(local_settings().model_dump_json())
         out = run_worker([str(b.root), "--backend", "local", "--settings", str(tmp_path / "s.json")], env)
@@ -148,7 +155,7 @@ def test_daemon_left_by_the_environment_is_gone_before_the_post_eval(tmp_path, w
     assert res["status"] == "succeeded", res["error"] + out.stderr[-2000:]
     assert seen, "the daemon never ran (the attack did not happen)"
     assert not pids_with(marker), "the daemon outlived the job"
-    assert listener.accepted == 0
+    assert listener.accepted == 0 and not (tmp_path / "leaked").exists()
     log = (b.root / "job.log").read_text()
     guard = re.search(r"\[(\d\d:\d\d:\d\d)\] training tree: .*after training, before the post eval.*", log)
     post = re.search(r"\[(\d\d:\d\d:\d\d)\] training done .*post-eval", log)
