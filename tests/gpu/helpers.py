@@ -131,3 +131,16 @@ def pids_with(marker: str) -> set[int]:
         if marker.encode() in cmd and state != "Z":
             out.add(int(entry))
     return out
+
+
+def path_without_bwrap(folder: Path) -> str:
+    """A ``PATH`` holding the system tools the worker and the sandbox call, but not bubblewrap: the
+    sandbox then runs in its fallback mode, as on a machine without it."""
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for tool in ("rm", "chmod", "kill", "setpriv", "sh", "git"):
+        found = shutil.which(tool)
+        if found:
+            (folder / tool).symlink_to(found)
+    return str(folder)
