@@ -127,7 +127,12 @@ def unpack_bundle(data: str, parent: Path) -> Path:
         raise ValueError(f"bundle payload of {len(data) / 2**20:.1f} MB is over "
                          f"{MAX_BUNDLE_B64 / 2**20:.0f} MB")
     raw = base64.b64decode(data, validate=True)
-    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:gz") as tar:
+    try:
+        tar = tarfile.open(fileobj=io.BytesIO(raw), mode="r:gz")
+    except tarfile.TarError as exc:
+        raise ValueError(f"the bundle payload is not a gzip tar archive ({exc}); send pack_bundle()'s "
+                         "output") from None
+    with tar:
         members = tar.getmembers()
         if len(members) > MAX_BUNDLE_FILES or sum(m.size for m in members) > MAX_BUNDLE_BYTES:
             raise ValueError("bundle archive too large (files or bytes)")
@@ -609,7 +614,8 @@ def _sdk_progress(job: dict[str, Any]) -> Progress | None:
 async def handler(job: dict[str, Any]) -> dict[str, Any]:
     """The Runpod Serverless handler (queue-based endpoint): ``job["input"]`` is a :class:`HandlerInput`;
     the return value is :func:`handle_input`'s. The work runs in a thread so the SDK's event loop stays
-    free; a stop from Runpod (``asyncio.CancelledError``) kills the running job before it propagates."""
+    free; a stop from Runpod (``asyncio.CancelledError``, re-raised at once) sets the cancel flag, on which
+    the worker kills the running job and everything below it within a second."""
     cancel = threading.Event()
     try:
         return await asyncio.to_thread(handle_input, job.get("input") or {}, _sdk_progress(job), cancel)

@@ -144,3 +144,4 @@ def path_without_bwrap(folder: Path) -> str:
         if found:
             (folder / tool).symlink_to(found)
     return str(folder)
+

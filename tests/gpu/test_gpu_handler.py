@@ -56,6 +56,7 @@ def _tar(members: dict[str, bytes], link: str | None = None) -> str:
     (_tar({"manifest.json": b'{"job_id": "j"}'}, link="src/link"), "not a plain relative file"),
     (_tar({"manifest.json": b'{"job_id": "../j"}'}), "not a plain name"),
     (_tar({"job.toml": b""}), "no manifest.json"),
+    (base64.b64encode(b"not a tar").decode(), "not a gzip tar archive"),
     ("A" * (worker.MAX_BUNDLE_B64 + 4), "over"),
 ])
 def test_hostile_payloads_are_refused(tmp_path, payload, message):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import threading
 import time
 
@@ -22,10 +23,19 @@ from tests.gpu.helpers import (
     path_without_bwrap,
     pids_with,
     run_worker,
+    worker_env,
 )
 
 pytest.importorskip("verifiers")
 pytestmark = needs_tiny_model
+
+@pytest.fixture
+def wenv(tmp_path):
+    """:func:`tests.gpu.helpers.worker_env`, its short TMPDIR removed afterwards."""
+    env = worker_env(tmp_path)
+    yield env
+    shutil.rmtree(env["TMPDIR"], ignore_errors=True)
+
 
 LOAD = "def load_environment(num_examples: int = 4000, seed: int = 12345, **kwargs) -> vf.Environment:\n"
 
