@@ -29,5 +29,9 @@ def make_backend(settings: BackendSettings, runs_dir: Path | str = "runs") -> Ba
         from ait_env.backends.local import LocalBackend
 
         return LocalBackend(settings, runs_dir)
-    raise ValueError(f"unknown backend {settings.name!r}; available: stub, local. "
+    if settings.name == "gpu-local":
+        from ait_env.backends.gpu_local import GpuLocalBackend
+
+        return GpuLocalBackend(settings, runs_dir)
+    raise ValueError(f"unknown backend {settings.name!r}; available: stub, local, gpu-local. "
                      "Pass backend='stub' or add conf/backend/<name>.yaml with a matching implementation.")

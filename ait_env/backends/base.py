@@ -81,6 +81,9 @@ class JobResult(BaseModel):
     #: job id the result was measured under
     cache_hit: bool = False
     cached_from: str = ""
+    #: the worker that ran the job (GPU worker only, ``gpu/worker.py``): its image revision, versions, GPUs,
+    #: model files and the isolation of the training tree (``gpu.selfcheck.SelfCheck.summary``)
+    worker: dict[str, Any] = Field(default_factory=dict)
 
     def save(self, path: Path) -> None:
         """Write this result to ``path`` atomically (a reader sees the old file or the whole new one)."""

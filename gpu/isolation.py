@@ -1,0 +1,420 @@
+"""Isolation on the GPU worker: what the **training tree** (every process that imports or runs the agent's
+environment module: prime-rl's orchestrator and env servers on a GPU, the rollout worker of the local
+executor) may see and do, and how the worker makes sure none of it outlives training.
+
+The rules (``gpu/README.md``, "Isolation", says which hold where):
+
+1. **No credentials, no secret seed.** The worker's own environment (Runpod's ``RUNPOD_AI_API_KEY``,
+   webhook URLs, ``HF_TOKEN``, ``WANDB_API_KEY``, ...) never reaches the runner: :func:`runner_env` keeps an
+   allow-list of names and drops anything that looks like a credential. The runner keeps
+   ``AIT_SECRETS_FILE`` (it builds the hidden set for the eval phase); :func:`training_env` drops it too.
+2. **A jail for the training tree** (:class:`TrainingJail`, chosen once per worker by :func:`probe`):
+   ``bwrap``: bubblewrap with new pid, network, IPC and UTS namespaces, read-only binds of the system and of
+   the paths the executor names, a private ``/tmp``, the executor's writable folders only, and (as root) a
+   dedicated uid; ``user``: no namespaces (a Docker container without ``CAP_SYS_ADMIN`` refuses them, as on
+   Runpod), but a dedicated uid with ``no_new_privs`` and a session of its own, so the tree cannot read
+   the runner's files (the secret seed copy, the eval's records: mode 0700 and 0600, owned by root),
+   cannot read or signal the runner's processes, and can be killed as a whole; ``none``: neither (not
+   root, no bubblewrap): the scrubbed environment and the process guard only.
+3. **Nothing of the tree outlives training** (:func:`kill_all`, :func:`processes_of_uid`): the runner
+   is a child subreaper (orphans stay below it); after ``train`` the worker kills every process that
+   appeared below the runner during training and every process of the jail's uid, and checks that none
+   is left before the post eval starts (``gpu/worker.py``, ``GuardedExecutor``).
+
+Contract for trainer executors that start processes (the prime-rl executor): build the jail with
+:meth:`TrainingJail.from_env` (the worker passes its choice in ``$AIT_TRAINING_JAIL``), start every process
+that loads agent code with :meth:`TrainingJail.popen` (or :meth:`TrainingJail.command` +
+:meth:`TrainingJail.env`), name the folders it reads and writes, start those processes inside ``train``
+only, and serve the post eval from a process started after ``train`` returned (the guard kills whatever
+``train`` left). Linux only (``/proc``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+JailMode = Literal["bwrap", "user", "none"]
+#: the variable that carries the worker's :class:`JailConfig` (JSON) to the runner and its executor
+JAIL_ENV = "AIT_TRAINING_JAIL"
+#: the training tree's uid: dedicated (the image creates ``ait-train`` with it); no other process may use it
+DEFAULT_TRAINING_UID = 61000
+
+#: variables the runner may inherit from the worker (exact names)
+SAFE_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "SHELL", "PWD",
+    "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV",
+    "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "TOKENIZERS_PARALLELISM", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+    "HF_DATASETS_OFFLINE", "TRITON_CACHE_DIR",
+})
+#: ... and by prefix (configuration of the inner stack and of this project)
+SAFE_PREFIXES = ("LC_", "NVIDIA_", "NCCL_", "VLLM_", "TORCH_", "CUDA_", "UV_", "AIT_")
+#: never passed on, whatever the name's prefix (``HF_TOKEN``, ``AIT_..._KEY``, ``NCCL_..._PASSWORD``)
+CREDENTIAL = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|WEBHOOK|PRIVATE", re.I)
+#: the worker's private settings: the runner gets the secret seed file explicitly, the tree never
+WORKER_ONLY = frozenset({"AIT_SECRETS_FILE", "AIT_SECRETS_JSON"})
+
+
+def runner_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """The runner's environment: the allow-listed variables of ``base`` (default ``os.environ``) without
+    credentials or the worker's secrets, plus ``extra`` (e.g. ``AIT_SECRETS_FILE`` for the eval phase)."""
+    base = os.environ if base is None else base
+    env = {k: v for k, v in base.items() if (k in SAFE_NAMES or k.startswith(SAFE_PREFIXES))
+           and not CREDENTIAL.search(k) and k not in WORKER_ONLY}
+    env.update(extra)
+    return env
+
+
+def training_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """The training tree's environment: :func:`runner_env` of ``base`` without the secret seed file and the
+    jail setting, plus ``extra`` (``HOME``, ``TMPDIR``, the executor's own variables)."""
+    env = runner_env(base)
+    env.pop(JAIL_ENV, None)
+    env.update(extra)
+    return env
+
+
+def secret_values(base: Mapping[str, str] | None = None, min_len: int = 8) -> set[str]:
+    """The values of the credential-looking variables of ``base`` (scrubbed from text leaving the worker)."""
+    base = os.environ if base is None else base
+    return {v for k, v in base.items() if (CREDENTIAL.search(k) or k in WORKER_ONLY) and len(v) >= min_len}
+
+
+# ------------------------------------------------------------------------------------------------ processes
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    uid: int          # real uid
+    state: str        # "Z" for a zombie (dead, not yet reaped)
+
+
+def process_table() -> dict[int, Proc]:
+    """Every process visible in ``/proc`` (processes that vanish while it is read are left out)."""
+    table: dict[int, Proc] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/status") as f:
+                uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+        except (OSError, IndexError, ValueError, StopIteration):
+            continue
+        table[int(entry)] = Proc(int(entry), int(fields[1]), uid, fields[0])
+    return table
+
+
+def live_descendants(pid: int, table: dict[int, Proc] | None = None) -> set[int]:
+    """The live (not zombie) processes below ``pid``."""
+    table = process_table() if table is None else table
+    kids: dict[int, list[int]] = {}
+    for p in table.values():
+        kids.setdefault(p.ppid, []).append(p.pid)
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            if k not in out:
+                out.add(k)
+                todo.append(k)
+    return {p for p in out if table[p].state != "Z"}
+
+
+def processes_of_uid(uid: int, table: dict[int, Proc] | None = None) -> set[int]:
+    """The live processes whose real uid is ``uid``."""
+    table = process_table() if table is None else table
+    return {p.pid for p in table.values() if p.uid == uid and p.state != "Z" and p.pid != os.getpid()}
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper: orphaned processes below it are re-parented to it, not to init
+    (so a daemonised grandchild stays a descendant). False where the kernel refuses."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _reap(pids: Iterable[int]) -> None:
+    """Collect the exit status of those of ``pids`` that are this process's children (never ``waitpid(-1)``:
+    that would steal the status of a child another part of the program waits for)."""
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            pass
+
+
+def kill_as_uid(uid: int) -> None:
+    """``kill(-1, SIGKILL)`` from a helper running as ``uid``: every process of that uid at once (the
+    kernel's own iteration, which a forking process cannot outrun). Needs root (CAP_SETUID)."""
+    # a system binary: the uid must be able to execute it (an interpreter under /root would not do)
+    kill = shutil.which("kill", path="/usr/bin:/bin")
+    argv = ([kill, "-KILL", "--", "-1"] if kill
+            else ["/usr/bin/python3", "-I", "-c", "import os; os.kill(-1, 9)"])
+    subprocess.run(argv, user=uid, group=uid, extra_groups=[], check=False, timeout=30,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def kill_all(pids: Iterable[int] = (), *, uid: int | None = None, below: int | None = None,
+             keep: Iterable[int] = (), timeout_s: float = 10.0) -> tuple[set[int], set[int]]:
+    """SIGKILL ``pids``, every process of ``uid`` (when given) and every live process below ``below``
+    except ``keep``, rescanning until none is alive or ``timeout_s`` passed (what forks meanwhile is
+    caught by the next scan). Returns ``(killed, survivors)``."""
+    targets, keep = set(pids), set(keep)
+    killed: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        table = process_table()
+        alive = {p for p in targets if p in table and table[p].state != "Z"}
+        if uid is not None:
+            alive |= processes_of_uid(uid, table)
+        if below is not None:
+            alive |= live_descendants(below, table) - keep
+        alive.discard(os.getpid())
+        if not alive or time.monotonic() > deadline:
+            return killed, alive
+        if uid is not None and os.getuid() == 0:
+            kill_as_uid(uid)
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except OSError:
+                pass
+        _reap(alive)
+        time.sleep(0.05)
+
+
+# ------------------------------------------------------------------------------------------------- the jail
+class JailConfig(BaseModel):
+    """How the training tree runs on this worker (:func:`probe` decides; ``reason`` says why not stronger)."""
+
+    mode: JailMode
+    uid: int | None = None
+    reason: str = ""
+
+    def guarantees(self) -> dict[str, bool]:
+        """What holds for the training tree under this mode (``gpu/README.md``, "Isolation")."""
+        separate = self.uid is not None
+        return {"scrubbed_env": True, "killed_after_training": True, "separate_uid": separate,
+                "runner_files_unreadable": separate or self.mode == "bwrap",
+                "pid_namespace": self.mode == "bwrap", "no_network": self.mode == "bwrap",
+                "private_filesystem": self.mode == "bwrap"}
+
+    def describe(self) -> str:
+        held = [k for k, v in self.guarantees().items() if v]
+        missing = [k for k, v in self.guarantees().items() if not v]
+        return (f"training jail {self.mode}" + (f" (uid {self.uid})" if self.uid is not None else "")
+                + f": {', '.join(held)}" + (f"; NOT: {', '.join(missing)}" if missing else "")
+                + (f" [{self.reason}]" if self.reason else ""))
+
+
+def bwrap_works(timeout_s: float = 15.0) -> tuple[bool, str]:
+    """Whether bubblewrap can create the namespaces here (a Docker container without CAP_SYS_ADMIN and
+    with the default seccomp profile refuses them); ``(ok, why not)``."""
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return False, "bubblewrap (bwrap) is not installed"
+    try:
+        out = subprocess.run([exe, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--die-with-parent",
+                              "--ro-bind", "/", "/", "--proc", "/proc", "true"],
+                             capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"bwrap did not run: {exc}"
+    return out.returncode == 0, (out.stderr.strip()[-300:] or f"exit code {out.returncode}")
+
+
+def probe(requested: Literal["auto", "bwrap", "user", "none"] = "auto",
+          uid: int = DEFAULT_TRAINING_UID) -> JailConfig:
+    """The strongest jail this machine allows (``auto``), or the one ``requested`` (an error when it is
+    not available here, never a silent downgrade)."""
+    root = os.getuid() == 0
+    if requested in ("auto", "bwrap"):
+        ok, why = bwrap_works()
+        if ok:
+            return JailConfig(mode="bwrap", uid=uid if root else None,
+                              reason="" if root else "not root: same uid as the worker inside the namespaces")
+        if requested == "bwrap":
+            raise RuntimeError(f"isolation 'bwrap' requested but bubblewrap cannot run here ({why}); "
+                               "install it (apt-get install bubblewrap) or allow user namespaces, or pick "
+                               "isolation=user")
+        reason = f"no bubblewrap: {why}"
+    else:
+        reason = f"isolation={requested} requested"
+    if requested in ("auto", "user"):
+        if root:
+            return JailConfig(mode="user", uid=uid, reason=reason)
+        if requested == "user":
+            raise RuntimeError("isolation 'user' needs root (to switch the training tree to its own uid): "
+                               "run the worker as root (the image does) or pick isolation=none")
+        reason += "; not root: no separate uid"
+    return JailConfig(mode="none", reason=reason)
+
+
+#: system folders bound read-only into the bubblewrap jail (those that exist), and the few /etc files a
+#: Python/CUDA process reads (the dynamic linker's cache, user names, time zone)
+_SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt/conda")
+_ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/passwd", "/etc/group",
+              "/etc/nsswitch.conf", "/etc/localtime", "/etc/hosts", "/etc/alternatives")
+#: GPU device nodes (bound into the jail's /dev when present)
+_GPU_DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri")
+
+
+def _python_roots(python: str) -> list[str]:
+    p = Path(python)
+    return sorted({str(p.parent.parent), str(p.resolve().parent.parent)})
+
+
+class TrainingJail:
+    """Starts the training tree's processes under a :class:`JailConfig` (see the module docstring)."""
+
+    def __init__(self, config: JailConfig) -> None:
+        self.config = config
+        self.started: list[subprocess.Popen[Any]] = []
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "TrainingJail":
+        """The jail the worker chose (``$AIT_TRAINING_JAIL``); without it (the runner started by hand),
+        :func:`probe`'s choice."""
+        raw = (os.environ if env is None else env).get(JAIL_ENV)
+        return cls(JailConfig.model_validate_json(raw) if raw else probe())
+
+    def env(self, home: Path | str, base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+        """The tree's environment (:func:`training_env`) with ``HOME`` and ``TMPDIR`` in ``home``."""
+        home = str(home)
+        user = {"USER": "ait-train", "LOGNAME": "ait-train"} if self.config.uid is not None else {}
+        return training_env(base, HOME=home, TMPDIR=f"{home}/tmp" if self.config.mode != "bwrap" else "/tmp",
+                            **user, **extra)
+
+    def prepare(self, writable: Sequence[Path | str], home: Path | str | None = None,
+                readable: Sequence[Path | str] = ()) -> None:
+        """Create ``writable`` folders (and ``home``/tmp) and give them to the jail's uid. Without bubblewrap
+        (the paths are the host's), every folder above them must let others pass (mode ``o+x``): an error
+        names the first that does not."""
+        dirs = [Path(d) for d in writable] + ([Path(home), Path(home) / "tmp"] if home else [])
+        if self.config.mode == "user":
+            for d in [*dirs, *map(Path, readable)]:
+                for parent in reversed(Path(d).absolute().parents):
+                    if parent.exists() and not parent.stat().st_mode & 0o001:
+                        raise RuntimeError(f"the training uid {self.config.uid} cannot reach {d}: {parent} "
+                                           f"is mode {parent.stat().st_mode & 0o777:o}; give others passage "
+                                           f"(chmod o+x {parent}) or put the job elsewhere")
+        uid = self.config.uid
+        for d in dirs:
+            d.mkdir(parents=True, exist_ok=True)
+            if uid is not None and os.getuid() == 0:
+                for sub, _, files in os.walk(d):
+                    os.chown(sub, uid, uid)
+                    for name in files:
+                        os.chown(os.path.join(sub, name), uid, uid, follow_symlinks=False)
+
+    def _drop(self) -> list[str]:
+        uid = self.config.uid
+        if uid is None or os.getuid() != 0:
+            return []
+        if shutil.which("setpriv"):
+            return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--"]
+        shim = ("import ctypes, os, sys; ctypes.CDLL(None).prctl(38, 1, 0, 0, 0); os.setgroups([]); "
+                "os.setgid(int(sys.argv[1])); os.setuid(int(sys.argv[1])); "
+                "os.execvp(sys.argv[2], sys.argv[2:])")
+        return [sys.executable, "-I", "-c", shim, str(uid)]
+
+    def command(self, argv: Sequence[str], *, writable: Sequence[Path | str] = (),
+                readable: Sequence[Path | str] = (), cwd: Path | str | None = None,
+                env: Mapping[str, str] | None = None) -> list[str]:
+        """``argv`` wrapped for this jail. ``readable``: folders the tree reads (its venv, the model files,
+        the job's package); ``writable``: folders it writes (its output folder, its ``HOME``). In ``bwrap``
+        mode nothing else of the filesystem is visible; ``env`` is then passed with ``--setenv``."""
+        argv = [str(a) for a in argv]
+        if self.config.mode != "bwrap":
+            return self._drop() + argv
+        import glob
+
+        out = [shutil.which("bwrap") or "bwrap", "--new-session", "--die-with-parent", "--unshare-pid",
+               "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--clearenv"]
+        for k, v in (env or {}).items():
+            out += ["--setenv", k, v]
+        for d in _SYSTEM_DIRS + _ETC_FILES:
+            if os.path.exists(d):
+                out += ["--ro-bind", d, d]
+        out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--ro-bind", "/sys", "/sys",
+                "--tmpfs", "/tmp"]
+        for pattern in _GPU_DEVICES:
+            for dev in sorted(glob.glob(pattern)):
+                out += ["--dev-bind", dev, dev]
+        pythons = _python_roots(sys.executable) + (_python_roots(argv[0]) if os.path.isabs(argv[0]) else [])
+        ro = dict.fromkeys([*pythons, *map(str, readable)])
+        binds = [("--ro-bind", d) for d in ro if os.path.exists(d)]
+        binds += [("--bind", str(d)) for d in writable]
+        made = {"/", "/tmp", "/dev", "/proc", "/sys", *_SYSTEM_DIRS}
+        system = tuple(x + "/" for x in _SYSTEM_DIRS)
+        for kind, d in binds:
+            # parents bwrap would create with mode 0700 (unreadable after the uid drop) are made 0755 first
+            for parent in reversed(Path(d).parents):
+                if str(parent) not in made and not str(parent).startswith(system):
+                    out += ["--perms", "0755", "--dir", str(parent)]
+                    made.add(str(parent))
+            out += [kind, d, d]
+        if cwd is not None:
+            out += ["--chdir", str(cwd)]
+        return out + self._drop() + argv
+
+    def popen(self, argv: Sequence[str], *, home: Path | str, writable: Sequence[Path | str] = (),
+              readable: Sequence[Path | str] = (), cwd: Path | str | None = None,
+              env: Mapping[str, str] | None = None, **kwargs: Any) -> subprocess.Popen[Any]:
+        """Start ``argv`` in the jail, in a session of its own, with :meth:`env` (``HOME`` = ``home``) plus
+        ``env``; the folders are prepared (:meth:`prepare`)."""
+        self.prepare(writable, home, readable)
+        full_env = {**self.env(home), **(env or {})}
+        writable = [*writable, home]
+        cmd = self.command(argv, writable=writable, readable=readable, cwd=cwd, env=full_env)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, start_new_session=True, **kwargs)
+        self.started.append(proc)
+        return proc
+
+    def reap(self, timeout_s: float = 10.0) -> set[int]:
+        """Kill every process this jail started, everything below them and every process of its uid;
+        returns the survivors (empty: all gone)."""
+        pids = {p.pid for p in self.started}
+        for p in self.started:
+            pids |= live_descendants(p.pid)
+        _, survivors = kill_all(pids, uid=self.config.uid if os.getuid() == 0 else None, timeout_s=timeout_s)
+        for p in self.started:
+            try:
+                p.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+        return survivors
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpu.isolation``: print the jail this machine allows (JSON) and what it guarantees."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m gpu.isolation", description=main.__doc__)
+    ap.add_argument("--mode", default="auto", choices=["auto", "bwrap", "user", "none"])
+    args = ap.parse_args(argv)
+    cfg = probe(args.mode)
+    print(json.dumps({**cfg.model_dump(), "guarantees": cfg.guarantees()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
