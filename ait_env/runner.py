@@ -144,29 +144,43 @@ class _Tee:
         return "\n".join(self.lines)
 
 
-def _phases(bundle: JobBundle, backend: BackendSettings, store: BaselineStore, record: bool, log: Log,
-            progress: bool) -> JobResult:
+def runner_settings(backend: BackendSettings) -> RunnerSettings:
+    """The generic phases' knobs out of a backend's ``options`` (the executor's own keys are left)."""
+    return RunnerSettings.model_validate({k: v for k, v in backend.options.items()
+                                          if k in RunnerSettings.model_fields})
+
+
+def hidden_evaluator(family: str, settings: RunnerSettings) -> Callable[[Served, int], Any]:
+    """``evaluate(served, n)``: the first ``n`` hidden instances of ``family`` scored by the harness in its
+    own process (raises when the eval itself failed)."""
     from ait_env.evaluation import evaluate_subprocess
+
+    fam = get_family(family)
+    max_tokens = min(fam.eval_max_tokens, settings.eval_max_tokens)
+
+    def evaluate(served: Served, n: int) -> Any:
+        res = evaluate_subprocess(fam.name, base_url=served.base_url, model=served.model, limit=n,
+                                  concurrency=settings.eval_concurrency, max_tokens=max_tokens)
+        res.raise_if_failed()
+        return res
+
+    return evaluate
+
+
+def _phases(bundle: JobBundle, backend: BackendSettings, store: BaselineStore, record: bool, log: Log,
+            progress: bool, factory: Callable[..., TrainerExecutor]) -> JobResult:
     from ait_env.secrets import hidden_set, hidden_set_hash
 
-    settings = RunnerSettings.model_validate({k: v for k, v in backend.options.items()
-                                              if k in RunnerSettings.model_fields})
+    settings = runner_settings(backend)
     job = bundle.job
     fam = get_family(bundle.manifest.family)
     model_name = job.job.base_model
     t_start = time.time()
     hidden = hidden_set(fam.name)[:settings.eval_limit] if settings.eval_limit else hidden_set(fam.name)
     full_set = settings.eval_limit is None
-    max_tokens = min(fam.eval_max_tokens, settings.eval_max_tokens)
+    evaluate = hidden_evaluator(fam.name, settings)
 
-    def evaluate(served: Served, n: int) -> Any:
-        """The first ``n`` hidden instances, scored by the harness in its own process."""
-        res = evaluate_subprocess(fam.name, base_url=served.base_url, model=served.model, limit=n,
-                                  concurrency=settings.eval_concurrency, max_tokens=max_tokens)
-        res.raise_if_failed()
-        return res
-
-    executor = executor_factory(backend.name)(bundle, backend, log, progress)
+    executor = factory(bundle, backend, log, progress)
     try:
         models = [m.name for m in backend.models]
         hashes = {m: executor.weights_hash(m) for m in models}
@@ -234,10 +248,12 @@ def _phases(bundle: JobBundle, backend: BackendSettings, store: BaselineStore, r
 
 
 def run(bundle_dir: Path, backend: BackendSettings, progress: bool = True,
-        baselines_dir: Path | None = None) -> JobResult:
+        baselines_dir: Path | None = None,
+        executor: Callable[..., TrainerExecutor] | None = None) -> JobResult:
     """Run the bundle in ``bundle_dir`` with the executor of ``backend`` and write its ``result.json``.
     ``baselines_dir``: the user baseline store (read first, and where measured base scores are pinned);
-    None reads the shipped pins only and records nothing."""
+    None reads the shipped pins only and records nothing. ``executor``: the executor factory, default
+    ``executor_factory(backend.name)`` (the GPU worker passes one that guards the training tree)."""
     bundle_dir = Path(bundle_dir)
     tee = _Tee(bundle_dir / "job.log")
     t0 = time.time()
@@ -247,7 +263,8 @@ def run(bundle_dir: Path, backend: BackendSettings, progress: bool = True,
         bundle.verify()
         job_id = bundle.job_id
         store = BaselineStore(backend.name, user_dir=baselines_dir)
-        result = _phases(bundle, backend, store, baselines_dir is not None, tee, progress)
+        factory = executor or executor_factory(backend.name)
+        result = _phases(bundle, backend, store, baselines_dir is not None, tee, progress, factory)
     except JobFailed as exc:
         tee(f"job failed: {exc}")
         result = JobResult(job_id=job_id, backend=backend.name, status="job_failed", error=str(exc)[:2000],

@@ -355,7 +355,7 @@ class TrainingJail:
             if os.path.exists(d):
                 out += ["--ro-bind", d, d]
         out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--ro-bind", "/sys", "/sys",
-                "--tmpfs", "/tmp"]
+                "--perms", "1777", "--tmpfs", "/tmp"]   # sticky and writable: the tree's uid needs it
         for pattern in _GPU_DEVICES:
             for dev in sorted(glob.glob(pattern)):
                 out += ["--dev-bind", dev, dev]

@@ -34,10 +34,18 @@ repository.
   rl-launcher.log``. All of them stream into the runner's log (and so ``log_tail``), ANSI codes removed;
   vLLM's info lines stay in ``inference.log`` and the launcher's copy of the orchestrator log is skipped.
 - **Curves**: per step, from the orchestrator's and trainer's step lines (:mod:`gpu.primerl_logs`).
-- **Eval points** (``eval_every``): while prime-rl runs, ``serve_trained`` is prime-rl's own policy server
-  (vLLM with the tool parser, ``--inference.server.port``, default 8000), which loads every new policy;
-  an eval point scores whatever policy it holds then (prime-rl is asynchronous: up to
-  ``max_off_policy_steps`` behind) while rollouts continue.
+- **No eval points during training**: the only server of the policy while prime-rl runs is its own
+  inference server, which runs in the training jail next to the orchestrator that imports the agent's
+  environment (and, in a ``bwrap`` jail, in a network namespace the runner cannot reach). A hidden
+  question sent there would enter the training tree, so the runner's ``eval_point`` is never called; the
+  curves are prime-rl's own per-step lines, and the hidden eval scores the base and the final weights
+  only, each from a vLLM started outside the jail (before training, and after the worker's guard has
+  killed everything training left: ``gpu/worker.py``).
+- **The training jail** (:class:`gpu.isolation.TrainingJail`, the worker's choice in
+  ``$AIT_TRAINING_JAIL``, else the strongest this machine allows): the dry run and the run start inside
+  it, reading the bundle, prime-rl's venv, the model folders and ``options.readable``; writing
+  ``<bundle>/outputs`` and ``<bundle>/home`` (``HOME``, caches) only. The models must be on disk
+  (``HF_HUB_CACHE`` / ``model_paths``): a ``bwrap`` jail has no network.
 - **Final weights**: HF safetensors + config + tokenizer in ``<output_dir>/weights/step_<max_steps>/``
   with a ``STABLE`` file once complete (``src/prime_rl/trainer/ckpt.py`` ``WeightCheckpointManager``;
   :func:`ait_env.jobs.primerl.final_weights_dir`); the post eval serves that folder with vLLM.
@@ -56,7 +64,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import queue
 import shlex
 import shutil
 import signal
@@ -76,8 +83,10 @@ from ait_env.backends.base import BackendSettings
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.primerl import PRIME_RL_TAG, final_weights_dir
 from ait_env.runner import InfraFailed, JobFailed, Log, RunnerSettings, Served, Trained
+from gpu.isolation import TrainingJail
 from gpu.primerl_logs import Signal, Source, StepLine, clean, failure_signal, level, parse_step
-from gpu.processes import ProcessTree
+from gpu.processes import TAG_VAR, ProcessTree
+from gpu.selfcheck import prime_rl_dir
 from gpu.vllm_server import VllmServer, tool_call_parser_for
 
 #: variables passed from the worker's environment to prime-rl and vLLM (nothing else is: no keys)
@@ -87,7 +96,6 @@ PASS_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "HF_HOME",
             "NVIDIA_DRIVER_CAPABILITIES", "UV_CACHE_DIR", "UV_PYTHON_INSTALL_DIR")
 
 #: prime-rl v0.7.0 defaults used when the dry run's resolved configs are unavailable
-DEFAULT_POLICY_PORT = 8000   # configs/inference.py ServerConfig.port
 MAX_EMPTY_BATCHES = 10       # src/prime_rl/orchestrator/orchestrator.py MAX_CONSECUTIVE_EMPTY_BATCHES
 _LAUNCHER_STARTED = "Startup complete"   # rl.py: "Startup complete. Showing orchestrator logs..."
 _LAUNCHER_FINISHED = "Training finished!"
@@ -98,9 +106,13 @@ class GpuOptions(RunnerSettings):
     """``options`` of the ``gpu`` backends' executor (and the runner's own knobs); unknown keys are
     refused."""
 
-    primerl_cmd: list[str] = Field(default_factory=lambda: ["rl"])  # e.g. ["uv", "run", "--no-sync", "rl"]
+    #: prime-rl's launcher: default its venv's ``rl`` ($AIT_PRIME_RL_DIR, /opt/prime-rl on the image), else
+    #: ``rl`` on PATH; e.g. ["uv", "run", "--no-sync", "rl"] with primerl_dir
+    primerl_cmd: list[str] = Field(default_factory=lambda: _venv_program("rl"))
     primerl_dir: str | None = None          # working folder of primerl_cmd (a prime-rl checkout for uv run)
-    vllm_cmd: list[str] = Field(default_factory=lambda: ["vllm"])
+    vllm_cmd: list[str] = Field(default_factory=lambda: _venv_program("vllm"))  # prime-rl's locked vLLM
+    #: more folders the training jail may read (a prime-rl checkout outside its venv, a model volume)
+    readable: list[str] = Field(default_factory=list)
     gpus: list[int] | None = None           # physical GPU ids; None: CUDA_VISIBLE_DEVICES, else nvidia-smi's
     model_paths: dict[str, str] = Field(default_factory=dict)  # model id -> local HF folder (eval vLLM)
     env: dict[str, str] = Field(default_factory=dict)          # extra variables for prime-rl and vLLM
@@ -112,10 +124,35 @@ class GpuOptions(RunnerSettings):
     eval_enforce_eager: bool = False
     vllm_startup_timeout_s: float = 900.0
     dry_run_timeout_s: float = 600.0
-    policy_port: int | None = None          # prime-rl's policy server port (default 8000)
+    #: prime-rl's policy server port (default 8000): set it when jobs share a network (no bwrap jail)
+    policy_port: int | None = None
     kill_grace_s: float = 20.0              # SIGTERM -> SIGKILL
     poll_s: float = 0.5
     wall_clock_s: float | None = None       # tests only: overrides bounds.wall_clock_minutes
+
+
+def _venv_program(name: str) -> list[str]:
+    """``name`` from prime-rl's venv when one is installed (the image's), else ``name`` on PATH."""
+    path = prime_rl_dir() / ".venv" / "bin" / name
+    return [str(path)] if path.exists() else [name]
+
+
+def program_roots(program: str, path: str) -> list[str]:
+    """The folders a jailed ``program`` (a name on ``path`` or a file) needs to start: its venv or prefix,
+    and the prefix of the Python a venv points to (``pyvenv.cfg`` ``home``)."""
+    exe = shutil.which(program, path=path) if "/" not in program else program
+    if exe is None:
+        return []
+    roots = {Path(exe).absolute().parent.parent, Path(exe).resolve().parent.parent}
+    for root in list(roots):
+        try:
+            for line in (root / "pyvenv.cfg").read_text().splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "home" and value.strip():
+                    roots.add(Path(value.strip()).resolve().parent)
+        except OSError:
+            pass
+    return sorted(str(r) for r in roots if str(r) != "/")
 
 
 # ----------------------------------------------------------------------------- GPUs
@@ -243,7 +280,6 @@ class _RunWatch:
             **{logs / f"{s}.log": (s, f"prime-rl {s}", _Tail(logs / f"{s}.log"))
                for s in ("orchestrator", "trainer", "inference")}}  # type: ignore[misc]
         self.steps: dict[str, dict[int, StepLine]] = {"orchestrator": {}, "trainer": {}}
-        self.trainer_steps: queue.Queue[int] = queue.Queue()
         self.signals: list[Signal] = []
         self.env_lines: dict[str, deque[str]] = {}
         self.recent: deque[str] = deque(maxlen=40)
@@ -327,7 +363,6 @@ class _RunWatch:
                 self.steps[source][step.step] = step
                 if source == "trainer":
                     self.first_step_at = self.first_step_at or time.monotonic()
-                    self.trainer_steps.put(step.step)
 
     def _check(self) -> None:
         """A job failure that prime-rl does not end by itself (NaN, an env that failed to load), or the
@@ -393,6 +428,8 @@ class PrimeRLExecutor:
         self.out = bundle.root.resolve() / "outputs"
         self.logs = bundle.root.resolve() / "logs"
         self.logs.mkdir(exist_ok=True)
+        self.home = bundle.root.resolve() / "home"     # the training tree's HOME and caches
+        self.jail = TrainingJail.from_env()
         if self.out.exists():  # an earlier attempt's; prime-rl refuses a folder with checkpoints (pathing.py)
             shutil.rmtree(self.out)
             log(f"removed {self.out} of an earlier attempt")
@@ -405,17 +442,14 @@ class PrimeRLExecutor:
             port = self.opts.policy_port
             self.flags += ["--inference.server.port", str(port),
                            "--orchestrator.model.client.base-url", f"http://localhost:{port}/v1"]
-        port = self.opts.policy_port or DEFAULT_POLICY_PORT
-        self.policy = Served(f"http://localhost:{port}/v1", self.model_name)
         self.eval_server: VllmServer | None = None
         self.eval_label = ""
         self.run_tree: ProcessTree | None = None
-        self.training = False
         self.wall_s = 0.0
         self.weights: Path | None = None
         self.timings: dict[str, float] = {"on_gpu": 1.0, "colocated": float(self.plan.colocated),
                                           "gpus": float(len(set(self.plan.visible.split(","))))}
-        log(f"prime-rl {PRIME_RL_TAG} on {self.plan.describe()}")
+        log(f"prime-rl {PRIME_RL_TAG} on {self.plan.describe()}; {self.jail.config.describe()}")
         if self.opts.dry_run:
             self._dry_run()
 
@@ -435,16 +469,40 @@ class PrimeRLExecutor:
     def primerl_command(self, *extra: str) -> list[str]:
         return [*self.opts.primerl_cmd, "@", str(self.rl_toml), *self.flags, *extra]
 
+    def jail_paths(self, env: dict[str, str]) -> tuple[list[str], list[str]]:
+        """(readable, writable) folders of the training tree (module docstring)."""
+        root = self.bundle.root.resolve()
+        cache = [env[k] for k in ("HF_HUB_CACHE", "HF_HOME") if env.get(k)]
+        readable = [str(root), *program_roots(self.opts.primerl_cmd[0], env["PATH"]),
+                    *[a for a in self.opts.primerl_cmd[1:] if a.startswith("/")],
+                    *([self.opts.primerl_dir] if self.opts.primerl_dir else []),
+                    *self.opts.model_paths.values(), *cache, *self.opts.readable]
+        return list(dict.fromkeys(readable)), [str(self.out)]
+
     def _start_primerl(self, cmd: list[str], log_path: Path) -> ProcessTree:
+        """Start ``cmd`` (prime-rl's launcher) in the training jail, its output appended to ``log_path``."""
         tree = ProcessTree(grace_s=self.opts.kill_grace_s)
+        env = {**self.child_env(CUDA_VISIBLE_DEVICES=self.plan.visible), **self.jail.env(self.home, base={}),
+               TAG_VAR: tree.tag}   # the tag travels inside the jail (bwrap clears the environment)
+        found = Path(cmd[0]).exists() if "/" in cmd[0] else shutil.which(cmd[0], path=env["PATH"]) is not None
+        if not found:
+            raise InfraFailed(f"prime-rl's command {cmd[0]!r} was not found: install prime-rl "
+                              f"{PRIME_RL_TAG} (gpu/README.md), set AIT_PRIME_RL_DIR to its checkout, or "
+                              "set backend.options.primerl_cmd (e.g. uv run --no-sync rl, with primerl_dir)")
+        readable, writable = self.jail_paths(env)
+        cwd = self.opts.primerl_dir or str(self.bundle.root.resolve())
+        try:
+            self.jail.prepare(writable, self.home, readable)
+        except RuntimeError as exc:
+            raise InfraFailed(f"the training jail cannot be set up: {exc}") from None
+        argv = self.jail.command(cmd, writable=[*writable, str(self.home)], readable=readable, cwd=cwd,
+                                 env=env)
         with open(log_path, "ab") as f:
             try:
-                tree.start(cmd, env=self.child_env(CUDA_VISIBLE_DEVICES=self.plan.visible),
-                           cwd=self.opts.primerl_dir or str(self.bundle.root.resolve()), stdout=f)
-            except FileNotFoundError:
-                raise InfraFailed(f"prime-rl's command {cmd[0]!r} was not found: install prime-rl "
-                                  f"{PRIME_RL_TAG} or set backend.options.primerl_cmd (e.g. uv run "
-                                  "--no-sync rl, with primerl_dir)") from None
+                tree.start(argv, env=env, cwd=cwd, stdout=f)
+            except FileNotFoundError as exc:
+                raise InfraFailed(f"{exc.filename or argv[0]!r} was not found: install it or set "
+                                  "backend.options.primerl_cmd") from None
         return tree
 
     def _dry_run(self) -> None:
@@ -468,16 +526,6 @@ class PrimeRLExecutor:
             raise InfraFailed(f"prime-rl {PRIME_RL_TAG}'s --dry-run {why} on the rendered rl.toml, "
                               "which passed our own rules (ait_env/jobs/primerl.py: a rule is missing "
                               f"there, or prime-rl is not installed as pinned):\n{tail}")
-        configs = self.out / "configs"
-        try:  # the resolved configs say where the policy server really is
-            orch = tomllib.loads((configs / "orchestrator.toml").read_text())
-            url = ((orch.get("model") or {}).get("client") or {}).get("base_url")
-            name = (orch.get("model") or {}).get("name")
-            self.policy = Served(url[0] if isinstance(url, list) and url else self.policy.base_url,
-                                 name if isinstance(name, str) else self.model_name)
-        except (OSError, tomllib.TOMLDecodeError):
-            self.log(f"the dry run wrote no readable {configs}/orchestrator.toml; "
-                     f"assuming {self.policy.base_url}")
         self.log(f"prime-rl dry run passed ({self.timings['primerl_dry_run']:.0f} s)")
 
     # ------------------------------------------------------------------ serving for the hidden eval
@@ -532,11 +580,6 @@ class PrimeRLExecutor:
             self._stop_eval_server()
 
     def serve_trained(self) -> Served:
-        if self.training:
-            if not self.num_infer:
-                raise InfraFailed("this rl.toml starts no policy server ([inference]), so there is nothing "
-                                  "to score during training; set backend.options.eval_every = 0")
-            return self.policy
         if self.weights is None:
             raise InfraFailed("serve_trained before a successful train()")
         if self.eval_label == "trained" and self.eval_server is not None:
@@ -555,29 +598,14 @@ class PrimeRLExecutor:
         self.wall_s = wall
         tree = self.run_tree = self._start_primerl(cmd, launcher_log)
         watch = _RunWatch(self, tree, launcher_log, m0 + wall)
-        self.training = True
+        if self.opts.eval_every:
+            self.log("no eval points during training on the gpu executor: the policy server runs in the "
+                     "training jail, and hidden questions never enter it (the hidden eval scores the base "
+                     "and the final weights)")
         watch.start()
-        eval_seconds = 0.0
         try:
-            while not (watch.finished.is_set() and watch.trainer_steps.empty()):
-                try:
-                    step = watch.trainer_steps.get(timeout=self.opts.poll_s)
-                except queue.Empty:
-                    continue
-                if watch.verdict is not None or watch.finished.is_set():
-                    continue
-                t_eval = time.time()
-                try:
-                    eval_point(step)
-                except Exception:
-                    if watch.finished.wait(10.0):   # the run ended under the eval: its outcome decides
-                        self.log(f"the eval point of step {step} was lost: the prime-rl run ended")
-                        continue
-                    raise
-                finally:
-                    eval_seconds += time.time() - t_eval
+            watch.finished.wait()
         finally:
-            self.training = False
             watch.join()
             tree.kill()
         train_seconds = time.time() - t0
@@ -595,8 +623,8 @@ class PrimeRLExecutor:
         self.weights = weights
         curves = watch.curves(job.max_steps)
         tps = curves.get("train_tokens_per_s") or []
-        self.timings.update(eval_points=round(eval_seconds, 2),
-                            **({"train_tokens_per_s": round(sum(tps) / len(tps), 1)} if tps else {}))
+        if tps:
+            self.timings["train_tokens_per_s"] = round(sum(tps) / len(tps), 1)
         return Trained(train_seconds=train_seconds, curves=curves, timings=dict(self.timings),
                        weights=weights)
 

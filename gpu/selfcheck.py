@@ -266,13 +266,18 @@ def run(executor: str, *, require_revision: str | None = None, isolation: str | 
     return chk
 
 
+def prime_rl_dir() -> Path:
+    """The prime-rl checkout with its ``.venv`` (``$AIT_PRIME_RL_DIR``, default the image's /opt/prime-rl)."""
+    return Path(os.environ.get("AIT_PRIME_RL_DIR", DEFAULT_PRIME_RL_DIR))
+
+
 def _check_gpu_stack(chk: SelfCheck, min_gpus: int) -> None:
     """The prime-rl side: GPUs, the training venv's versions against the pins, the prime-rl commit."""
     if len(chk.gpus) < min_gpus:
         chk.problems.append(f"{len(chk.gpus)} GPU(s) on this worker ({chk.gpu_source}); a prime-rl job "
                             f"needs {min_gpus} (1 inference + 1 trainer): run it on a GPU machine, or use "
                             "the local executor (--backend local) for the tiny CPU models")
-    root = Path(os.environ.get("AIT_PRIME_RL_DIR", DEFAULT_PRIME_RL_DIR))
+    root = prime_rl_dir()
     python = root / ".venv" / "bin" / "python"
     if not python.exists():
         chk.problems.append(f"prime-rl {PRIME_RL_TAG} is not installed at {root} (no {python}); build the "

@@ -256,42 +256,32 @@ class GuardedExecutor:
             self._contain(self.before_job, "after the job")
 
 
-def _install_guard(executor: str, jail: JailConfig, report: Path | None) -> None:
-    """Make the runner build ``executor``'s executor, wrapped in :class:`GuardedExecutor`, whatever the
-    settings' backend name (it names the baseline store and the result). A seam in this child process only:
-    ``ait_env.runner.run`` takes no executor hook (described in ``gpu/README.md``)."""
-    import ait_env.runner as runner
+def guarded_factory(executor: str, jail: JailConfig, report: Path | None) -> Callable[..., Any]:
+    """The runner's executor factory for ``executor``, each executor wrapped in :class:`GuardedExecutor`
+    (passed to :func:`ait_env.runner.run`; the settings' backend name still names the baseline store and
+    the result)."""
+    from ait_env.runner import executor_factory
 
-    lookup = runner.executor_factory
-
-    def factory(_name: str) -> Callable[..., Any]:
-        inner = lookup(executor)
-        return lambda bundle, settings, log, progress: GuardedExecutor(inner(bundle, settings, log, progress),
-                                                                       log, jail, report)
-
-    runner.executor_factory = factory  # type: ignore[assignment]
+    inner = executor_factory(executor)
+    return lambda bundle, settings, log, progress: GuardedExecutor(inner(bundle, settings, log, progress),
+                                                                   log, jail, report)
 
 
 def _measure_baseline(req: WorkerRequest, log: Callable[[str], None]) -> BaselineOutcome:
     """The baseline request, in the runner child: ``measure_base`` of the executor on the full hidden set
     (``eval_limit`` in tests), through the same harness the runner uses."""
     import ait_env.runner as runner
-    from ait_env.evaluation import evaluate_subprocess
     from ait_env.secrets import hidden_set, hidden_set_hash
     from task_families import get_family
 
     assert req.family and req.model
-    settings = runner.RunnerSettings.model_validate({k: v for k, v in req.settings.options.items()
-                                                     if k in runner.RunnerSettings.model_fields})
+    settings = runner.runner_settings(req.settings)
     fam = get_family(req.family)
     n = min(settings.eval_limit or len(hidden_set(fam.name)), len(hidden_set(fam.name)))
+    scored = runner.hidden_evaluator(fam.name, settings)
 
     def evaluate(served: runner.Served) -> Any:
-        res = evaluate_subprocess(fam.name, base_url=served.base_url, model=served.model, limit=n,
-                                  concurrency=settings.eval_concurrency,
-                                  max_tokens=min(fam.eval_max_tokens, settings.eval_max_tokens))
-        res.raise_if_failed()
-        return res
+        return scored(served, n)
 
     with tempfile.TemporaryDirectory(prefix="ait-baseline-") as tmp:
         try:
@@ -323,10 +313,10 @@ def _child(request_path: Path) -> int:
     isolation.become_subreaper()
     jail = isolation.TrainingJail.from_env().config
     report = req.private_dir / "guard.json" if req.private_dir else None
-    _install_guard(req.executor, jail, report)
     if req.kind == "job":
         assert req.bundle_dir is not None
-        runner.run(req.bundle_dir, req.settings, progress=False, baselines_dir=req.baselines_dir)
+        runner.run(req.bundle_dir, req.settings, progress=False, baselines_dir=req.baselines_dir,
+                   executor=guarded_factory(req.executor, jail, report))
         return 0
 
     def log(msg: str) -> None:

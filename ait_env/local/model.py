@@ -297,6 +297,7 @@ class TinyLM(nn.Module):
         if self.cfg.tie_word_embeddings:
             state.pop("lm_head.weight", None)
         save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
+        (path / "model.safetensors").chmod(0o644)   # safetensors writes 0600; HF folders are world-readable
         (path / "config.json").write_text(json.dumps(self.cfg.to_hf(), indent=1) + "\n")
         (path / "generation_config.json").write_text(json.dumps(
             {"bos_token_id": self.cfg.bos_token_id, "eos_token_id": self.cfg.eos_token_id,

@@ -63,9 +63,14 @@ def gpu_bundle(tmp_path: Path) -> Callable[..., Any]:
 
 
 @pytest.fixture
-def gpu_settings(tmp_path: Path, micro_dirs: dict[str, str]) -> Callable[..., BackendSettings]:
+def gpu_settings(tmp_path: Path, micro_dirs: dict[str, str],
+                 monkeypatch: pytest.MonkeyPatch) -> Callable[..., BackendSettings]:
     """``make(scenario, **options)``: the ``gpu`` backend's settings with the fakes; ``run_id`` (the
-    ``FAKE_RUN_ID`` of every process it starts) is in ``settings.options["env"]``."""
+    ``FAKE_RUN_ID`` of every process it starts) is in ``settings.options["env"]``. The training jail is
+    ``none`` unless a test sets ``$AIT_TRAINING_JAIL`` itself (the jail's own tests do)."""
+    from gpu.isolation import JAIL_ENV, JailConfig
+
+    monkeypatch.setenv(JAIL_ENV, JailConfig(mode="none", reason="tests").model_dump_json())
 
     def make(scenario: str = "success", models: tuple[str, ...] = (MODEL,),
              **options: Any) -> BackendSettings:

@@ -88,19 +88,21 @@ def test_a_job_trains_and_the_trained_weights_are_scored(gpu_bundle: Any, gpu_se
     assert (bundle.root / "outputs" / "configs" / "orchestrator.toml").is_file()  # the dry run's
 
 
-def test_two_gpus_and_eval_points_on_the_policy_server(gpu_bundle: Any, gpu_settings: Any,
-                                                       pinned: Path) -> None:
-    """Two GPUs: inference on the first, trainer on the second, no colocation flags. Eval points score
-    prime-rl's own policy server (the fake serves the base micro model on the configured port)."""
+def test_two_gpus_and_no_hidden_question_reaches_the_policy_server(gpu_bundle: Any, gpu_settings: Any,
+                                                                    pinned: Path) -> None:
+    """Two GPUs: inference on the first, trainer on the second, no colocation flags. Eval points asked for
+    are not run: the policy server is in the training jail, so no hidden question may reach it."""
     bundle = gpu_bundle()
     settings = gpu_settings("success", gpus=[3, 5], eval_every=1, measure_pre=False,
-                            env={"FAKE_INFERENCE_SERVE": "1", "FAKE_STEP_SECONDS": "4"})
+                            env={"FAKE_INFERENCE_SERVE": "1", "FAKE_STEP_SECONDS": "1"})
     res = _run(bundle, settings, baselines_dir=pinned)
     assert res.status == "succeeded", res.error + res.log_tail
     log = (bundle.root / "job.log").read_text()
     assert "CUDA_VISIBLE_DEVICES=3,5" in log and "--weight-broadcast.type" not in log
     assert "inference on GPU 3, trainer on GPU(s) 5" in log
-    assert res.curves["eval_step"] == [0.0, 1.0, 2.0, 3.0] and len(res.curves["eval_score"]) == 4
+    assert "no eval points during training" in log
+    assert res.curves["eval_step"] == [0.0, 3.0] and len(res.curves["eval_score"]) == 2
+    assert len(res.curves["train_reward"]) == 3     # prime-rl's own per-step curve
     # the eval vLLM on the inference GPU: the base model, then the trained one
     assert [x["env"]["CUDA_VISIBLE_DEVICES"] for x in _launches(settings)] == ["3", "3"]
     assert res.baselines[MODEL] == 0.1 and res.timings["colocated"] == 0.0
@@ -208,8 +210,9 @@ def test_command_and_scrubbed_environment(gpu_bundle: Any, gpu_settings: Any,
     root = bundle.root.resolve()
     assert ex.primerl_command() == ["/opt/prime-rl/.venv/bin/rl", "@", str(root / "rl.toml"),
                                     "--output-dir", str(root / "outputs")]
-    assert ex.policy.base_url == "http://localhost:8000/v1" and ex.policy.model == MODEL
     env = ex.child_env(CUDA_VISIBLE_DEVICES="0,1")
+    readable, writable = ex.jail_paths(env)    # what the training jail may read and write
+    assert {str(root), "/opt/prime-rl/.venv", "/cache/hf"} <= set(readable) and writable == [str(root / "outputs")]
     assert "OPENAI_API_KEY" not in env and "AIT_SECRETS_FILE" not in env
     assert env["HF_HOME"] == "/cache/hf" and env["PYTHONPATH"] == str(root / "src")
     assert env["WANDB_MODE"] == "disabled" and env["CUDA_VISIBLE_DEVICES"] == "0,1"
@@ -238,3 +241,84 @@ def test_wall_clock_comes_from_the_bounds(gpu_bundle: Any, gpu_settings: Any) ->
     ex = PrimeRLExecutor(gpu_bundle(), settings, log=lambda _: None, progress=False)
     assert (ex.opts.wall_clock_s or ex.backend.bounds.wall_clock_minutes * 60.0) == 420.0
     ex.close()
+
+
+# ----------------------------------------------------------------------------- the training jail
+
+HOSTILE_ENV = '''
+
+def _attack(secret, port):
+    import json, os, socket, time
+    report = {"uid": os.getuid(), "credentials": sorted(k for k in os.environ if "TOKEN" in k or "KEY" in k)}
+    try:
+        report["secret"] = open(secret).read()
+    except OSError as exc:
+        report["secret"] = type(exc).__name__
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        report["socket"] = "connected"
+    except OSError as exc:
+        report["socket"] = type(exc).__name__
+    with open(os.path.join(os.environ["HOME"], "attack.json"), "w") as f:
+        json.dump(report, f)
+    pid = os.fork()
+    if pid == 0:   # a daemon: its own session, orphaned
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(600)
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+_attack(SECRET, PORT)
+'''
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="the jail's own uid needs root")
+def test_the_training_tree_runs_in_the_bwrap_jail(gpu_bundle: Any, gpu_settings: Any, pinned: Path,
+                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """prime-rl starts in the worker's jail: the agent's environment module (imported by the orchestrator's
+    env server) runs as the jail's uid, cannot read a root-only secret or reach a socket on the host, gets
+    no credentials, and its daemon does not outlive the run; the job still trains and is scored."""
+    import socket
+
+    from gpu.isolation import JAIL_ENV, JailConfig, bwrap_works
+
+    if not bwrap_works()[0]:
+        pytest.skip("bubblewrap cannot run here")
+    secret = tmp_path / "private" / "seeds.json"
+    secret.parent.mkdir(mode=0o700)
+    secret.write_text('{"arithmetic": 27182818}')
+    secret.chmod(0o600)
+    listener = socket.create_server(("127.0.0.1", 0))
+    monkeypatch.setenv("HF_TOKEN", "hf_not_for_the_job")
+    bundle = gpu_bundle(lambda t: t + HOSTILE_ENV.replace("SECRET", repr(str(secret)))
+                        .replace("PORT", str(listener.getsockname()[1])))
+    settings = gpu_settings("success", measure_pre=False, readable=[str(Path(__file__).resolve().parents[2])],
+                            wall_clock_s=120)
+    monkeypatch.setenv(JAIL_ENV, JailConfig(mode="bwrap", uid=61000).model_dump_json())
+    try:
+        res = _run(bundle, settings, baselines_dir=pinned)   # _run: no process of the run is left
+    finally:
+        listener.close()
+    assert res.status == "succeeded", res.error + res.log_tail
+    assert "training jail bwrap (uid 61000)" in (bundle.root / "job.log").read_text()
+    report = json.loads((bundle.root / "home" / "attack.json").read_text())
+    assert report == {"uid": 61000, "credentials": [], "secret": "FileNotFoundError",
+                      "socket": "ConnectionRefusedError"}, report
+    assert res.post_score is not None
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="the jail's own uid needs root")
+def test_a_job_folder_the_jails_uid_cannot_reach_is_infra_failed(gpu_bundle: Any, gpu_settings: Any,
+                                                                 pinned: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu.isolation import JAIL_ENV, JailConfig
+
+    bundle = gpu_bundle()
+    settings = gpu_settings("success", measure_pre=False, dry_run=False)
+    monkeypatch.setenv(JAIL_ENV, JailConfig(mode="user", uid=61000).model_dump_json())
+    tmp_path.chmod(0o700)
+    res = _run(bundle, settings, baselines_dir=pinned)
+    assert res.status == "infra_failed"
+    assert "the training jail cannot be set up" in res.error and "chmod o+x" in res.error

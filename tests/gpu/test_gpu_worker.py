@@ -108,6 +108,23 @@ def test_worker_runs_a_job_and_reports_itself(tmp_path, wenv):
     assert log.index("training tree: ") < log.index("post-eval")   # the guard ran before the post eval
     assert json.loads(out.stdout.strip().splitlines()[-1])["status"] == "succeeded"
 
+    # the same job through the runner as backend=local runs it: the same result.json, field for field
+    import subprocess
+    import sys
+
+    twin = make_job(tmp_path, job_id="job-2")
+    direct = subprocess.run([sys.executable, "-m", "ait_env.runner", str(twin.root), "--backend-settings",
+                             str(tmp_path / "s.json"), "--no-progress"], env=env, cwd=ROOT,
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert direct.returncode == 0, direct.stderr[-3000:]
+    ref = json.loads((twin.root / "result.json").read_text())
+    assert set(ref) == set(res) and ref["worker"] == {}
+    for key in ("status", "backend", "post_score", "post_ci95", "baselines", "error"):
+        assert res[key] == ref[key], key
+    assert set(res["curves"]) == set(ref["curves"])   # timings and float noise (grad_norm) aside:
+    for curve in ("train_reward", "eval_step", "eval_score"):
+        assert res["curves"][curve] == ref["curves"][curve], curve
+
 
 @pytest.mark.parametrize("sandbox", ["bwrap", "fallback"])
 def test_hostile_environment_module_is_contained(tmp_path, wenv, sandbox):

@@ -25,7 +25,7 @@ def test_the_arithmetic_reference_job_lifts_the_model(tmp_path):
 
     if not catalog.is_current(MODEL):
         pytest.skip(f"{MODEL} is not built here: python -m ait_env.local.build")
-    bundle = make_bundle(reference_files("arithmetic", MODEL), tmp_path)
+    bundle = make_bundle(reference_files("arithmetic", MODEL, backend="local"), tmp_path)
     result = run(bundle.root, BackendSettings.model_validate(load_group("backend", "local")), progress=False,
                  baselines_dir=tmp_path / "baselines")
     assert result.status == "succeeded", result.log_tail
