@@ -46,8 +46,10 @@ from gpu.isolation import JailConfig, probe
 #: exactly these (read from that lock; checked against the training venv at worker start)
 PRIME_RL_LOCKED: dict[str, str] = {"torch": "2.11.0+cu128", "vllm": "0.24.0+cu129", "transformers": "5.6.2",
                                    "verifiers": VERIFIERS_VERSION}
-#: GPUs a prime-rl job needs by default (rl.toml without ``[deployment]``: 1 inference + 1 trainer GPU)
-GPU_JOB_MIN_GPUS = 2
+#: GPUs a worker needs: one runs prime-rl's default 1 inference + 1 trainer colocated (filesystem weight
+#: broadcast, gpu/primerl_executor.py ``plan_gpus``); two give each its own; a job asking for more than the
+#: worker has is refused by the executor with what it needs
+GPU_JOB_MIN_GPUS = 1
 DEFAULT_PRIME_RL_DIR = "/opt/prime-rl"
 DEFAULT_MANIFEST = "/opt/ait/models.manifest.json"
 #: Runpod's cached models (docs: serverless/development/huggingface-models.mdx, "Locate cached models")
@@ -275,7 +277,7 @@ def _check_gpu_stack(chk: SelfCheck, min_gpus: int) -> None:
     """The prime-rl side: GPUs, the training venv's versions against the pins, the prime-rl commit."""
     if len(chk.gpus) < min_gpus:
         chk.problems.append(f"{len(chk.gpus)} GPU(s) on this worker ({chk.gpu_source}); a prime-rl job "
-                            f"needs {min_gpus} (1 inference + 1 trainer): run it on a GPU machine, or use "
+                            f"needs at least {min_gpus}: run it on a GPU machine, or use "
                             "the local executor (--backend local) for the tiny CPU models")
     root = prime_rl_dir()
     python = root / ".venv" / "bin" / "python"
