@@ -539,6 +539,8 @@ def write_defaults(path: Path, chosen: Row, w: Workload, priority: list[str], co
     text = (f"# Written by `{command}` on {time.strftime('%Y-%m-%d', time.gmtime())} (see docs/fleet.md).\n"
             f"# The cheapest simulated configuration whose p95 step time is within the stated factor of the\n"
             f"# best; GPU priority by Serverless flex $/job from gpu/prices.py ({PRICE_SHEET.date}).\n"
+            f"# Active workers billed at the {'active' if getattr(cfg, 'active_discount', True) else 'flex'} "
+            f"price in this run.\n"
             f"workers_min: {cfg.workers_min}\n"
             f"workers_max: {cfg.workers_max}\n"
             f"idle_timeout_s: {int(cfg.idle_timeout_s)}\n"
