@@ -431,14 +431,14 @@ def run_outer_loop(api: FleetAPI, clock: SimClock, steps: list[list[Job]], gap_s
     return walls
 
 
-def simulate(fleet_factory: Callable[[SimClock], _QueueFleet], w: Workload, seeds: Iterable[int],
+def simulate(fleet_factory: Callable[[SimClock, int], _QueueFleet], w: Workload, seeds: Iterable[int],
              label: str) -> FleetResult:
     """Run the workload once per seed and pool the results."""
     total = FleetResult(label, 0, 0.0, 0.0)
     busy = billed = 0.0
     for seed in seeds:
         clock = SimClock()
-        fleet = fleet_factory(clock) if not _wants_seed(fleet_factory) else fleet_factory(clock, seed)
+        fleet = fleet_factory(clock, seed)
         steps = draw_jobs(w, seed)
         total.step_wall_s += run_outer_loop(fleet, clock, steps, w.gap_s)
         makespan = clock.now
@@ -458,19 +458,15 @@ def simulate(fleet_factory: Callable[[SimClock], _QueueFleet], w: Workload, seed
     return total
 
 
-def _wants_seed(factory: Callable[..., Any]) -> bool:
-    return getattr(factory, "wants_seed", False)
+FleetFactory = Callable[[SimClock, int], _QueueFleet]
 
 
-def serverless_factory(cfg: ServerlessConfig) -> Callable[..., _QueueFleet]:
-    def make(clock: SimClock, seed: int = 0) -> _QueueFleet:
-        return SimulatedServerless(clock, cfg, seed)
-    make.wants_seed = True  # type: ignore[attr-defined]
-    return make
+def serverless_factory(cfg: ServerlessConfig) -> FleetFactory:
+    return lambda clock, seed: SimulatedServerless(clock, cfg, seed)
 
 
-def pod_factory(cfg: PodPoolConfig) -> Callable[[SimClock], _QueueFleet]:
-    return lambda clock: SimulatedPodPool(clock, cfg)
+def pod_factory(cfg: PodPoolConfig) -> FleetFactory:
+    return lambda clock, seed: SimulatedPodPool(clock, cfg)
 
 
 # ----------------------------------------------------------------------------------------- sweep

@@ -25,7 +25,7 @@ FLEETS = {
 @pytest.mark.parametrize("name", sorted(FLEETS))
 def test_every_job_completes_exactly_once(name: str) -> None:
     clock = SimClock()
-    fleet = FLEETS[name](clock, 0) if name != "pods" else FLEETS[name](clock)
+    fleet = FLEETS[name](clock, 0)
     jobs = [j for batch in draw_jobs(SMALL, 0) for j in batch]
     for j in jobs:
         fleet.submit({"input": {"job_id": j.job_id, "exec_s": j.exec_s, "failed": j.failed}})
