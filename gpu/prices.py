@@ -12,8 +12,7 @@ into dollars for the fleet simulator and the bench matrix.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Literal, Mapping
+from typing import Literal
 
 Kind = Literal["flex", "active", "pod"]
 
@@ -56,10 +55,7 @@ class GpuPrice:
 class PriceSheet:
     date: str
     source: str
-    gpus: Mapping[str, GpuPrice] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "gpus", MappingProxyType(dict(self.gpus)))
+    gpus: dict[str, GpuPrice] = field(default_factory=dict)
 
 
 PRICE_SHEET = PriceSheet(
