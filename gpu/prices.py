@@ -19,8 +19,8 @@ Kind = Literal["flex", "active", "pod"]
 SERVERLESS_DOCS = ("runpod/docs `snippets/serverless-gpu-pricing-table.mdx` "
                    "(docs.runpod.io/serverless/pricing), commit e5571ba1 of 2026-06-08: flex $/s")
 ACTIVE_DOCS = ("runpod/docs `snippets/serverless-gpu-pricing-table.mdx` before commit d1accc4b (version of "
-               "2025-08-25): active $/s; since 2026-05-13 the docs say active discounts come 'through sales "
-               "inquiry'")
+               "2025-08-25): active $/s; the current page (2026-07-20) says active discounts come 'through "
+               "sales inquiry'")
 SKYPILOT = ("SkyPilot catalog v8 runpod/vms.csv (commit 01acdfd4, undated; notes/runpod.md §3): "
             "Secure Cloud $/GPU-h")
 DATARECEIPTS = ("datareceipts 109-gpu-pricing vendors.json, runpod.io/pricing read on 2026-11-09: "
