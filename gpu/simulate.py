@@ -1,0 +1,582 @@
+"""Discrete-event simulator of the GPU fleet: the seed's pod pool against a Runpod Serverless endpoint.
+
+Contract: everything runs on a simulated clock (:class:`SimClock`, no sleeping, no network) and is
+deterministic per seed. The outer-loop driver (:func:`run_outer_loop`) talks to a fleet only through
+the small :class:`FleetAPI` protocol (``submit(payload) -> job id``, ``status(job id) -> dict`` shaped
+like Runpod's ``/v2/<endpoint>/run`` and ``/status/<id>`` replies), so a real client can replace the
+simulated server later (see ``docs/fleet.md``, "Plugging in the real client and journal").
+
+Workload (every figure and its source in ``docs/fleet.md``): ``steps`` outer steps of
+``jobs_per_step`` jobs; a step's batch is submitted at once and the next step starts ``gap_s`` after
+the last job of the batch ends (the trainer waits for its batch, then updates and collects the next
+batch). Job execution seconds: lognormal with the given median and p90, except a fraction
+``fail_frac`` that fail early (uniform in ``[fail_min_s, fail_max_s]``). Every job uses
+``gpus_per_job`` GPUs of one worker or pod.
+
+Fleets:
+
+- :class:`SimulatedPodPool`: up to ``max_pods`` pods; a pod is created when a job waits and no pod is
+  idle or being created for it, is ready after ``provision_s + bootstrap_s``, runs one job at a time,
+  and is terminated after ``reap_s`` idle. Billed per second from creation to termination at the pod
+  $/h.
+- :class:`SimulatedServerless`: a queue endpoint with ``workers_min`` active workers (always warm,
+  billed all run long at the active price) and flex workers up to ``workers_max`` in all; a flex
+  worker starts when a job waits and no worker is idle or starting for it, pays a cold start
+  (FlashBoot restore with probability ``flashboot_hit`` when FlashBoot is on), and stops after
+  ``idle_timeout_s`` idle. Billed from worker start to stop, each session rounded up to a second.
+
+Metrics (:class:`FleetResult`): realised USD, ideal USD (execution seconds x GPUs x the price, no cold
+start, no idle), $/job, realised / ideal, p50/p95 step wall time, worker utilisation (execution
+GPU-seconds / billed GPU-seconds), cold starts.
+
+``python -m gpu.simulate`` sweeps the Serverless settings, prints a markdown table and the pick (the
+cheapest configuration whose p95 step time is within ``--latency-factor`` of the best), and with
+``--write-defaults`` writes ``gpu/fleet_defaults.yaml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, Protocol
+
+from gpu.prices import PRICE_SHEET, cost_usd
+
+Z90 = 1.2815515655446004  # standard normal quantile at 0.90
+
+
+# ------------------------------------------------------------------------------------------ clock
+
+
+class SimClock:
+    """A simulated clock with an event queue. ``now`` only moves when events run."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._events: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+
+    def schedule(self, at: float, action: Callable[[], None]) -> None:
+        if at < self.now:
+            raise ValueError(f"cannot schedule in the past ({at} < {self.now})")
+        heapq.heappush(self._events, (at, next(self._seq), action))
+
+    def run_next(self) -> bool:
+        """Run the earliest event; False when none is left."""
+        if not self._events:
+            return False
+        at, _, action = heapq.heappop(self._events)
+        self.now = at
+        action()
+        return True
+
+    def run_until(self, done: Callable[[], bool]) -> None:
+        while not done():
+            if not self.run_next():
+                raise RuntimeError("simulation stalled: no event left and the condition is not met")
+
+    def advance_to(self, at: float) -> None:
+        """Run every event up to ``at`` and set the clock there."""
+        while self._events and self._events[0][0] <= at:
+            self.run_next()
+        self.now = max(self.now, at)
+
+    def drain(self) -> None:
+        while self.run_next():
+            pass
+
+
+# ---------------------------------------------------------------------------------------- workload
+
+
+@dataclass(frozen=True)
+class Workload:
+    steps: int = 54
+    jobs_per_step: int = 40
+    median_s: float = 1304.0
+    p90_s: float = 2000.0
+    fail_frac: float = 0.10
+    fail_min_s: float = 60.0
+    fail_max_s: float = 300.0
+    gpus_per_job: int = 2
+    gap_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: str
+    step: int
+    exec_s: float
+    failed: bool
+
+
+def draw_jobs(w: Workload, seed: int) -> list[list[Job]]:
+    """The jobs of each step, drawn from ``random.Random(seed)`` (the same for every fleet)."""
+    rng = random.Random(seed)
+    mu = math.log(w.median_s)
+    sigma = math.log(w.p90_s / w.median_s) / Z90 if w.p90_s > w.median_s else 0.0
+    steps = []
+    for s in range(w.steps):
+        batch = []
+        for j in range(w.jobs_per_step):
+            failed = rng.random() < w.fail_frac
+            exec_s = rng.uniform(w.fail_min_s, w.fail_max_s) if failed else rng.lognormvariate(mu, sigma)
+            batch.append(Job(f"s{s:03d}-j{j:02d}", s, exec_s, failed))
+        steps.append(batch)
+    return steps
+
+
+# ------------------------------------------------------------------------------------- fleet API
+
+
+class FleetAPI(Protocol):
+    """What the outer loop needs from a fleet: Runpod's queue-endpoint job API, reduced."""
+
+    def submit(self, payload: dict[str, Any]) -> str:
+        """Queue a job (``payload["input"]``); return its id (Runpod ``POST /run``)."""
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        """``{"id", "status": IN_QUEUE|IN_PROGRESS|COMPLETED|FAILED, "delayTime", "executionTime"}``
+        with times in ms (Runpod ``GET /status/<id>``)."""
+
+
+TERMINAL = ("COMPLETED", "FAILED")
+
+
+@dataclass
+class _Request:
+    job_id: str
+    exec_s: float
+    failed: bool
+    submitted: float
+    started: float | None = None
+    finished: float | None = None
+    runs: int = 0
+
+    def status(self) -> dict[str, Any]:
+        if self.finished is not None:
+            state = "FAILED" if self.failed else "COMPLETED"
+        elif self.started is not None:
+            state = "IN_PROGRESS"
+        else:
+            state = "IN_QUEUE"
+        delay = (self.started if self.started is not None else math.nan) - self.submitted
+        ran = self.finished is not None and self.started is not None
+        ex = (self.finished - self.started) if ran else None  # type: ignore[operator]
+        return {"id": self.job_id, "status": state,
+                "delayTime": None if math.isnan(delay) else round(delay * 1000),
+                "executionTime": None if ex is None else round(ex * 1000)}
+
+
+@dataclass
+class _Worker:
+    wid: int
+    kind: str  # "flex" | "active" | "pod"
+    started: float
+    state: str = "STARTING"  # STARTING | IDLE | BUSY | STOPPED
+    stopped: float | None = None
+    token: int = 0  # invalidates a pending idle-stop event
+    busy_s: float = 0.0
+
+
+class _QueueFleet:
+    """Shared queue, dispatch and billing of both simulated fleets (one job per worker at a time)."""
+
+    gpu_type: str
+    gpus: int
+    round_up: bool
+
+    def __init__(self, clock: SimClock, max_workers: int) -> None:
+        self.clock = clock
+        self.max_workers = max_workers
+        self.queue: list[_Request] = []
+        self.requests: dict[str, _Request] = {}
+        self.workers: list[_Worker] = []
+        self.cold_starts = 0
+        self._ids = itertools.count()
+
+    # -- API
+    def submit(self, payload: dict[str, Any]) -> str:
+        inp = payload["input"]
+        job_id = str(inp.get("job_id") or f"job-{next(self._ids)}")
+        if job_id in self.requests:
+            raise ValueError(f"job {job_id} already submitted")
+        req = _Request(job_id, float(inp["exec_s"]), bool(inp.get("failed", False)), self.clock.now)
+        self.requests[job_id] = req
+        self.queue.append(req)
+        self._dispatch()
+        return job_id
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        return self.requests[job_id].status()
+
+    # -- internals
+    def _alive(self) -> list[_Worker]:
+        return [w for w in self.workers if w.state != "STOPPED"]
+
+    def _start_delay(self) -> float:
+        raise NotImplementedError
+
+    def _idle_limit(self, w: _Worker) -> float | None:
+        raise NotImplementedError
+
+    def _dispatch(self) -> None:
+        for w in self.workers:
+            if not self.queue:
+                break
+            if w.state == "IDLE":
+                self._run(w, self.queue.pop(0))
+        starting = sum(w.state == "STARTING" for w in self.workers)
+        room = self.max_workers - len(self._alive())
+        for _ in range(max(0, min(len(self.queue) - starting, room))):
+            self._start_worker("pod" if isinstance(self, SimulatedPodPool) else "flex")
+
+    def _start_worker(self, kind: str, warm: bool = False) -> _Worker:
+        w = _Worker(len(self.workers), kind, self.clock.now)
+        self.workers.append(w)
+        if warm:
+            w.state = "IDLE"
+            return w
+        self.cold_starts += 1
+        self.clock.schedule(self.clock.now + self._start_delay(), lambda: self._ready(w))
+        return w
+
+    def _ready(self, w: _Worker) -> None:
+        w.state = "IDLE"
+        if self.queue:
+            self._run(w, self.queue.pop(0))
+        else:
+            self._idle(w)
+        self._dispatch()
+
+    def _run(self, w: _Worker, req: _Request) -> None:
+        w.state = "BUSY"
+        w.token += 1
+        req.started = self.clock.now
+        req.runs += 1
+        self.clock.schedule(self.clock.now + req.exec_s, lambda: self._done(w, req))
+
+    def _done(self, w: _Worker, req: _Request) -> None:
+        req.finished = self.clock.now
+        w.busy_s += req.exec_s
+        w.state = "IDLE"
+        if self.queue:
+            self._run(w, self.queue.pop(0))
+        else:
+            self._idle(w)
+
+    def _idle(self, w: _Worker) -> None:
+        limit = self._idle_limit(w)
+        if limit is None:
+            return
+        w.token += 1
+        token = w.token
+        self.clock.schedule(self.clock.now + limit, lambda: self._maybe_stop(w, token))
+
+    def _maybe_stop(self, w: _Worker, token: int) -> None:
+        if w.state == "IDLE" and w.token == token:
+            w.state = "STOPPED"
+            w.stopped = self.clock.now
+
+    def close(self) -> None:
+        """Let idle timers run out, then stop what is left (active workers) now."""
+        self.clock.drain()
+        for w in self.workers:
+            if w.state != "STOPPED":
+                if w.state == "BUSY":
+                    raise RuntimeError("close() with a job still running")
+                w.state = "STOPPED"
+                w.stopped = self.clock.now
+
+    # -- accounting
+    def billed_s(self, w: _Worker) -> float:
+        end = w.stopped if w.stopped is not None else self.clock.now
+        s = end - w.started
+        return math.ceil(s - 1e-9) if self.round_up else s
+
+    def realised_usd(self) -> float:
+        return sum(cost_usd(self.gpu_type, self.billed_s(w), self.gpus, self._bill_kind(w))
+                   for w in self.workers)
+
+    def _bill_kind(self, w: _Worker) -> str:
+        return w.kind
+
+    def ideal_usd(self) -> float:
+        kind = "pod" if isinstance(self, SimulatedPodPool) else "flex"
+        execs = sum(r.exec_s for r in self.requests.values() if r.finished is not None)
+        return cost_usd(self.gpu_type, execs, self.gpus, kind)
+
+    def utilisation(self) -> float:
+        billed = sum(self.billed_s(w) for w in self.workers)
+        return sum(w.busy_s for w in self.workers) / billed if billed else 0.0
+
+
+# ---------------------------------------------------------------------------------------- fleets
+
+
+@dataclass(frozen=True)
+class PodPoolConfig:
+    gpu_type: str = "NVIDIA RTX A5000"
+    gpus: int = 2
+    max_pods: int = 16
+    provision_s: float = 120.0
+    bootstrap_s: float = 300.0
+    reap_s: float = 300.0
+    round_up: bool = True
+
+
+class SimulatedPodPool(_QueueFleet):
+    """The seed's home-made pool (see the module docstring)."""
+
+    def __init__(self, clock: SimClock, cfg: PodPoolConfig) -> None:
+        super().__init__(clock, cfg.max_pods)
+        self.cfg = cfg
+        self.gpu_type, self.gpus, self.round_up = cfg.gpu_type, cfg.gpus, cfg.round_up
+
+    def _start_delay(self) -> float:
+        return self.cfg.provision_s + self.cfg.bootstrap_s
+
+    def _idle_limit(self, w: _Worker) -> float | None:
+        return self.cfg.reap_s
+
+
+@dataclass(frozen=True)
+class ServerlessConfig:
+    gpu_type: str = "NVIDIA RTX A5000"
+    gpus: int = 2
+    workers_min: int = 0
+    workers_max: int = 16
+    idle_timeout_s: float = 5.0
+    flashboot: bool = True
+    cold_start_s: float = 120.0
+    flashboot_restore_s: float = 7.0
+    flashboot_hit: float = 0.5
+    active_discount: bool = True  # False: active workers billed at the flex price
+    round_up: bool = True
+
+
+class SimulatedServerless(_QueueFleet):
+    """A simulated Runpod Serverless queue endpoint (see the module docstring)."""
+
+    def __init__(self, clock: SimClock, cfg: ServerlessConfig, seed: int = 0) -> None:
+        if not 0 <= cfg.workers_min <= cfg.workers_max:
+            raise ValueError(f"need 0 <= workers_min <= workers_max, got {cfg.workers_min}, "
+                             f"{cfg.workers_max}")
+        super().__init__(clock, cfg.workers_max)
+        self.cfg = cfg
+        self.gpu_type, self.gpus, self.round_up = cfg.gpu_type, cfg.gpus, cfg.round_up
+        self.rng = random.Random(f"coldstart-{seed}")
+        for _ in range(cfg.workers_min):
+            self._start_worker("active", warm=True)
+
+    def _start_delay(self) -> float:
+        if self.cfg.flashboot and self.rng.random() < self.cfg.flashboot_hit:
+            return self.cfg.flashboot_restore_s
+        return self.cfg.cold_start_s
+
+    def _idle_limit(self, w: _Worker) -> float | None:
+        return None if w.kind == "active" else self.cfg.idle_timeout_s
+
+    def _bill_kind(self, w: _Worker) -> str:
+        return "flex" if w.kind == "active" and not self.cfg.active_discount else w.kind
+
+
+# ---------------------------------------------------------------------------------------- driver
+
+
+@dataclass
+class FleetResult:
+    label: str
+    jobs: int
+    realised_usd: float
+    ideal_usd: float
+    step_wall_s: list[float] = field(default_factory=list)
+    utilisation: float = 0.0
+    cold_starts: int = 0
+    makespan_s: float = 0.0
+    runs: int = 0
+
+    @property
+    def usd_per_job(self) -> float:
+        return self.realised_usd / self.jobs
+
+    @property
+    def ratio(self) -> float:
+        return self.realised_usd / self.ideal_usd
+
+    def p(self, q: float) -> float:
+        xs = sorted(self.step_wall_s)
+        return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
+
+
+def run_outer_loop(api: FleetAPI, clock: SimClock, steps: list[list[Job]], gap_s: float) -> list[float]:
+    """Submit each step's batch, wait (on the simulated clock) for all of it, wait ``gap_s``, repeat.
+    Returns each step's wall time (submit to last job done). Only ``submit``/``status`` touch the fleet."""
+    walls = []
+    for s, batch in enumerate(steps):
+        if s:
+            clock.advance_to(clock.now + gap_s)
+        t0 = clock.now
+        ids = [api.submit({"input": {"job_id": j.job_id, "exec_s": j.exec_s, "failed": j.failed}})
+               for j in batch]
+        clock.run_until(lambda: all(api.status(i)["status"] in TERMINAL for i in ids))
+        walls.append(clock.now - t0)
+    return walls
+
+
+def simulate(fleet_factory: Callable[[SimClock, int], _QueueFleet], w: Workload, seeds: Iterable[int],
+             label: str) -> FleetResult:
+    """Run the workload once per seed and pool the results."""
+    total = FleetResult(label, 0, 0.0, 0.0)
+    busy = billed = 0.0
+    for seed in seeds:
+        clock = SimClock()
+        fleet = fleet_factory(clock, seed)
+        steps = draw_jobs(w, seed)
+        total.step_wall_s += run_outer_loop(fleet, clock, steps, w.gap_s)
+        makespan = clock.now
+        fleet.close()
+        done = [r for r in fleet.requests.values() if r.finished is not None]
+        if len(done) != w.steps * w.jobs_per_step or any(r.runs != 1 for r in fleet.requests.values()):
+            raise AssertionError("a job did not complete exactly once")
+        total.jobs += len(done)
+        total.realised_usd += fleet.realised_usd()
+        total.ideal_usd += fleet.ideal_usd()
+        total.cold_starts += fleet.cold_starts
+        total.makespan_s += makespan
+        total.runs += 1
+        busy += sum(x.busy_s for x in fleet.workers)
+        billed += sum(fleet.billed_s(x) for x in fleet.workers)
+    total.utilisation = busy / billed if billed else 0.0
+    return total
+
+
+FleetFactory = Callable[[SimClock, int], _QueueFleet]
+
+
+def serverless_factory(cfg: ServerlessConfig) -> FleetFactory:
+    return lambda clock, seed: SimulatedServerless(clock, cfg, seed)
+
+
+def pod_factory(cfg: PodPoolConfig) -> FleetFactory:
+    return lambda clock, seed: SimulatedPodPool(clock, cfg)
+
+
+# ----------------------------------------------------------------------------------------- sweep
+
+WORKERS_MIN = (0, 1, 2, 4)
+WORKERS_MAX = (8, 12, 16)
+IDLE_TIMEOUT_S = (5, 30, 60, 120, 300)
+POD_REAP_S = (60, 300, 600)
+
+
+@dataclass
+class Row:
+    fleet: str
+    settings: str
+    result: FleetResult
+    cfg: ServerlessConfig | PodPoolConfig
+
+
+def sweep(w: Workload, seeds: list[int], base: ServerlessConfig, pod: PodPoolConfig) -> list[Row]:
+    rows = []
+    for reap in POD_REAP_S:
+        cfg = replace(pod, reap_s=reap)
+        res = simulate(pod_factory(cfg), w, seeds, "pods")
+        rows.append(Row("pods", f"max_pods={cfg.max_pods} reap={reap}s", res, cfg))
+    for fb, wmin, wmax, idle in itertools.product((True, False), WORKERS_MIN, WORKERS_MAX, IDLE_TIMEOUT_S):
+        cfg = replace(base, flashboot=fb, workers_min=wmin, workers_max=wmax, idle_timeout_s=idle)
+        rows.append(Row("serverless", f"min={wmin} max={wmax} idle={idle}s fb={'on' if fb else 'off'}",
+                        simulate(serverless_factory(cfg), w, seeds, "serverless"), cfg))
+    return rows
+
+
+def pick(rows: list[Row], factor: float) -> Row:
+    """The cheapest Serverless row whose p95 step time is within ``factor`` of the best Serverless p95."""
+    sls = [r for r in rows if r.fleet == "serverless"]
+    best = min(r.result.p(0.95) for r in sls)
+    ok = [r for r in sls if r.result.p(0.95) <= factor * best]
+    return min(ok, key=lambda r: (r.result.realised_usd, r.result.p(0.95), r.settings))
+
+
+def markdown(rows: list[Row], chosen: Row, factor: float) -> str:
+    best = min(r.result.p(0.95) for r in rows if r.fleet == "serverless")
+    head = ("| fleet | settings | $/job | realised/ideal | p50 step min | p95 step min | utilisation | "
+            "cold starts/run | within latency |\n|---|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        res = r.result
+        within = "yes" if r.fleet == "serverless" and res.p(0.95) <= factor * best else "no"
+        mark = " **(pick)**" if r is chosen else ""
+        lines.append(f"| {r.fleet} | {r.settings}{mark} | {res.usd_per_job:.3f} | {res.ratio:.3f} | "
+                     f"{res.p(0.5) / 60:.1f} | {res.p(0.95) / 60:.1f} | {res.utilisation:.2f} | "
+                     f"{res.cold_starts / max(1, res.runs):.0f} | {within} |")
+    return "\n".join(lines)
+
+
+def gpu_priority(gpu_seconds_per_job: dict[str, float], gpus_default: float) -> list[str]:
+    """GPU types ordered by Serverless flex $/job; a type with no GPU-seconds figure is costed with
+    ``gpus_default`` (the seed's figure, measured on an A5000-class pod) and so ranks by price alone."""
+    def usd(t: str) -> float:
+        return cost_usd(t, gpu_seconds_per_job.get(t, gpus_default), 1, "flex")
+    return sorted(PRICE_SHEET.gpus, key=usd)[:3]
+
+
+def write_defaults(path: Path, chosen: Row, w: Workload, priority: list[str], command: str) -> None:
+    cfg = chosen.cfg
+    assert isinstance(cfg, ServerlessConfig)
+    text = (f"# Written by `{command}` on {time.strftime('%Y-%m-%d', time.gmtime())} (see docs/fleet.md).\n"
+            f"# The cheapest simulated configuration whose p95 step time is within the stated factor of the\n"
+            f"# best; GPU priority by Serverless flex $/job from gpu/prices.py ({PRICE_SHEET.date}).\n"
+            f"# Active workers billed at the {'active' if getattr(cfg, 'active_discount', True) else 'flex'} "
+            f"price in this run.\n"
+            f"workers_min: {cfg.workers_min}\n"
+            f"workers_max: {cfg.workers_max}\n"
+            f"idle_timeout_s: {int(cfg.idle_timeout_s)}\n"
+            f"flashboot: {'true' if cfg.flashboot else 'false'}\n"
+            f"gpus_per_worker: {w.gpus_per_job}\n"
+            "gpu_priority:\n" + "".join(f'  - "{t}"\n' for t in priority))
+    path.write_text(text, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gpu.simulate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=3, help="runs per configuration (seeds 0..N-1), pooled")
+    ap.add_argument("--latency-factor", type=float, default=1.2, help="p95 step time allowed over the best")
+    ap.add_argument("--gap-s", type=float, default=Workload.gap_s, help="trainer time between batches (s)")
+    ap.add_argument("--active-at-flex", action="store_true",
+                    help="bill active workers at the flex price (the current docs list no active discount)")
+    ap.add_argument("--write-defaults", type=Path, default=None, help="write the pick to this yaml")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    w = Workload(gap_s=args.gap_s)
+    base = ServerlessConfig(active_discount=not args.active_at_flex)
+    rows = sweep(w, list(range(args.seeds)), base, PodPoolConfig())
+    chosen = pick(rows, args.latency_factor)
+    print(f"Workload: {w}\nServerless: {base}\nPods: {PodPoolConfig()}\n"
+          f"Seeds: {args.seeds}; latency factor {args.latency_factor}; prices {PRICE_SHEET.date}\n")
+    print(markdown(rows, chosen, args.latency_factor))
+    res = chosen.result
+    goal = "MET" if res.ratio <= 1.25 else "NOT MET"
+    print(f"\nPick: serverless {chosen.settings}: ${res.usd_per_job:.3f}/job, realised/ideal {res.ratio:.3f} "
+          f"(goal <= 1.25: {goal}); the seed paid $0.46/job (ideal $0.13-0.30).")
+    seed_gpu_s = w.median_s * w.gpus_per_job
+    priority = gpu_priority({}, seed_gpu_s)
+    print(f"GPU priority (flex $/job at the seed's GPU-seconds, no per-type timing): {priority}")
+    if args.write_defaults:
+        write_defaults(args.write_defaults, chosen, w, priority,
+                       "python -m gpu.simulate " + " ".join(argv if argv is not None else sys.argv[1:]))
+        print(f"wrote {args.write_defaults}")
+    print(f"({len(rows)} configurations x {args.seeds} seeds in {time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
