@@ -50,8 +50,22 @@ from pydantic import BaseModel
 JailMode = Literal["bwrap", "user", "none"]
 #: the variable that carries the worker's :class:`JailConfig` (JSON) to the runner and its executor
 JAIL_ENV = "AIT_TRAINING_JAIL"
-#: the training tree's uid: dedicated (the image creates ``ait-train`` with it); no other process may use it
+#: the training tree's uid: dedicated (the image creates ``ait-train`` with it); no other process may use it.
+#: Workers sharing one machine need one each (``$AIT_TRAINING_UID``): a worker kills every process of its
+#: uid before and after a request, so two workers on one uid would kill each other's training
 DEFAULT_TRAINING_UID = 61000
+TRAINING_UID_ENV = "AIT_TRAINING_UID"
+
+
+def training_uid() -> int:
+    """This worker's training uid: ``$AIT_TRAINING_UID``, else :data:`DEFAULT_TRAINING_UID`."""
+    raw = os.environ.get(TRAINING_UID_ENV, "")
+    if not raw:
+        return DEFAULT_TRAINING_UID
+    if not raw.isdigit() or int(raw) < 1000:
+        raise ValueError(f"{TRAINING_UID_ENV}={raw!r}: give an unused uid >= 1000 (default "
+                         f"{DEFAULT_TRAINING_UID})")
+    return int(raw)
 
 #: variables the runner may inherit from the worker (exact names)
 SAFE_NAMES = frozenset({
@@ -242,9 +256,10 @@ def bwrap_works(timeout_s: float = 15.0) -> tuple[bool, str]:
 
 
 def probe(requested: Literal["auto", "bwrap", "user", "none"] = "auto",
-          uid: int = DEFAULT_TRAINING_UID) -> JailConfig:
+          uid: int | None = None) -> JailConfig:
     """The strongest jail this machine allows (``auto``), or the one ``requested`` (an error when it is
-    not available here, never a silent downgrade)."""
+    not available here, never a silent downgrade). ``uid``: default :func:`training_uid`."""
+    uid = training_uid() if uid is None else uid
     root = os.getuid() == 0
     if requested in ("auto", "bwrap"):
         ok, why = bwrap_works()

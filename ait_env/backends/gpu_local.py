@@ -85,7 +85,13 @@ class GpuLocalBackend(Backend):
         return cmd
 
     def _env(self, gpus: str) -> dict[str, str]:
+        # each GPU set's worker gets a training uid of its own (gpu/isolation.py: a worker kills every
+        # process of its uid around a request, so concurrent workers must not share one)
+        from gpu.isolation import DEFAULT_TRAINING_UID
+
+        uid = DEFAULT_TRAINING_UID + self.options.gpu_sets.index(gpus)
         return {**os.environ, "CUDA_VISIBLE_DEVICES": gpus, "AIT_ISOLATION": self.options.isolation,
+                "AIT_TRAINING_UID": str(uid),
                 "PYTHONUNBUFFERED": "1",
                 "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
 

@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from gpu import isolation
-from gpu.isolation import JailConfig, TrainingJail
+from gpu.isolation import JailConfig, TrainingJail, training_uid
 from tests.gpu.helpers import FAKE_KEY, ROOT, Listener, pids_with
+
+UID = training_uid()   # $AIT_TRAINING_UID: suites running side by side must not share one
 
 #: an interpreter any uid may execute (this checkout's may live under a 0700 home)
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -119,7 +121,7 @@ def test_probe_never_downgrades_a_requested_mode(monkeypatch):
     assert cfg.mode == ("user" if os.getuid() == 0 else "none") and "no bubblewrap" in cfg.reason
     with pytest.raises(RuntimeError, match="bubblewrap cannot run here"):
         isolation.probe("bwrap")
-    g = JailConfig(mode="user", uid=61000).guarantees()
+    g = JailConfig(mode="user", uid=UID).guarantees()
     assert g["separate_uid"] and g["runner_files_unreadable"]
     assert not g["no_network"] and not g["pid_namespace"]
 
@@ -127,8 +129,8 @@ def test_probe_never_downgrades_a_requested_mode(monkeypatch):
 @root_only
 @with_bwrap
 def test_bwrap_jail_closes_files_network_and_processes(open_tmp, secret_dir):
-    report, left, accepted = _attack(open_tmp, TrainingJail(JailConfig(mode="bwrap", uid=61000)), secret_dir)
-    assert report["uid"] == 61000
+    report, left, accepted = _attack(open_tmp, TrainingJail(JailConfig(mode="bwrap", uid=UID)), secret_dir)
+    assert report["uid"] == UID
     assert "RUNPOD_AI_API_KEY" not in report["env"] and "AIT_SECRETS_FILE" not in report["env"]
     assert all(report[k].startswith("blocked") for k in ("read_secret", "runner_environ", "connect",
                                                           "write_outside")), report
@@ -139,8 +141,8 @@ def test_bwrap_jail_closes_files_network_and_processes(open_tmp, secret_dir):
 def test_user_jail_closes_files_and_processes_but_not_the_network(open_tmp, secret_dir):
     """What a Runpod container allows (no namespaces): another uid, no_new_privs, killed as a whole. The
     network stays open: the tree has no credential to use on it, and nothing secret to send."""
-    report, left, accepted = _attack(open_tmp, TrainingJail(JailConfig(mode="user", uid=61000)), secret_dir)
-    assert report["uid"] == 61000 and "RUNPOD_AI_API_KEY" not in report["env"]
+    report, left, accepted = _attack(open_tmp, TrainingJail(JailConfig(mode="user", uid=UID)), secret_dir)
+    assert report["uid"] == UID and "RUNPOD_AI_API_KEY" not in report["env"]
     closed = ("read_secret", "runner_environ", "write_outside")
     assert all(report[k].startswith("blocked") for k in closed), report
     assert report["connect"] == "LEAKED: " + report["connect"][8:] and accepted == 1   # only bwrap closes it
@@ -212,7 +214,7 @@ def test_guard_kills_what_training_left_before_the_post_eval(tmp_path):
 def test_jail_command_binds_only_what_it_is_given(tmp_path):
     if not shutil.which("bwrap"):
         pytest.skip("no bubblewrap")
-    jail = TrainingJail(JailConfig(mode="bwrap", uid=61000))
+    jail = TrainingJail(JailConfig(mode="bwrap", uid=UID))
     out = tmp_path / "out"
     cmd = jail.command(["/usr/bin/python3", "-c", "pass"], writable=[out], readable=[tmp_path / "pkg"],
                        cwd=out, env={"HOME": "/h"})

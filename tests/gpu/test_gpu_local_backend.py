@@ -82,3 +82,19 @@ def test_the_worker_path_trains_with_the_local_executor(tmp_path):
     assert res.backend == "gpu-local" and res.worker["executor"] == "local"
     assert (b.root / "worker_settings.json").exists() and "post-eval" in res.log_tail
     assert entry.backend == "gpu-local" and entry.n == 8 and 0.0 <= entry.score <= 1.0 and entry.model_hash
+
+
+def test_each_gpu_set_gets_its_own_training_uid(monkeypatch):
+    """A worker kills every process of its training uid around a request: concurrent workers must not share
+    one (gpu/isolation.py)."""
+    from ait_env.backends.gpu_local import GpuLocalBackend
+    from gpu import isolation
+
+    backend = GpuLocalBackend(_settings(gpu_sets=["0,1", "2,3"]), show_progress=False)
+    uids = [backend._env(g)["AIT_TRAINING_UID"] for g in ("0,1", "2,3")]
+    assert uids == ["61000", "61001"]
+    monkeypatch.setenv("AIT_TRAINING_UID", "61001")
+    assert isolation.training_uid() == 61001
+    monkeypatch.setenv("AIT_TRAINING_UID", "0")
+    with pytest.raises(ValueError, match="uid >= 1000"):
+        isolation.training_uid()

@@ -20,8 +20,11 @@ from ait_env.local.endpoint import LocalEndpoint
 from ait_env.local.model import TinyLM
 from ait_env.local.tokenizer import ChatTokenizer
 from ait_env.runner import InfraFailed
+from gpu.isolation import training_uid
 from gpu.primerl_executor import PrimeRLExecutor, dir_hash, hf_revision, plan_gpus
 from tests.gpu.gpu_helpers import MODEL, OTHER, leftovers
+
+UID = training_uid()   # $AIT_TRAINING_UID: suites running side by side must not share one
 
 pytest_plugins = ("tests.gpu.gpu_fixtures",)
 
@@ -296,15 +299,15 @@ def test_the_training_tree_runs_in_the_bwrap_jail(gpu_bundle: Any, gpu_settings:
                         .replace("PORT", str(listener.getsockname()[1])))
     settings = gpu_settings("success", measure_pre=False, readable=[str(Path(__file__).resolve().parents[2])],
                             wall_clock_s=120)
-    monkeypatch.setenv(JAIL_ENV, JailConfig(mode="bwrap", uid=61000).model_dump_json())
+    monkeypatch.setenv(JAIL_ENV, JailConfig(mode="bwrap", uid=UID).model_dump_json())
     try:
         res = _run(bundle, settings, baselines_dir=pinned)   # _run: no process of the run is left
     finally:
         listener.close()
     assert res.status == "succeeded", res.error + res.log_tail
-    assert "training jail bwrap (uid 61000)" in (bundle.root / "job.log").read_text()
+    assert f"training jail bwrap (uid {UID})" in (bundle.root / "job.log").read_text()
     report = json.loads((bundle.root / "home" / "attack.json").read_text())
-    assert report == {"uid": 61000, "credentials": [], "secret": "FileNotFoundError",
+    assert report == {"uid": UID, "credentials": [], "secret": "FileNotFoundError",
                       "socket": "ConnectionRefusedError"}, report
     assert res.post_score is not None
 
@@ -317,7 +320,7 @@ def test_a_job_folder_the_jails_uid_cannot_reach_is_infra_failed(gpu_bundle: Any
 
     bundle = gpu_bundle()
     settings = gpu_settings("success", measure_pre=False, dry_run=False)
-    monkeypatch.setenv(JAIL_ENV, JailConfig(mode="user", uid=61000).model_dump_json())
+    monkeypatch.setenv(JAIL_ENV, JailConfig(mode="user", uid=UID).model_dump_json())
     tmp_path.chmod(0o700)
     res = _run(bundle, settings, baselines_dir=pinned)
     assert res.status == "infra_failed"
