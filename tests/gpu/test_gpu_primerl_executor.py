@@ -215,7 +215,8 @@ def test_command_and_scrubbed_environment(gpu_bundle: Any, gpu_settings: Any,
                                     "--output-dir", str(root / "outputs")]
     env = ex.child_env(CUDA_VISIBLE_DEVICES="0,1")
     readable, writable = ex.jail_paths(env)    # what the training jail may read and write
-    assert {str(root), "/opt/prime-rl/.venv", "/cache/hf"} <= set(readable) and writable == [str(root / "outputs")]
+    assert {str(root), "/opt/prime-rl/.venv", "/cache/hf"} <= set(readable)
+    assert writable == [str(root / "outputs")]
     assert "OPENAI_API_KEY" not in env and "AIT_SECRETS_FILE" not in env
     assert env["HF_HOME"] == "/cache/hf" and env["PYTHONPATH"] == str(root / "src")
     assert env["WANDB_MODE"] == "disabled" and env["CUDA_VISIBLE_DEVICES"] == "0,1"
