@@ -11,11 +11,13 @@ Public start API
         mgmt = ManagementClient(fake.api_key, base_url=fake.rest_base_url)
     # stopped: every worker process and everything below it is gone (checked; an error otherwise)
 
-or the pytest fixture ``fake_runpod`` (a factory: ``fake_runpod(workers=0, instant=True, ...)``; register
-with ``pytest_plugins = ("tests.gpu.fake_runpod",)``). ``python -m tests.gpu.fake_runpod --serve`` runs one
-by hand. Arguments of :class:`FakeRunpod`: ``workers`` (worker processes, each runs
+or :func:`fakes`, a factory for a test module's fixture (``make(workers=0, instant=True, ...)``; every fake
+it made is stopped at the end; a plain function, since tests/gpu has no conftest.py).
+``python -m tests.gpu.fake_runpod --serve`` runs one by hand.
+
+Arguments of :class:`FakeRunpod`: ``workers`` (worker processes, each runs
 ``gpu.worker.handle_input(input, progress, cancel)``, one job at a time), ``instant`` (no processes: every
-job completes as soon as it is dequeued with ``instant_output``; for throughput benchmarks),
+job completes as soon as it is submitted, with ``instant_output``; for throughput benchmarks),
 ``result_ttl_s`` (results of finished jobs are kept this long, then 404; Runpod: 30 min),
 ``max_worker_retries`` (a job whose worker dies is requeued this many times, then FAILED),
 ``worker_env`` (the workers' environment), ``scale_down_s`` (management: how long allocated workers take
@@ -66,7 +68,7 @@ import time
 import urllib.request
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -728,23 +730,27 @@ def start_fake_runpod(**kwargs: Any) -> Iterator[FakeRunpod]:
         fake.stop()
 
 
-try:
-    import pytest
+@contextmanager
+def fakes() -> Iterator[Callable[..., FakeRunpod]]:
+    """A factory of started fakes (``make(**FakeRunpod arguments)``), all stopped on exit. A test module's
+    fixture: ``@pytest.fixture def fake_runpod(): with fakes() as make: yield make``."""
+    started: list[FakeRunpod] = []
 
-    @pytest.fixture
-    def fake_runpod() -> Iterator[Any]:
-        """A factory: ``fake_runpod(**FakeRunpod arguments)`` starts one; all are stopped after the test."""
-        started: list[FakeRunpod] = []
+    def make(**kwargs: Any) -> FakeRunpod:
+        started.append(FakeRunpod(**kwargs).start())
+        return started[-1]
 
-        def make(**kwargs: Any) -> FakeRunpod:
-            started.append(FakeRunpod(**kwargs).start())
-            return started[-1]
-
+    try:
         yield make
+    finally:
+        errors = []
         for fake in started:
-            fake.stop()
-except ImportError:   # the fake also runs outside pytest
-    pass
+            try:
+                fake.stop()
+            except RuntimeError as e:
+                errors.append(str(e))
+        if errors:
+            raise RuntimeError("; ".join(errors))
 
 
 # ------------------------------------------------------------------------------------ the worker process
