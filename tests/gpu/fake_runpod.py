@@ -634,7 +634,7 @@ def _handler_class(fake: FakeRunpod) -> type[BaseHTTPRequestHandler]:
             return True
 
         def _job_route(self, method: str, ep: str, route: str, rest: list[str], body: Any) -> None:
-            if ep != fake.endpoint_id:
+            if ep != fake.endpoint_id and ep not in fake.endpoints:   # managed endpoints share the queue
                 return self._send(404, {"error": f"endpoint {ep} not found"})
             if self._inject(route):
                 return None

@@ -4,6 +4,7 @@ processes running the local tiny-model executor."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 
@@ -221,3 +222,45 @@ def test_a_real_job_runs_through_two_worker_processes(tmp_path):
     from gpu.isolation import process_table
 
     assert not pids & set(process_table())
+
+
+# ------------------------------------------------------------------------------------ python -m gpu.endpoint
+def test_endpoint_cli_up_status_down(fake_runpod, tmp_path, monkeypatch, capsys):
+    from gpu import endpoint
+
+    fake = fake_runpod(scale_down_s=0.2)
+    cfg = tmp_path / "ep.yaml"
+    cfg.write_text("name: ait-cli-test\nworkers_min: 1\ngpu_type_ids: [AMPERE_48]\n")
+    urls = ["--config", str(cfg), "--rest-url", fake.rest_base_url, "--job-url", fake.job_base_url]
+    monkeypatch.delenv("RUNPOD_API_KEY", raising=False)
+    with pytest.raises(SystemExit, match="RUNPOD_API_KEY is not set"):
+        endpoint.main(["status", *urls])
+    monkeypatch.setenv("RUNPOD_API_KEY", fake.api_key)
+    assert endpoint.main(["up", *urls]) == 2 and "no image" in capsys.readouterr().err
+    assert endpoint.main(["up", *urls, "--image", "reg.example/ait-worker:abc"]) == 0
+    out = capsys.readouterr().out
+    assert "created endpoint" in out and "AMPERE_48" in out
+    assert endpoint.main(["status", *urls, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    # 1 active worker x 2 GPUs x $0.00034/s x 3600 s (gpu/prices.py; the active rate is the flex one)
+    assert info["idle_usd_per_hour"] == pytest.approx(2.448) and "assumed" in info["idle_cost_basis"]
+    assert info["max_usd_per_hour"] == pytest.approx(16 * 2 * 0.00034 * 3600, rel=1e-3)
+    assert info["workers_min"] == 1 and info["workers_max"] == 16 and info["gpus_per_worker"] == 2
+    assert info["workers"]["total"] == 1 and info["queue"]["jobs"]["inQueue"] == 0
+    assert info["execution_timeout_s"] == 7200 and info["idle_timeout_s"] == 60
+    assert endpoint.main(["down", *urls, "--poll-s", "0.05"]) == 0
+    assert "no longer listed" in capsys.readouterr().out and not fake.endpoints
+    assert endpoint.main(["down", *urls]) == 0 and "nothing to remove" in capsys.readouterr().out
+
+
+def test_down_refuses_to_leave_workers_behind_silently(fake_runpod, monkeypatch, capsys):
+    from gpu import endpoint
+
+    fake = fake_runpod(scale_down_s=60)
+    monkeypatch.setenv("RUNPOD_API_KEY", fake.api_key)
+    with ManagementClient(fake.api_key, base_url=fake.rest_base_url, retry=FAST) as m:
+        ep = m.create(SPEC)
+    rc = endpoint.main(["down", "--id", ep["id"], "--rest-url", fake.rest_base_url, "--wait-s", "0.3",
+                        "--poll-s", "0.05"])
+    assert rc == 1 and "still allocated" in capsys.readouterr().err
+    assert ep["id"] in fake.endpoints and fake.endpoints[ep["id"]]["workers"]["max"] == 0
