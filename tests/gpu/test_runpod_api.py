@@ -191,8 +191,10 @@ def test_a_body_the_api_rejects_is_a_clear_error(fake_runpod):
 # --------------------------------------------------------------------------------------- real workers
 @needs_tiny_model
 def test_a_real_job_runs_through_two_worker_processes(tmp_path):
-    """A tiny-model job goes through the queue to a worker process that runs gpu.worker.handle_input;
-    progress shows while it runs; the result succeeded; stopping the fake leaves no process."""
+    """A tiny-model job goes through the queue to a worker process that runs gpu.worker.handle_input. The
+    first worker to take it is SIGKILLed mid-job with its whole tree: the queue retries the job (as
+    Runpod's automatic retry), and it completes on a worker whose results carry other versions (a
+    non-replica). Progress shows while it runs; a bad input FAILs; stopping the fake leaves no process."""
     pytest.importorskip("verifiers")
     from gpu.worker import pack_bundle
 
@@ -200,11 +202,15 @@ def test_a_real_job_runs_through_two_worker_processes(tmp_path):
     payload = {"executor": "local", "settings": local_settings(measure_pre=False).model_dump(mode="json"),
                "bundle": pack_bundle(b.root)}
     with start_fake_runpod(workers=2, worker_env=worker_env(tmp_path), log_dir=tmp_path) as fake:
+        first_trees = [w.tree for w in fake.workers]
+        for i in range(2):
+            fake.skew_versions(i, {"ait-env": "0.0.0+other"})
+        fake.kill_next(1, after_s=4.0)
         with client(fake) as c:
+            jid = c.run(payload)                             # FIFO: the first take, the one killed
             bad = c.run({"kind": "job"})                     # no settings: the worker raises -> FAILED
-            jid = c.run(payload)
             seen: list[str] = []
-            deadline = time.monotonic() + 300
+            deadline = time.monotonic() + 400
             while time.monotonic() < deadline:
                 job = c.status(jid)
                 if job.progress:
@@ -212,16 +218,20 @@ def test_a_real_job_runs_through_two_worker_processes(tmp_path):
                 if job.final:
                     break
                 time.sleep(0.2)
-            assert job.status == "COMPLETED", (job, (tmp_path / "worker-0.log").read_text()[-2000:])
+            logs = "".join(p.read_text()[-1500:] for p in tmp_path.glob("worker-*.log"))
+            assert job.status == "COMPLETED", (job, logs)
             assert job.output["result"]["status"] == "succeeded", job.output["result"]["error"]
+            assert job.output["result"]["worker"]["versions"]["ait-env"] == "0.0.0+other"
             assert job.worker_id in ("fake-worker-0", "fake-worker-1") and job.execution_time_ms > 0
             assert seen and all(s.startswith("[") for s in seen)
+            assert c.health()["jobs"]["retried"] == 1
             failed = c.status(bad)
             assert failed.status == "FAILED" and "ValidationError" in failed.error
-            pids = {w.tree.pid for w in fake.workers}
-    from gpu.isolation import process_table
-
-    assert not pids & set(process_table())
+            now = [w.tree for w in fake.workers]
+            killed = [t for t in first_trees if all(t is not n for n in now)]
+            assert len(killed) == 1 and not killed[0].alive()     # the killed worker left nothing
+            trees = [w.tree for w in fake.workers]
+    assert not any(t.alive() for t in trees)
 
 
 # ------------------------------------------------------------------------------------ python -m gpu.endpoint
