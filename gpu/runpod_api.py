@@ -111,8 +111,9 @@ class ResultExpired(RunpodAPIError):
 
 
 class SubmitUncertain(RunpodAPIError):
-    """``run`` got a 5xx or no answer after sending: the job may be queued (and billed) or not. Look for
-    it before submitting again (e.g. an id the handler reports, or ``health``'s counts)."""
+    """A non-idempotent call (``run``, an endpoint create) got a 5xx or no answer after sending: it may
+    have taken effect (a job queued and billed, an endpoint created) or not. Look before sending it again
+    (``health``'s counts; :meth:`ManagementClient.find` for an endpoint)."""
 
 
 def _hint(status: int) -> str:
@@ -218,8 +219,8 @@ class _Http:
                 if resp.status_code != 429 and resp.status_code < 500:
                     raise err
                 if resp.status_code >= 500 and not idempotent:
-                    raise SubmitUncertain(f"{err} (the job may be queued: look before submitting again)",
-                                          err.status, err.body, method, path)
+                    raise SubmitUncertain(f"{err} (it may have taken effect, e.g. a job may be queued: look "
+                                          "before sending it again)", err.status, err.body, method, path)
                 wait = _retry_after(resp) if resp.status_code in (429, 503) else None
             attempt += 1
             delay = policy.delay(attempt - 1, wait)
