@@ -11,7 +11,7 @@ Contract
 - Errors: :class:`RunpodAPIError` (HTTP status, a short body, and what to fix); :class:`ResultExpired`
   (a 404 on ``status``/``stream``: the job is gone, see below); :class:`SubmitUncertain` (``run`` got no
   clear answer: the job may or may not be queued).
-- Retries: 429, 5xx and connection errors are retried with exponential backoff and full jitter, honouring
+- Retries: 408, 429, 5xx and connection errors are retried with exponential backoff and full jitter, honouring
   ``Retry-After``, within :class:`RetryPolicy` (attempts and seconds). Other 4xx are raised at once.
   ``run`` is not idempotent (a repeated ``POST /run`` queues and bills a second job), so it is retried only
   when the request surely did not create a job (429, connection refused); a 5xx or a read timeout on
@@ -178,8 +178,11 @@ def _retry_after(resp: httpx.Response) -> float | None:
     try:
         return float(value)
     except ValueError:
-        when = email.utils.parsedate_to_datetime(value)
-        return max(0.0, when.timestamp() - time.time()) if when else None
+        pass
+    try:   # an HTTP date (RFC 9110 allows both forms)
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
 
 
 class _Http:
@@ -216,7 +219,7 @@ class _Http:
                 if resp.status_code < 400:
                     return resp
                 err = self._error(resp, method, path)
-                if resp.status_code != 429 and resp.status_code < 500:
+                if resp.status_code not in (408, 429) and resp.status_code < 500:
                     raise err
                 if resp.status_code >= 500 and not idempotent:
                     raise SubmitUncertain(f"{err} (it may have taken effect, e.g. a job may be queued: look "

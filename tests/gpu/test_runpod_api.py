@@ -301,3 +301,13 @@ def test_cancel_and_execution_timeout_stop_real_jobs(tmp_path):
             done = fake.wait_for(d, timeout_s=300)
             assert done["status"] == "COMPLETED" and done["output"]["result"]["status"] == "succeeded"
             assert c.status(a).status == "CANCELLED" and c.health()["jobs"]["retried"] == 0
+
+
+@pytest.mark.parametrize("value, expected", [("3", 3.0), ("0.5", 0.5), ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),
+                                             ("soon", None)])
+def test_retry_after_in_seconds_or_an_http_date(value, expected):
+    import httpx
+
+    from gpu.runpod_api import _retry_after
+
+    assert _retry_after(httpx.Response(429, headers={"Retry-After": value})) == expected
