@@ -21,9 +21,10 @@ Runpod facts relied on (stored copies: runpod/docs a900806e of 2026-08-20; runpo
 -----------------------------------------------------------------------------------------------
 - Job routes and JSON: docs ``serverless/endpoints/operation-reference.mdx``: ``POST /run``
   (``{"input": ...}`` -> ``{"id", "status"}``), ``GET /status/<id>`` (``id, status, delayTime,
-  executionTime, output``; ``workerId`` is in the SDK's and the fake's answers, not in that page's
-  example), ``GET /stream/<id>`` (``{"status", "stream": [{"output": ...}]}``, runpod-python
-  ``endpoint/runner.py::Job.stream``), ``POST /cancel/<id>`` (``{"id", "status": "CANCELLED"}``),
+  executionTime, output``; ``workerId`` is not in that page's example but in the same job response of
+  ``public-endpoints/models/flux-dev.mdx``), ``GET /stream/<id>`` (``{"status", "stream":
+  [{"output": ...}]}``, runpod-python ``endpoint/runner.py::Job.stream``), ``POST /cancel/<id>``
+  (``{"id", "status": "CANCELLED"}``),
   ``POST /retry/<id>`` (FAILED or TIMED_OUT jobs only, same id, ``{"id", "status": "IN_QUEUE"}``),
   ``GET /health`` (``{"jobs": {completed, failed, inProgress, inQueue, retried}, "workers": {idle,
   running, ...}}``), ``POST /purge-queue`` (``{"removed", "status"}``; queued jobs only).
@@ -65,8 +66,8 @@ Runpod facts relied on (stored copies: runpod/docs a900806e of 2026-08-20; runpo
   are placed on whichever listed pool has capacity"; the console's "up to three GPU types in priority
   order" (``endpoint-configurations.mdx``) is kept as the order of :attr:`EndpointSpec.gpu_type_ids`.
 
-Not verified against a live account (there is none here): the 404 body, ``workerId`` in ``/status``,
-rate limits of the job API, whether v2 keeps the pool order as a priority.
+Not verified against a live account (there is none here): the 404 body, ``workerId`` in ``/status`` of
+a queue-based endpoint, rate limits of the job API, whether v2 keeps the pool order as a priority.
 """
 
 from __future__ import annotations
