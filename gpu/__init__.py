@@ -2,6 +2,7 @@
 handler, local executor), ``isolation.py`` (the training jail), ``selfcheck.py`` (versions, GPUs, model
 files), ``primerl_executor.py`` (prime-rl v0.7.0 as the runner's ``gpu`` trainer executor),
 ``primerl_logs.py``, ``vllm_server.py`` (the hidden eval's vLLM), ``processes.py`` (process trees), and
-the pinned image (``Dockerfile``, ``requirements.lock``). The fleet (``docs/fleet.md``): ``prices.py`` (the
-dated price sheet), ``simulate.py`` (pod pool vs Serverless simulator, ``fleet_defaults.yaml``) and
-``bench_matrix.py`` (the $/job matrix)."""
+the pinned image (``Dockerfile``, ``requirements.lock``). The fleet (``docs/fleet.md``): ``runpod_api.py``
+(the Runpod Serverless job API and endpoint management client), ``endpoint.py`` + ``endpoint.yaml``
+(``python -m gpu.endpoint up|status|down``), ``prices.py`` (the dated price sheet), ``simulate.py`` (pod
+pool vs Serverless simulator, ``fleet_defaults.yaml``) and ``bench_matrix.py`` (the $/job matrix)."""
