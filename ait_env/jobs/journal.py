@@ -113,8 +113,9 @@ def this_owner() -> str:
 
 
 def owner_alive(owner: str) -> bool:
-    """Whether the orchestrator ``owner`` (host:pid) still runs; another host's is assumed alive."""
-    host, _, pid = owner.rpartition(":")
+    """Whether the orchestrator ``owner`` (``host:pid``, optionally ``:<instance>``) still runs; another
+    host's is assumed alive (its claims go stale by age instead)."""
+    host, pid = (owner.split(":") + ["", ""])[:2]
     if host != socket.gethostname() or not pid.isdigit():
         return True
     try:
@@ -265,7 +266,7 @@ class Journal:
                     b.gpus_per_worker, b.cost_usd, key))
 
     def next_attempt(self, key: str, job_id: str | None, status: RowStatus, error: str,
-                     billing: Billing | None = None) -> int | None:
+                     billing: Billing | None = None, owner: str | None = None) -> int | None:
         """End the attempt ``job_id`` (``status``: failed, timed_out, expired, ...; its bill) and open the
         next one; returns the new attempt number for exactly one caller (None: another caller already did,
         or the row is final). The caller then submits it and :meth:`attach` es its id."""
@@ -277,7 +278,7 @@ class Journal:
             self._bill(db, key, row.attempt, status, billing, error)
             attempt = row.attempt + 1
             db.execute("UPDATE jobs SET job_id = NULL, status = 'submitted', attempt = ?, error = ?, owner = ?, "
-                       "updated = ?, submitted_at = NULL WHERE key = ?", (attempt, error[:2000], this_owner(), now, key))
+                       "updated = ?, submitted_at = NULL WHERE key = ?", (attempt, error[:2000], owner or this_owner(), now, key))
             db.execute("INSERT INTO attempts (key, attempt, status, started) VALUES (?, ?, 'submitted', ?)",
                        (key, attempt, now))
             return attempt
