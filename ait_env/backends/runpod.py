@@ -60,22 +60,7 @@ from ait_env.jobs.cache import job_key
 from ait_env.jobs.journal import Billing, Journal, JournalRow, owner_alive, this_owner
 from ait_env.runner import RunnerSettings
 
-try:  # the client lands on branch runpod-client; until then these stand in for its error types
-    from gpu.runpod_api import ResultExpired, RunpodAPIError
-except ImportError:  # pragma: no cover - replaced by the real client once merged
-    class RunpodAPIError(RuntimeError):  # type: ignore[no-redef]
-        """A Runpod API call failed past the client's retries (``status``: HTTP status, 0 = no answer)."""
-
-        def __init__(self, status: int, body: str = "") -> None:
-            super().__init__(f"Runpod API error {status}: {body[:300]}")
-            self.status = status
-            self.body = body
-
-    class ResultExpired(RunpodAPIError):  # type: ignore[no-redef]
-        """A job's result is gone (404 past its retention)."""
-
-        def __init__(self, status: int = 404, body: str = "") -> None:
-            super().__init__(status, body)
+from gpu.runpod_api import ResultExpired, RunpodAPIError, SubmitUncertain
 
 _log = logging.getLogger(__name__)
 _IN_FLIGHT = {"IN_QUEUE": "in_queue", "IN_PROGRESS": "in_progress"}
@@ -188,6 +173,7 @@ class _Entry:
     episode_id: str | None = None
     job_id: str | None = None
     attempt: int = 1
+    first_attempt: int = 1                  # the claim's first attempt: retries are counted from it
     state: Literal["pending", "sent", "foreign", "done"] = "pending"
     sent_at: float = 0.0
     seen: str = ""
@@ -214,6 +200,7 @@ class RunpodBackend(Backend):
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
         self._cancelled: set[str] = set()
+        self._set_hashes: dict[str, str] = {}
         self._owner = f"{this_owner()}:{uuid.uuid4().hex[:8]}"   # host:pid:instance
         self._adopt()
 
@@ -226,11 +213,8 @@ class RunpodBackend(Backend):
             raise ValueError(f"backend runpod needs {missing}: export RUNPOD_API_KEY=<key> and "
                              "RUNPOD_ENDPOINT_ID=<id> (or backend.options.endpoint_id=<id>); the endpoint is "
                              "created by the gpu endpoint tooling (gpu/README.md)")
-        try:
-            from gpu.runpod_api import ServerlessClient
-        except ImportError as exc:
-            raise ImportError("gpu.runpod_api (the Runpod Serverless client) is not in this checkout: merge "
-                              "branch runpod-client") from exc
+        from gpu.runpod_api import ServerlessClient
+
         return ServerlessClient(endpoint, key, base_url=self.options.base_url)
 
     def _adopt(self) -> None:
@@ -239,7 +223,7 @@ class RunpodBackend(Backend):
         for row in rows:
             self._entries[row.key] = _Entry(key=row.key, kind=row.kind, claimant=row.claimant, payload=None,
                                             episode_id=row.episode_id, job_id=row.job_id, attempt=row.attempt,
-                                            state="foreign", sent_at=time.monotonic())
+                                            first_attempt=row.first_attempt, state="foreign", sent_at=time.monotonic())
         if rows:
             self._say(f"re-attaching {len(rows)} job(s) in flight from the journal "
                       f"({sum(r.job_id is not None for r in rows)} with a Runpod id)")
@@ -263,7 +247,10 @@ class RunpodBackend(Backend):
         worker = {"settings": self.worker_settings.model_dump(mode="json"), "executor": self.options.executor,
                   "require_revision": self.options.require_revision}
         nonce = bundle.job_id if self.options.rerun else "0"
-        return f"{job_key(bundle, worker, '', hidden_set_hash(bundle.manifest.family))}:{nonce}"
+        family = bundle.manifest.family
+        if family not in self._set_hashes:
+            self._set_hashes[family] = hidden_set_hash(family)
+        return f"{job_key(bundle, worker, '', self._set_hashes[family])}:{nonce}"
 
     def _estimate(self) -> float:
         o = self.options
@@ -330,7 +317,7 @@ class RunpodBackend(Backend):
             row, new = self.journal.claim(key, claimant=claimant, kind=kind, episode_id=episode_id,
                                           owner=self._owner)
             entry = _Entry(key=key, kind=kind, claimant=claimant, payload=None, episode_id=episode_id,
-                           job_id=row.job_id, attempt=row.attempt)
+                           job_id=row.job_id, attempt=row.attempt, first_attempt=row.first_attempt)
             self._entries[key] = entry
             if row.final and not new:
                 entry.state = "done"
@@ -373,7 +360,7 @@ class RunpodBackend(Backend):
     def _result(self, job_id: str, row: JournalRow) -> JobResult:
         charge = self.journal.take_charge(row.key)
         timings = {"runpod_delay_s": row.delay_time_ms / 1000, "runpod_execution_s": row.execution_time_ms / 1000,
-                   "runpod_attempts": float(row.attempt)}
+                   "runpod_attempts": float(row.attempt - row.first_attempt + 1)}
         if row.status == "completed" and row.result is not None and row.kind == "job":
             res = JobResult.model_validate(row.result["result"])
             served = charge is None
@@ -400,15 +387,18 @@ class RunpodBackend(Backend):
 
     def _send(self, entry: _Entry) -> None:
         assert entry.payload is not None
-        if entry.attempt > 1:
+        if entry.attempt > entry.first_attempt:
             why = self._over_budget(entry.episode_id)
             if why:
                 self._end(entry, None, f"retry refused: {why}")
                 return
         try:
             job_id = self.client.run(entry.payload)
-        except ResultExpired as exc:
-            self._attempt_failed(entry, "failed", f"the run call failed: {exc}")
+        except SubmitUncertain as exc:
+            # No idempotency key exists on /run: a job may have been queued (and billed) unseen; it is
+            # resent as a new attempt, and the journal says so.
+            self._attempt_failed(entry, "failed", f"the run call got no clear answer ({exc}); resent, a "
+                                                  "duplicate may have been queued on Runpod")
             return
         except RunpodAPIError as exc:
             status = getattr(exc, "status", 0) or 0
@@ -424,6 +414,9 @@ class RunpodBackend(Backend):
         entry.job_id, entry.sent_at, entry.seen, entry.status_errors = job_id, time.monotonic(), "", 0
         if not self.journal.attach(entry.key, job_id, entry.attempt):
             self._cancel(job_id)  # the row moved on meanwhile (another orchestrator): ours is surplus
+            with self._lock:
+                self._sent.discard(entry.key)
+                entry.job_id, entry.state = None, "foreign"
             self._follow(entry)
             return
         self._say(f"{entry.claimant}: submitted as {job_id}"
@@ -451,13 +444,16 @@ class RunpodBackend(Backend):
         with self._lock:  # a "sent" entry without an id is being sent right now
             live = [e for e in self._entries.values()
                     if e.state == "foreign" or (e.state == "sent" and e.job_id is not None)]
+        ids = [e.job_id for e in live if e.job_id is not None]
+        many = getattr(self.client, "status_many", None)
+        answers: dict[str, Any] = many(ids) if many is not None and len(ids) > 1 else {}
         for entry in live:
             if self._stop.is_set():
                 return
             if entry.job_id is None:
                 self._follow(entry)
             else:
-                self._poll(entry)
+                self._poll(entry, answers.get(entry.job_id))
 
     def _follow(self, entry: _Entry) -> None:
         """An entry whose current attempt another orchestrator owns: take its id, or its end, from the
@@ -485,11 +481,14 @@ class RunpodBackend(Backend):
                     entry.state, entry.attempt, entry.job_id = "pending", row.attempt, None
                     self._pending.append(entry.key)
 
-    def _poll(self, entry: _Entry) -> None:
+    def _poll(self, entry: _Entry, answer: Any = None) -> None:
+        """Act on the status of ``entry``'s attempt (``answer``: already fetched, a status or an error)."""
         job_id = entry.job_id
         assert job_id is not None
         try:
-            st = self.client.status(job_id)
+            if isinstance(answer, Exception):
+                raise answer
+            st = answer if answer is not None else self.client.status(job_id)
         except ResultExpired:
             self._attempt_failed(entry, "expired", f"the result of {job_id} expired before it was read "
                                                    "(Runpod keeps /run results 30 minutes)")
@@ -554,7 +553,9 @@ class RunpodBackend(Backend):
             self._say(f"{entry.claimant}: done ({job_id}: {result.get('status')}, {bill.gpus_per_worker}x "
                       f"{bill.gpu_type}, {(bill.delay_time_ms + bill.execution_time_ms) / 1000:.0f} s billed, "
                       f"${bill.cost_usd:.4f})")
-        self._done(entry)
+            self._done(entry)
+        else:  # another orchestrator recorded it, or moved the row on
+            self._follow(entry)
 
     def _non_replica(self, worker: dict[str, Any]) -> str:
         """Why the worker that produced a result is not the pinned one ("" when it is)."""
@@ -569,13 +570,13 @@ class RunpodBackend(Backend):
     def _attempt_failed(self, entry: _Entry, status: Literal["failed", "timed_out", "expired"], why: str,
                         bill: Billing | None = None) -> None:
         """A Runpod-side failure of the current attempt: retry within the budget, else infra_failed."""
-        budget = self.options.retry_budget
+        budget, used = self.options.retry_budget, entry.attempt - entry.first_attempt + 1
         if entry.payload is None and entry.state == "foreign":
             row = self.journal.get(entry.key)
             if row is not None and row.owner != self._owner and owner_alive(row.owner):
                 return  # its live owner has the bundle and retries it; we follow the journal
-        if entry.attempt > budget or entry.payload is None:
-            tail = (f"; gave up after {entry.attempt} attempt(s) (retry_budget={budget})" if entry.payload
+        if used > budget or entry.payload is None:
+            tail = (f"; gave up after {used} attempt(s) (retry_budget={budget})" if entry.payload
                     else "; not resent (this orchestrator re-attached it after a restart and has not got its "
                          "bundle)")
             self._end(entry, entry.job_id, why + tail, bill)
@@ -598,7 +599,9 @@ class RunpodBackend(Backend):
              status: Literal["infra_failed", "cancelled"] = "infra_failed") -> None:
         if self.journal.finish(entry.key, job_id, status, why, bill):
             self._say(f"{entry.claimant}: {status} ({why})")
-        self._done(entry)
+            self._done(entry)
+        else:
+            self._follow(entry)
 
     def _done(self, entry: _Entry) -> None:
         with self._lock:

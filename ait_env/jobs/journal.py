@@ -50,7 +50,8 @@ JOURNAL_NAME = "runpod_journal.sqlite"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     key TEXT PRIMARY KEY, kind TEXT NOT NULL, claimant TEXT NOT NULL, episode_id TEXT, owner TEXT NOT NULL,
-    job_id TEXT, status TEXT NOT NULL, attempt INTEGER NOT NULL DEFAULT 1, result TEXT, result_status TEXT,
+    job_id TEXT, status TEXT NOT NULL, attempt INTEGER NOT NULL DEFAULT 1,
+    first_attempt INTEGER NOT NULL DEFAULT 1, result TEXT, result_status TEXT,
     error TEXT NOT NULL DEFAULT '', delay_time_ms INTEGER NOT NULL DEFAULT 0,
     execution_time_ms INTEGER NOT NULL DEFAULT 0, gpu_type TEXT NOT NULL DEFAULT '',
     gpus_per_worker INTEGER NOT NULL DEFAULT 0, cost_usd REAL NOT NULL DEFAULT 0, charged INTEGER NOT NULL DEFAULT 0,
@@ -83,6 +84,7 @@ class JournalRow(BaseModel):
     job_id: str | None = None           # the remote job id of the current attempt
     status: str
     attempt: int = 1
+    first_attempt: int = 1              # the first attempt of the current claim (a re-claim starts anew)
     result: dict[str, Any] | None = None
     result_status: str | None = None
     error: str = ""
@@ -204,9 +206,10 @@ class Journal:
             if row.final and not row.reusable:
                 attempt = row.attempt + 1
                 db.execute("UPDATE jobs SET claimant = ?, episode_id = ?, owner = ?, job_id = NULL, "
-                           "status = 'submitted', attempt = ?, result = NULL, result_status = NULL, error = '', "
-                           "charged = 0, updated = ?, submitted_at = NULL, finished_at = NULL WHERE key = ?",
-                           (claimant, episode_id, owner, attempt, now, key))
+                           "status = 'submitted', attempt = ?, first_attempt = ?, result = NULL, result_status = NULL, error = '', "
+                           "charged = 0, delay_time_ms = 0, execution_time_ms = 0, cost_usd = 0, updated = ?, "
+                           "submitted_at = NULL, finished_at = NULL WHERE key = ?",
+                           (claimant, episode_id, owner, attempt, attempt, now, key))
                 db.execute("INSERT INTO attempts (key, attempt, status, started) VALUES (?, ?, 'submitted', ?)",
                            (key, attempt, now))
                 row = self._read(db, key)
