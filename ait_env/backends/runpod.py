@@ -47,6 +47,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -169,7 +170,7 @@ class _Entry:
     key: str
     kind: str
     claimant: str
-    payload: dict[str, Any] | None          # what to (re)send; None: adopted from the journal, not resendable
+    make: Callable[[], dict[str, Any]] | None   # builds what to (re)send; None: adopted, not resendable
     episode_id: str | None = None
     job_id: str | None = None
     attempt: int = 1
@@ -179,6 +180,7 @@ class _Entry:
     seen: str = ""
     status_errors: int = 0
     done: threading.Event = field(default_factory=threading.Event)
+    body: dict[str, Any] | None = None      # what make() built (kept for retries)
 
 
 class RunpodBackend(Backend):
@@ -192,6 +194,7 @@ class RunpodBackend(Backend):
         self.client = client if client is not None else self._make_client()
         self.journal = Journal.in_run_dir(self.runs_dir)
         self.worker_settings = worker_settings(settings)
+        self._worker_json = self.worker_settings.model_dump(mode="json")
         self._entries: dict[str, _Entry] = {}
         self._pending: deque[str] = deque()
         self._sent: set[str] = set()
@@ -221,7 +224,7 @@ class RunpodBackend(Backend):
         """Track every job the journal has in flight (a restart: re-attach by id, never resend)."""
         rows = self.journal.in_flight()
         for row in rows:
-            self._entries[row.key] = _Entry(key=row.key, kind=row.kind, claimant=row.claimant, payload=None,
+            self._entries[row.key] = _Entry(key=row.key, kind=row.kind, claimant=row.claimant, make=None,
                                             episode_id=row.episode_id, job_id=row.job_id, attempt=row.attempt,
                                             first_attempt=row.first_attempt, state="foreign", sent_at=time.monotonic())
         if rows:
@@ -244,7 +247,7 @@ class RunpodBackend(Backend):
     def _key(self, bundle: JobBundle) -> str:
         from ait_env.secrets import hidden_set_hash
 
-        worker = {"settings": self.worker_settings.model_dump(mode="json"), "executor": self.options.executor,
+        worker = {"settings": self._worker_json, "executor": self.options.executor,
                   "require_revision": self.options.require_revision}
         nonce = bundle.job_id if self.options.rerun else "0"
         family = bundle.manifest.family
@@ -293,7 +296,7 @@ class RunpodBackend(Backend):
         from gpu.worker import pack_bundle
 
         return {"kind": "job", "executor": self.options.executor,
-                "settings": self.worker_settings.model_dump(mode="json"), "bundle": pack_bundle(bundle.root),
+                "settings": self._worker_json, "bundle": pack_bundle(bundle.root),
                 "baselines": [e.model_dump(mode="json") for e in self.baselines.entries().values()],
                 "require_revision": self.options.require_revision, "timeout_s": self.options.job_timeout_s}
 
@@ -303,29 +306,28 @@ class RunpodBackend(Backend):
         return JobHandle(job_id=bundle.job_id, backend=self.name, meta={"key": key, "root": str(bundle.root)})
 
     def _track(self, key: str, kind: str, claimant: str, episode_id: str | None,
-               payload: Any) -> _Entry:
+               payload: Callable[[], dict[str, Any]] | None) -> _Entry:
         """Claim ``key`` (or join it) and track it; sends it at once when a slot is free. ``payload()``
-        builds what to send (called only when this orchestrator may have to send it)."""
+        builds what to send (called when it is sent; None: this caller cannot resend it)."""
         if self.closed:
             raise RuntimeError("the runpod backend is closed; build a new one")
         with self._lock:  # one claim per key and process at a time (two episodes, one identical job)
             entry = self._entries.get(key)
             if entry is not None and entry.state != "done":
-                if entry.payload is None:   # adopted after a restart: now it can be resent if needed
-                    entry.payload = payload()
+                if entry.make is None:   # adopted after a restart: now it can be resent if needed
+                    entry.make = payload
                 return entry
             row, new = self.journal.claim(key, claimant=claimant, kind=kind, episode_id=episode_id,
                                           owner=self._owner)
-            entry = _Entry(key=key, kind=kind, claimant=claimant, payload=None, episode_id=episode_id,
+            entry = _Entry(key=key, kind=kind, claimant=claimant, make=payload, episode_id=episode_id,
                            job_id=row.job_id, attempt=row.attempt, first_attempt=row.first_attempt)
             self._entries[key] = entry
             if row.final and not new:
-                entry.state = "done"
+                entry.state, entry.make = "done", None
                 entry.done.set()
                 self._say(f"{claimant}: served from the journal (job {row.job_id}, "
                           f"{row.result_status or row.status})")
                 return entry
-            entry.payload = payload()
             if not new:
                 entry.state, entry.sent_at = "foreign", time.monotonic()
                 self._say(f"{claimant}: already in flight as {row.job_id or '(being sent)'}; attached")
@@ -349,7 +351,7 @@ class RunpodBackend(Backend):
             row = self.journal.get(key)
             if row is None:
                 raise KeyError(f"job {handle.job_id} ({key}) is not in the journal {self.journal.path}")
-            entry = self._track(key, row.kind, handle.job_id, row.episode_id, lambda: None)
+            entry = self._track(key, row.kind, handle.job_id, row.episode_id, None)
         if not entry.done.wait(timeout):
             raise TimeoutError(f"runpod job {handle.job_id} did not finish within {timeout} s (it keeps "
                                "running; wait again, or a restarted orchestrator re-attaches it)")
@@ -386,14 +388,20 @@ class RunpodBackend(Backend):
             self._send(entry)
 
     def _send(self, entry: _Entry) -> None:
-        assert entry.payload is not None
+        assert entry.make is not None
         if entry.attempt > entry.first_attempt:
             why = self._over_budget(entry.episode_id)
             if why:
                 self._end(entry, None, f"retry refused: {why}")
                 return
         try:
-            job_id = self.client.run(entry.payload)
+            if entry.body is None:
+                entry.body = entry.make()
+        except (OSError, ValueError) as exc:   # e.g. a bundle over the /run payload limit
+            self._end(entry, None, f"the job could not be packed for Runpod: {exc}")
+            return
+        try:
+            job_id = self.client.run(entry.body)
         except SubmitUncertain as exc:
             # No idempotency key exists on /run: a job may have been queued (and billed) unseen; it is
             # resent as a new attempt, and the journal says so.
@@ -470,7 +478,7 @@ class RunpodBackend(Backend):
         stale = (row.owner != self._owner and
                  (not owner_alive(row.owner) or time.time() - row.updated > self.options.claim_stale_s))
         if stale:
-            if entry.payload is None:
+            if entry.make is None:
                 self.journal.finish(entry.key, None, "infra_failed",
                                     "the orchestrator that claimed this job died before sending it, and this one "
                                     "has not got its bundle; submit the job again")
@@ -571,12 +579,12 @@ class RunpodBackend(Backend):
                         bill: Billing | None = None) -> None:
         """A Runpod-side failure of the current attempt: retry within the budget, else infra_failed."""
         budget, used = self.options.retry_budget, entry.attempt - entry.first_attempt + 1
-        if entry.payload is None and entry.state == "foreign":
+        if entry.make is None and entry.state == "foreign":
             row = self.journal.get(entry.key)
             if row is not None and row.owner != self._owner and owner_alive(row.owner):
                 return  # its live owner has the bundle and retries it; we follow the journal
-        if used > budget or entry.payload is None:
-            tail = (f"; gave up after {used} attempt(s) (retry_budget={budget})" if entry.payload
+        if used > budget or entry.make is None:
+            tail = (f"; gave up after {used} attempt(s) (retry_budget={budget})" if entry.make
                     else "; not resent (this orchestrator re-attached it after a restart and has not got its "
                          "bundle)")
             self._end(entry, entry.job_id, why + tail, bill)
@@ -607,7 +615,7 @@ class RunpodBackend(Backend):
         with self._lock:
             self._sent.discard(entry.key)
             entry.state = "done"
-            entry.payload = None
+            entry.make = entry.body = None
         entry.done.set()
         self._wake.set()
 

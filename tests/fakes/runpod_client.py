@@ -52,9 +52,10 @@ def bundle_job_id(payload: dict[str, Any]) -> str:
         return str(json.loads(f.read())["job_id"])
 
 
-def instant_output(payload: dict[str, Any], outcome: Outcome, revision: str) -> dict[str, Any]:
+def instant_output(payload: dict[str, Any], outcome: Outcome, revision: str,
+                   job_id: str | None = None) -> dict[str, Any]:
     """What the handler would answer, made up at once (see the module docstring)."""
-    job_id = bundle_job_id(payload)
+    job_id = job_id or bundle_job_id(payload)
     worker = {"image_revision": "other-image" if outcome == "non_replica" else revision, "executor": "gpu",
               "versions": {"train:verifiers": "0.2.0"}, "gpus": GPUS, "selfcheck": "ok"}
     if payload.get("kind") == "baseline":
@@ -184,7 +185,7 @@ class FakeRunpod:
             except Exception as exc:  # noqa: BLE001 - the worker process died
                 return RunpodJob.model_validate({**done, "status": "FAILED", "error": f"{type(exc).__name__}"})
         else:
-            output = instant_output(job["input"], outcome, self.revision)
+            output = instant_output(job["input"], outcome, self.revision, job["bundle"])
         return RunpodJob.model_validate({**done, "status": "COMPLETED", "output": output})
 
     def status_many(self, job_ids: list[str]) -> dict[str, RunpodJob | RunpodAPIError]:
