@@ -111,7 +111,8 @@ def main() -> int:
               f"poll interval: {args.poll_interval} s")
         print(f"submitted: {args.jobs / max(submit_s):.0f} jobs/s (slowest thread's submit calls: "
               f"{max(submit_s):.1f} s)")
-        print(f"tracked:   {args.jobs / tracked_s:.0f} jobs/s (first submit to last result: {tracked_s:.1f} s)")
+        print(f"tracked:   {args.jobs / tracked_s:.0f} jobs/s (first submit to last result: "
+              f"{tracked_s:.1f} s)")
         print(f"lost: {lost}  duplicated: {duplicated}  runs on the fake: {fake.total_runs()}")
         print(f"journal: {counts}, billed ${spent:.2f} (expected ${args.jobs * per_job:.2f})")
         return 0 if lost == 0 and duplicated == 0 else 1

@@ -212,7 +212,8 @@ class RunpodBackend(Backend):
         endpoint = self.options.endpoint_id or os.environ.get("RUNPOD_ENDPOINT_ID")
         key = os.environ.get("RUNPOD_API_KEY")
         if not key or not endpoint:
-            missing = " and ".join(n for n, v in (("RUNPOD_API_KEY", key), ("an endpoint id", endpoint)) if not v)
+            missing = " and ".join(n for n, v in (("RUNPOD_API_KEY", key), ("an endpoint id", endpoint))
+                                   if not v)
             raise ValueError(f"backend runpod needs {missing}: export RUNPOD_API_KEY=<key> and "
                              "RUNPOD_ENDPOINT_ID=<id> (or backend.options.endpoint_id=<id>); the endpoint is "
                              "created by the gpu endpoint tooling (gpu/README.md)")
@@ -226,7 +227,8 @@ class RunpodBackend(Backend):
         for row in rows:
             self._entries[row.key] = _Entry(key=row.key, kind=row.kind, claimant=row.claimant, make=None,
                                             episode_id=row.episode_id, job_id=row.job_id, attempt=row.attempt,
-                                            first_attempt=row.first_attempt, state="foreign", sent_at=time.monotonic())
+                                            first_attempt=row.first_attempt, state="foreign",
+                                            sent_at=time.monotonic())
         if rows:
             self._say(f"re-attaching {len(rows)} job(s) in flight from the journal "
                       f"({sum(r.job_id is not None for r in rows)} with a Runpod id)")
@@ -287,8 +289,9 @@ class RunpodBackend(Backend):
         if o.episode_budget_usd is not None and episode_id is not None:
             spent = self.journal.spent_usd(episode_id)
             if spent + est > o.episode_budget_usd:
-                return (f"episode budget exceeded: episode {episode_id} spent ${spent:.2f} + this job ~${est:.2f} "
-                        f"> ${o.episode_budget_usd:.2f}. Raise backend.options.episode_budget_usd.")
+                return (f"episode budget exceeded: episode {episode_id} spent ${spent:.2f} + this job "
+                        f"~${est:.2f} > ${o.episode_budget_usd:.2f}. Raise "
+                        "backend.options.episode_budget_usd.")
         return ""
 
     # ------------------------------------------------------------------ submit / wait
@@ -361,7 +364,8 @@ class RunpodBackend(Backend):
 
     def _result(self, job_id: str, row: JournalRow) -> JobResult:
         charge = self.journal.take_charge(row.key)
-        timings = {"runpod_delay_s": row.delay_time_ms / 1000, "runpod_execution_s": row.execution_time_ms / 1000,
+        timings = {"runpod_delay_s": row.delay_time_ms / 1000,
+                   "runpod_execution_s": row.execution_time_ms / 1000,
                    "runpod_attempts": float(row.attempt - row.first_attempt + 1)}
         if row.status == "completed" and row.result is not None and row.kind == "job":
             res = JobResult.model_validate(row.result["result"])
@@ -414,7 +418,8 @@ class RunpodBackend(Backend):
                 self._end(entry, None, f"Runpod refused the job ({exc}); check RUNPOD_API_KEY, the endpoint "
                                        "id and the payload size (10 MB for /run)")
             else:
-                self._attempt_failed(entry, "failed", f"the run call failed after the client's retries: {exc}")
+                self._attempt_failed(entry, "failed",
+                                     f"the run call failed after the client's retries: {exc}")
             return
         except OSError as exc:
             self._attempt_failed(entry, "failed", f"the run call failed: {type(exc).__name__}: {exc}")
@@ -480,8 +485,8 @@ class RunpodBackend(Backend):
         if stale:
             if entry.make is None:
                 self.journal.finish(entry.key, None, "infra_failed",
-                                    "the orchestrator that claimed this job died before sending it, and this one "
-                                    "has not got its bundle; submit the job again")
+                                    "the orchestrator that claimed this job died before sending it, and "
+                                    "this one has not got its bundle; submit the job again")
                 self._done(entry)
             elif self.journal.take_over(entry.key, row.attempt, row.owner, owner=self._owner):
                 with self._lock:
@@ -512,12 +517,14 @@ class RunpodBackend(Backend):
             if st.status != entry.seen:
                 entry.seen = st.status
                 self.journal.update_status(entry.key, _IN_FLIGHT[st.status], job_id)  # type: ignore[arg-type]
-                self._say(f"{entry.claimant}: {'in queue' if st.status == 'IN_QUEUE' else 'running'} ({job_id}"
+                where = "in queue" if st.status == "IN_QUEUE" else "running"
+                self._say(f"{entry.claimant}: {where} ({job_id}"
                           + (f" on worker {st.worker_id})" if st.worker_id else ")"))
             limit = self.options.deadline_s
             if limit is not None and time.monotonic() - entry.sent_at > limit:
                 self._cancel(job_id)
-                self._attempt_failed(entry, "timed_out", f"no result from {job_id} within deadline_s={limit:.0f} s",
+                self._attempt_failed(entry, "timed_out",
+                                     f"no result from {job_id} within deadline_s={limit:.0f} s",
                                      self.billing(st))
             return
         if st.status == "COMPLETED":
@@ -525,7 +532,8 @@ class RunpodBackend(Backend):
         elif st.status == "CANCELLED" and job_id in self._cancelled:
             self._end(entry, job_id, "cancelled by this orchestrator (close)", self.billing(st), "cancelled")
         elif st.status in ("FAILED", "TIMED_OUT", "CANCELLED"):
-            what = {"FAILED": "failed without a result from our handler (worker lost, image pull, out of GPUs)",
+            what = {"FAILED": "failed without a result from our handler (worker lost, image pull, out of "
+                              "GPUs)",
                     "TIMED_OUT": "timed out on Runpod (the endpoint's execution timeout)",
                     "CANCELLED": "was cancelled on Runpod's side"}[st.status]
             detail = f": {str(st.error)[:300]}" if st.error else ""
@@ -538,8 +546,8 @@ class RunpodBackend(Backend):
         job_id = entry.job_id
         out = st.output
         if not (isinstance(out, dict) and isinstance(out.get("result"), dict)):
-            self._attempt_failed(entry, "failed", f"Runpod job {job_id} completed without our handler's result "
-                                                  f"(output {str(out)[:200]!r})", self.billing(st))
+            self._attempt_failed(entry, "failed", f"Runpod job {job_id} completed without our handler's "
+                                                  f"result (output {str(out)[:200]!r})", self.billing(st))
             return
         result = out["result"]
         worker = result.get("worker") or {}
@@ -558,9 +566,9 @@ class RunpodBackend(Backend):
             if measured:
                 self.baselines.put(measured)
         if self.journal.record_result(entry.key, job_id, out, bill, str(result.get("status", ""))):
+            billed_s = (bill.delay_time_ms + bill.execution_time_ms) / 1000
             self._say(f"{entry.claimant}: done ({job_id}: {result.get('status')}, {bill.gpus_per_worker}x "
-                      f"{bill.gpu_type}, {(bill.delay_time_ms + bill.execution_time_ms) / 1000:.0f} s billed, "
-                      f"${bill.cost_usd:.4f})")
+                      f"{bill.gpu_type}, {billed_s:.0f} s billed, ${bill.cost_usd:.4f})")
             self._done(entry)
         else:  # another orchestrator recorded it, or moved the row on
             self._follow(entry)
@@ -621,7 +629,8 @@ class RunpodBackend(Backend):
 
     # ------------------------------------------------------------------ baselines and lifecycle
     def measure_baseline(self, family: str, model: str) -> BaselineEntry:
-        """The untrained ``model`` on ``family``'s hidden set, measured by a Runpod worker (kind "baseline")."""
+        """The untrained ``model`` on ``family``'s hidden set, measured by a Runpod worker (a request of
+        kind "baseline" through the same handler and journal)."""
         from ait_env.secrets import hidden_set_hash
 
         spec = {"family": family, "model": model, "settings": self.worker_settings.model_dump(mode="json"),

@@ -54,12 +54,15 @@ CREATE TABLE IF NOT EXISTS jobs (
     first_attempt INTEGER NOT NULL DEFAULT 1, result TEXT, result_status TEXT,
     error TEXT NOT NULL DEFAULT '', delay_time_ms INTEGER NOT NULL DEFAULT 0,
     execution_time_ms INTEGER NOT NULL DEFAULT 0, gpu_type TEXT NOT NULL DEFAULT '',
-    gpus_per_worker INTEGER NOT NULL DEFAULT 0, cost_usd REAL NOT NULL DEFAULT 0, charged INTEGER NOT NULL DEFAULT 0,
+    gpus_per_worker INTEGER NOT NULL DEFAULT 0, cost_usd REAL NOT NULL DEFAULT 0,
+    charged INTEGER NOT NULL DEFAULT 0,
     created REAL NOT NULL, updated REAL NOT NULL, submitted_at REAL, finished_at REAL);
 CREATE TABLE IF NOT EXISTS attempts (
-    key TEXT NOT NULL, attempt INTEGER NOT NULL, job_id TEXT, status TEXT NOT NULL, error TEXT NOT NULL DEFAULT '',
+    key TEXT NOT NULL, attempt INTEGER NOT NULL, job_id TEXT, status TEXT NOT NULL,
+    error TEXT NOT NULL DEFAULT '',
     delay_time_ms INTEGER NOT NULL DEFAULT 0, execution_time_ms INTEGER NOT NULL DEFAULT 0,
-    gpu_type TEXT NOT NULL DEFAULT '', gpus_per_worker INTEGER NOT NULL DEFAULT 0, cost_usd REAL NOT NULL DEFAULT 0,
+    gpu_type TEXT NOT NULL DEFAULT '', gpus_per_worker INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL NOT NULL DEFAULT 0,
     started REAL NOT NULL, ended REAL, PRIMARY KEY (key, attempt));
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status);
 """
@@ -180,8 +183,8 @@ class Journal:
         data["result"] = json.loads(data["result"]) if data["result"] else None
         data["charged"] = bool(data["charged"])
         if history:
-            data["history"] = [dict(r) for r in db.execute("SELECT * FROM attempts WHERE key = ? ORDER BY attempt",
-                                                           (key,))]
+            data["history"] = [dict(r) for r in db.execute(
+                "SELECT * FROM attempts WHERE key = ? ORDER BY attempt", (key,))]
         return JournalRow.model_validate(data)
 
     # ------------------------------------------------------------------ claims
@@ -192,12 +195,12 @@ class Journal:
         caller; otherwise the existing row is returned (attach to it, or serve its result)."""
         now, owner = time.time(), owner or this_owner()
         with self._tx() as db:
-            cur = db.execute("INSERT INTO jobs (key, kind, claimant, episode_id, owner, status, created, updated) "
-                             "VALUES (?, ?, ?, ?, ?, 'submitted', ?, ?) ON CONFLICT(key) DO NOTHING",
+            cur = db.execute("INSERT INTO jobs (key, kind, claimant, episode_id, owner, status, created, "
+                             "updated) VALUES (?, ?, ?, ?, ?, 'submitted', ?, ?) ON CONFLICT(key) DO NOTHING",
                              (key, kind, claimant, episode_id, owner, now, now))
             if cur.rowcount == 1:
-                db.execute("INSERT INTO attempts (key, attempt, status, started) VALUES (?, 1, 'submitted', ?)",
-                           (key, now))
+                db.execute("INSERT INTO attempts (key, attempt, status, started) "
+                           "VALUES (?, 1, 'submitted', ?)", (key, now))
                 row = self._read(db, key)
                 assert row is not None
                 return row, True
@@ -206,12 +209,13 @@ class Journal:
             if row.final and not row.reusable:
                 attempt = row.attempt + 1
                 db.execute("UPDATE jobs SET claimant = ?, episode_id = ?, owner = ?, job_id = NULL, "
-                           "status = 'submitted', attempt = ?, first_attempt = ?, result = NULL, result_status = NULL, error = '', "
-                           "charged = 0, delay_time_ms = 0, execution_time_ms = 0, cost_usd = 0, updated = ?, "
+                           "status = 'submitted', attempt = ?, first_attempt = ?, result = NULL, "
+                           "result_status = NULL, error = '', charged = 0, delay_time_ms = 0, "
+                           "execution_time_ms = 0, cost_usd = 0, updated = ?, "
                            "submitted_at = NULL, finished_at = NULL WHERE key = ?",
                            (claimant, episode_id, owner, attempt, attempt, now, key))
-                db.execute("INSERT INTO attempts (key, attempt, status, started) VALUES (?, ?, 'submitted', ?)",
-                           (key, attempt, now))
+                db.execute("INSERT INTO attempts (key, attempt, status, started) "
+                           "VALUES (?, ?, 'submitted', ?)", (key, attempt, now))
                 row = self._read(db, key)
                 assert row is not None
                 return row, True
@@ -221,8 +225,8 @@ class Journal:
         """Take a claimed, never attached attempt of an orchestrator that died (``dead_owner``) before it
         submitted; True for exactly one caller, who then submits it."""
         with self._tx() as db:
-            cur = db.execute("UPDATE jobs SET owner = ?, updated = ? WHERE key = ? AND attempt = ? AND owner = ? "
-                             "AND job_id IS NULL AND status = 'submitted'",
+            cur = db.execute("UPDATE jobs SET owner = ?, updated = ? WHERE key = ? AND attempt = ? "
+                             "AND owner = ? AND job_id IS NULL AND status = 'submitted'",
                              (owner or this_owner(), time.time(), key, attempt, dead_owner))
             return cur.rowcount == 1
 
@@ -235,7 +239,8 @@ class Journal:
                 return False
             db.execute("UPDATE jobs SET job_id = ?, updated = ?, submitted_at = ? WHERE key = ?",
                        (job_id, now, now, key))
-            db.execute("UPDATE attempts SET job_id = ? WHERE key = ? AND attempt = ?", (job_id, key, row.attempt))
+            db.execute("UPDATE attempts SET job_id = ? WHERE key = ? AND attempt = ?",
+                       (job_id, key, row.attempt))
             return True
 
     def update_status(self, key: str, status: RowStatus, job_id: str | None = None) -> bool:
@@ -257,11 +262,12 @@ class Journal:
     def _bill(self, db: sqlite3.Connection, key: str, attempt: int, status: str, billing: Billing | None,
               error: str = "") -> None:
         b = billing or Billing()
-        db.execute("UPDATE attempts SET status = ?, error = ?, delay_time_ms = ?, execution_time_ms = ?, gpu_type = ?, "
-                   "gpus_per_worker = ?, cost_usd = ?, ended = ? WHERE key = ? AND attempt = ?",
+        db.execute("UPDATE attempts SET status = ?, error = ?, delay_time_ms = ?, execution_time_ms = ?, "
+                   "gpu_type = ?, gpus_per_worker = ?, cost_usd = ?, ended = ? WHERE key = ? AND attempt = ?",
                    (status, error[:2000], b.delay_time_ms, b.execution_time_ms, b.gpu_type, b.gpus_per_worker,
                     b.cost_usd, time.time(), key, attempt))
-        db.execute("UPDATE jobs SET delay_time_ms = delay_time_ms + ?, execution_time_ms = execution_time_ms + ?, "
+        db.execute("UPDATE jobs SET delay_time_ms = delay_time_ms + ?, "
+                   "execution_time_ms = execution_time_ms + ?, "
                    "gpu_type = CASE WHEN ? != '' THEN ? ELSE gpu_type END, "
                    "gpus_per_worker = CASE WHEN ? > 0 THEN ? ELSE gpus_per_worker END, "
                    "cost_usd = cost_usd + ? WHERE key = ?",
@@ -280,14 +286,15 @@ class Journal:
                 return None
             self._bill(db, key, row.attempt, status, billing, error)
             attempt = row.attempt + 1
-            db.execute("UPDATE jobs SET job_id = NULL, status = 'submitted', attempt = ?, error = ?, owner = ?, "
-                       "updated = ?, submitted_at = NULL WHERE key = ?", (attempt, error[:2000], owner or this_owner(), now, key))
+            db.execute("UPDATE jobs SET job_id = NULL, status = 'submitted', attempt = ?, error = ?, "
+                       "owner = ?, updated = ?, submitted_at = NULL WHERE key = ?",
+                       (attempt, error[:2000], owner or this_owner(), now, key))
             db.execute("INSERT INTO attempts (key, attempt, status, started) VALUES (?, ?, 'submitted', ?)",
                        (key, attempt, now))
             return attempt
 
-    def record_result(self, key: str, job_id: str | None, result: dict[str, Any], billing: Billing | None = None,
-                      result_status: str | None = None) -> bool:
+    def record_result(self, key: str, job_id: str | None, result: dict[str, Any],
+                      billing: Billing | None = None, result_status: str | None = None) -> bool:
         """Store the result of attempt ``job_id`` and close the row as ``completed``; True for the one call
         that recorded it (a second sighting changes nothing)."""
         now = time.time()
@@ -296,8 +303,8 @@ class Journal:
             if row is None or row.final or row.job_id != job_id:
                 return False
             self._bill(db, key, row.attempt, "completed", billing)
-            db.execute("UPDATE jobs SET status = 'completed', result = ?, result_status = ?, error = '', updated = ?, "
-                       "finished_at = ? WHERE key = ?",
+            db.execute("UPDATE jobs SET status = 'completed', result = ?, result_status = ?, error = '', "
+                       "updated = ?, finished_at = ? WHERE key = ?",
                        (json.dumps(result), result_status or str(result.get("status", "")), now, now, key))
             return True
 
@@ -329,7 +336,8 @@ class Journal:
 
     def in_flight(self) -> list[JournalRow]:
         """Every row not yet final (after a restart: the jobs to re-attach by id)."""
-        return self._select("SELECT key FROM jobs WHERE status NOT IN ('completed', 'infra_failed', 'cancelled')")
+        return self._select("SELECT key FROM jobs WHERE status NOT IN "
+                            "('completed', 'infra_failed', 'cancelled')")
 
     def rows(self) -> list[JournalRow]:
         return self._select("SELECT key FROM jobs ORDER BY created")
@@ -345,8 +353,9 @@ class Journal:
         if episode_id is None:
             total = db.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM attempts").fetchone()[0]
         else:
-            total = db.execute("SELECT COALESCE(SUM(a.cost_usd), 0) FROM attempts a JOIN jobs j ON a.key = j.key "
-                               "WHERE j.episode_id = ?", (episode_id,)).fetchone()[0]
+            total = db.execute("SELECT COALESCE(SUM(a.cost_usd), 0) FROM attempts a "
+                               "JOIN jobs j ON a.key = j.key WHERE j.episode_id = ?",
+                               (episode_id,)).fetchone()[0]
         return float(total)
 
     def counts(self) -> dict[str, int]:

@@ -63,7 +63,8 @@ def run_all(b: RunpodBackend, jobs: list[JobBundle], timeout: float = 60) -> lis
 def test_options_are_typed_and_a_missing_key_says_what_to_set(tmp_path, monkeypatch):
     monkeypatch.delenv("RUNPOD_API_KEY", raising=False)
     monkeypatch.delenv("RUNPOD_ENDPOINT_ID", raising=False)
-    with pytest.raises(BackendOptionsError, match=r"pool_size: unknown option\. Allowed options: .*endpoint_id"):
+    with pytest.raises(BackendOptionsError,
+                       match=r"pool_size: unknown option\. Allowed options: .*endpoint_id"):
         make_backend(settings(pool_size=16), tmp_path)
     with pytest.raises(ValueError, match="RUNPOD_API_KEY and an endpoint id"):
         make_backend(settings(), tmp_path)
@@ -75,7 +76,7 @@ def test_options_are_typed_and_a_missing_key_says_what_to_set(tmp_path, monkeypa
     assert b"rp-secret-key-123" not in journal
 
 
-# ---------------------------------------------------------------------------------------------- the happy path
+# -------------------------------------------------------------------------------------------- the happy path
 def test_jobs_complete_exactly_once_with_the_workers_results_and_bills(tmp_path, capsys):
     fake = FakeRunpod(polls_to_finish=3)
     jobs = bundles(tmp_path, 6)

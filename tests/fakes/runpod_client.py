@@ -59,8 +59,8 @@ def instant_output(payload: dict[str, Any], outcome: Outcome, revision: str,
     worker = {"image_revision": "other-image" if outcome == "non_replica" else revision, "executor": "gpu",
               "versions": {"train:verifiers": "0.2.0"}, "gpus": GPUS, "selfcheck": "ok"}
     if payload.get("kind") == "baseline":
-        entry = {"backend": payload["settings"]["name"], "family": payload["family"], "model": payload["model"],
-                 "score": 0.25, "ci95": 0.05, "n": 100}
+        entry = {"backend": payload["settings"]["name"], "family": payload["family"],
+                 "model": payload["model"], "score": 0.25, "ci95": 0.05, "n": 100}
         return {"kind": "baseline", "result": {"status": "succeeded", "entry": entry, "worker": worker}}
     score = int(hashlib.sha256(job_id.encode()).hexdigest()[:6], 16) / 0xFFFFFF
     result = {"job_id": job_id, "backend": payload["settings"]["name"],
@@ -78,7 +78,8 @@ class _Store:
         self.path, self._mem, self._lock = path, {}, threading.Lock()
         self._local = threading.local()
         if path is not None:
-            self._db().execute("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, bundle TEXT, data TEXT)")
+            self._db().execute("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, bundle TEXT, "
+                               "data TEXT)")
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -127,7 +128,8 @@ class FakeRunpod:
         self.mode, self.plan, self.polls_to_finish = mode, plan, polls_to_finish
         self.revision, self.delay_ms, self.execution_ms = revision, delay_ms, execution_ms
         self.store_input = store_input
-        #: per call ("run", "status", "cancel"): HTTP statuses the next calls raise (past the client's retries)
+        #: per call ("run", "status", "cancel"): the HTTP statuses the next calls raise (past the client's
+        #: retries)
         self.errors: dict[str, list[int]] = {"run": [], "status": [], "cancel": []}
         self.calls = {"run": 0, "status": 0, "cancel": 0}
         self._lock = threading.Lock()
@@ -174,7 +176,8 @@ class FakeRunpod:
         outcome = job["outcome"]
         done = {**base, "executionTime": self.execution_ms}
         if outcome == "lost":
-            return RunpodJob.model_validate({**done, "status": "FAILED", "error": "worker exited unexpectedly"})
+            return RunpodJob.model_validate({**done, "status": "FAILED",
+                                             "error": "worker exited unexpectedly"})
         if outcome == "timed_out":
             return RunpodJob.model_validate({**done, "status": "TIMED_OUT"})
         if outcome == "expired":
@@ -183,7 +186,8 @@ class FakeRunpod:
             try:
                 output = future.result()
             except Exception as exc:  # noqa: BLE001 - the worker process died
-                return RunpodJob.model_validate({**done, "status": "FAILED", "error": f"{type(exc).__name__}"})
+                return RunpodJob.model_validate({**done, "status": "FAILED",
+                                                 "error": f"{type(exc).__name__}"})
         else:
             output = instant_output(job["input"], outcome, self.revision, job["bundle"])
         return RunpodJob.model_validate({**done, "status": "COMPLETED", "output": output})

@@ -1,5 +1,6 @@
-"""The job journal: one claim per key across threads and processes, attach / attempts / results written once,
-re-attach after a restart, a dead orchestrator's unsent claim taken over once, a job's cost handed out once."""
+"""The job journal: one claim per key across threads and processes, attach / attempts / results written
+once, re-attach after a restart, a dead orchestrator's unsent claim taken over once, a job's cost handed out
+once."""
 
 from __future__ import annotations
 

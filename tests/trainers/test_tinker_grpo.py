@@ -77,7 +77,8 @@ def test_the_pilots_run_on_runpod_when_it_is_configured_and_say_so(tinker_grpo, 
                                                                    capsys):
     cfg = compose_cfg(f"+pilot='{pilot}'", f"run_dir={tmp_path}")
     key = {"RUNPOD_API_KEY": "rp-x", "RUNPOD_ENDPOINT_ID": "ep1"}
-    assert tinker_grpo.pilot_backend(cfg, key) == ("runpod", "auto: RUNPOD_API_KEY and an endpoint id are set")
+    assert tinker_grpo.pilot_backend(cfg, key) == ("runpod",
+                                                    "auto: RUNPOD_API_KEY and an endpoint id are set")
     assert tinker_grpo.pilot_backend(cfg, {"RUNPOD_API_KEY": "rp-x"})[0] == "local"
     assert tinker_grpo.pilot_backend(cfg, {})[0] == "local"
     dry = compose_cfg(f"+pilot='{pilot}'", f"run_dir={tmp_path}", "dry_run=true")
