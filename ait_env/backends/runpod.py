@@ -23,7 +23,8 @@ Contract:
   ``infra_failed``: self-check refusal, its time limit) is returned as it is.
 - **Costs.** Each attempt's billed seconds (``delayTime`` + ``executionTime`` of the status: queue wait
   and cold start are counted, which over-estimates a queued job) x the dated $/GPU-second of the GPU type
-  that ran it (the worker's ``result.worker["gpus"]``; ``gpu_type`` when unknown) x its GPUs. The sum over
+  that ran it (the worker's ``result.worker["gpus"]``; ``gpu_type`` when unknown; :class:`GpuPrices`:
+  its pool's flex rate in :mod:`gpu.prices`) x its GPUs. The sum over
   a job's attempts is ``JobResult.cost_usd`` (the env writes it to the cost ledger). ``run_budget_usd`` /
   ``episode_budget_usd`` (over the journal's bills) stop dispatch: the job ends ``infra_failed`` with the
   budget's message (never charged to the agent), as a :class:`ait_env.ledger.BudgetExceeded` would.
@@ -89,25 +90,43 @@ class ServerlessClientLike(Protocol):
     def cancel(self, job_id: str) -> Any: ...
 
 
+#: GPU type (the worker's ``nvidia-smi`` name; the longest matching prefix wins) -> the serverless pool of
+#: :mod:`gpu.prices` (its comments: which GPU classes each pool holds, runpod/docs references/gpu-types.mdx)
+GPU_POOLS: dict[str, str] = {
+    "NVIDIA RTX A4000": "AMPERE_16", "NVIDIA RTX A4500": "AMPERE_16", "NVIDIA RTX 4000": "AMPERE_16",
+    "NVIDIA L4": "AMPERE_24", "NVIDIA RTX A5000": "AMPERE_24", "NVIDIA GeForce RTX 3090": "AMPERE_24",
+    "NVIDIA GeForce RTX 4090": "ADA_24", "NVIDIA RTX A6000": "AMPERE_48", "NVIDIA A40": "AMPERE_48",
+    "NVIDIA L40": "ADA_48_PRO", "NVIDIA RTX 6000 Ada": "ADA_48_PRO", "NVIDIA A100": "AMPERE_80",
+    "NVIDIA H100": "ADA_80_PRO", "NVIDIA H200": "HOPPER_141", "NVIDIA B200": "BLACKWELL_180",
+}
+
+
 class GpuPrices(BaseModel):
-    """Dated USD per GPU-second of each Runpod GPU type (keys: Runpod's GPU type ids, as ``nvidia-smi``
-    names them). ``gpu/prices.py`` does not exist yet: the table lives in ``conf/backend/runpod.yaml``."""
+    """$/GPU-second of the GPU type that ran a job: its pool's dated flex rate in :mod:`gpu.prices`
+    (``pools`` adds or overrides GPU type -> pool), or an explicit ``usd_per_gpu_s`` (say where it is
+    from)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    as_of: str
-    source: str
+    pools: dict[str, str] = Field(default_factory=dict)
     usd_per_gpu_s: dict[str, float] = Field(default_factory=dict)
 
     def price(self, gpu_type: str) -> float:
-        """$/GPU-second of ``gpu_type`` (longest matching name; unknown: the dearest listed, a warning)."""
-        hits = [k for k in self.usd_per_gpu_s if gpu_type.lower().startswith(k.lower())
-                or k.lower().startswith(gpu_type.lower()) and gpu_type]
-        if hits:
-            return self.usd_per_gpu_s[max(hits, key=len)]
-        _log.warning("no price for GPU type %r in the table (as of %s): billing it at the dearest listed",
-                     gpu_type, self.as_of)
-        return max(self.usd_per_gpu_s.values(), default=0.0)
+        """$/GPU-second of ``gpu_type`` (unknown: the dearest pool's, with a warning: never under-billed)."""
+        from gpu import prices
+
+        def match(table: dict[str, Any]) -> str | None:
+            hits = [k for k in table if gpu_type.lower().startswith(k.lower())]
+            return max(hits, key=len) if hits else None
+
+        if (k := match(self.usd_per_gpu_s)) is not None:
+            return self.usd_per_gpu_s[k]
+        pools = {**GPU_POOLS, **self.pools}
+        if (k := match(pools)) is not None and pools[k] in prices.FLEX_USD_PER_S:
+            return prices.price_per_s(pools[k])
+        _log.warning("no price for GPU type %r (gpu/prices.py of %s): billed at the dearest pool's rate; "
+                     "add it to backend.options.prices.pools", gpu_type, prices.AS_OF)
+        return max(prices.FLEX_USD_PER_S.values())
 
 
 class RunpodOptions(RunnerSettings):
@@ -143,7 +162,7 @@ class RunpodOptions(RunnerSettings):
     #: the endpoint's first GPU type and GPUs per worker (bills attempts that report no GPUs)
     gpu_type: str = "NVIDIA RTX A5000"
     gpus_per_worker: int = Field(2, ge=1)
-    prices: GpuPrices = Field(default_factory=lambda: GpuPrices(as_of="unset", source="unset"))
+    prices: GpuPrices = Field(default_factory=GpuPrices)
     #: seconds a job is expected to bill (estimate_cost_usd: the env's budget check before dispatch)
     estimated_job_s: float = Field(900.0, gt=0)
     #: USD over this run's journal (every attempt) / one episode's jobs; None = no limit

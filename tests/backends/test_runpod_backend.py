@@ -328,3 +328,60 @@ def test_a_worker_killed_mid_job_is_retried_and_succeeds(tmp_path):
         fake.close()
     assert r.status == "succeeded", r.error
     assert [a["status"] for a in row.history] == ["failed", "completed"]
+
+
+# ---------------------------------------------------------------------------------------------- prices
+def test_bills_use_the_dated_price_of_the_gpu_type_that_ran_the_job():
+    from ait_env.backends.runpod import GpuPrices
+    from gpu import prices
+
+    p = GpuPrices()
+    assert p.price("NVIDIA A100 80GB PCIe") == prices.FLEX_USD_PER_S["AMPERE_80"]
+    assert p.price("NVIDIA L40S") == prices.FLEX_USD_PER_S["ADA_48_PRO"]          # not the L4's
+    assert p.price("NVIDIA L4") == prices.FLEX_USD_PER_S["AMPERE_24"]
+    assert p.price("Some Future GPU") == max(prices.FLEX_USD_PER_S.values())       # never under-billed
+    assert GpuPrices(usd_per_gpu_s={"NVIDIA A40": 0.001}).price("NVIDIA A40") == 0.001
+
+    class Status:
+        delay_time_ms, execution_time_ms = 3_000, 117_000
+
+    b = RunpodBackend.__new__(RunpodBackend)
+    b.options = RunpodBackend.Options.model_validate(settings().options)   # billing needs only the options
+    bill = b.billing(Status(), {"gpus": ["NVIDIA H200 (143771 MiB)"] * 4})   # type: ignore[arg-type]
+    assert (bill.gpu_type, bill.gpus_per_worker) == ("NVIDIA H200", 4)
+    assert bill.cost_usd == pytest.approx(120 * prices.FLEX_USD_PER_S["HOPPER_141"] * 4)
+    lost = b.billing(Status())                                            # no result: the endpoint's GPUs
+    assert (lost.gpu_type, lost.gpus_per_worker) == ("NVIDIA RTX A5000", 2)
+
+
+# ---------------------------------------------------------------------------------------------- the HTTP fake
+def test_the_real_client_against_the_http_fake_endpoint(tmp_path, monkeypatch):
+    """The backend builds gpu.runpod_api.ServerlessClient from RUNPOD_API_KEY and talks HTTP to
+    tests/gpu/fake_runpod.py: 429s on run and 503s on status are absorbed by the client, a job stuck in
+    the queue whose result expires is sent again, and nothing is sent twice."""
+    from tests.gpu.fake_runpod import start_fake_runpod
+
+    output = {"kind": "job", "baselines": [], "result": {
+        "job_id": "w", "backend": "runpod", "status": "succeeded", "post_score": 0.5,
+        "worker": {"image_revision": "rev-1", "versions": {}, "gpus": ["NVIDIA A40 (46068 MiB)"] * 2}}}
+    jobs = bundles(tmp_path, 4)
+    with start_fake_runpod(instant=True, instant_output=output) as fake:
+        monkeypatch.setenv("RUNPOD_API_KEY", fake.api_key)
+        with RunpodBackend(settings(endpoint_id=fake.endpoint_id, base_url=fake.job_base_url),
+                           tmp_path / "runs", show_progress=False) as b:
+            fake.fail_next("run", 429, count=1)
+            fake.fail_next("status", 503, count=2)
+            results = run_all(b, jobs[:3])
+            fake.stick_next(1)                              # stays IN_QUEUE ...
+            h = b.submit(jobs[3])
+            first = b.journal.get(h.meta["key"])
+            while first.job_id is None:
+                first = b.journal.get(h.meta["key"])
+            fake.expire(first.job_id)                        # ... until its result is gone (404)
+            last = b.wait(h, timeout=30)
+            row = b.journal.get(h.meta["key"], history=True)
+            journal = b.journal.path.read_bytes()
+        assert len(fake.jobs) == 4 and first.job_id not in fake.jobs   # 3 + the resend (expired: forgotten)
+    assert all(r.status == "succeeded" and r.post_score == 0.5 for r in [*results, last])
+    assert [a["status"] for a in row.history] == ["expired", "completed"]
+    assert fake.api_key.encode() not in journal
