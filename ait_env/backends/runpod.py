@@ -392,6 +392,10 @@ class RunpodBackend(Backend):
             return res.model_copy(update={
                 "job_id": job_id, "backend": self.name, "cost_usd": charge or 0.0, "cache_hit": served,
                 "cached_from": res.job_id if served else "", "timings": {**res.timings, **timings}})
+        if not row.final:   # the backend was closed while this job was out
+            return JobResult(job_id=job_id, backend=self.name, status="infra_failed", timings=timings,
+                             error=f"the runpod backend was closed while job {row.job_id} was {row.status}; it "
+                                   "keeps running on Runpod and a new backend on this run dir re-attaches it")
         error = row.error or (row.result or {}).get("result", {}).get("error", "") or f"ended {row.status}"
         return JobResult(job_id=job_id, backend=self.name, status="infra_failed", error=error,
                          cost_usd=charge or 0.0, timings=timings)
@@ -690,4 +694,8 @@ class RunpodBackend(Backend):
         self._wake.set()
         if self._poller is not None:
             self._poller.join(timeout=30)
+        with self._lock:   # wake every waiter: its job is no longer tracked here
+            waiting = [e for e in self._entries.values() if not e.done.is_set()]
+        for e in waiting:
+            e.done.set()
         super().close()

@@ -385,3 +385,20 @@ def test_the_real_client_against_the_http_fake_endpoint(tmp_path, monkeypatch):
     assert all(r.status == "succeeded" and r.post_score == 0.5 for r in [*results, last])
     assert [a["status"] for a in row.history] == ["expired", "completed"]
     assert fake.api_key.encode() not in journal
+
+
+def test_closing_the_backend_wakes_its_waiters_and_a_new_one_reattaches(tmp_path):
+    fake = FakeRunpod(polls_to_finish=10**9)
+    (job,) = bundles(tmp_path, 1)
+    b = backend(tmp_path, fake)
+    h = b.submit(job)
+    got: list[JobResult] = []
+    waiter = threading.Thread(target=lambda: got.append(b.wait(h)))
+    waiter.start()
+    b.close()
+    waiter.join(10)
+    assert got and got[0].status == "infra_failed" and "re-attaches it" in got[0].error and got[0].cost_usd == 0
+    fake.polls_to_finish = 1
+    with backend(tmp_path, fake) as again:
+        r = again.wait(h, timeout=30)
+    assert r.status == "succeeded" and r.cost_usd == pytest.approx(PER_JOB) and fake.total_runs() == 1
