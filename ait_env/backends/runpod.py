@@ -15,12 +15,16 @@ Contract:
   re-attaches every job in flight by its Runpod id at start, and records each result the moment it is
   seen (Runpod keeps ``/run`` results 30 minutes). A job's cost is handed to exactly one waiter.
 - **Failures.** Runpod-side failures (FAILED without a result from our handler, i.e. a lost worker;
-  TIMED_OUT; a result expired before it was read; status or run calls failing past the client's own
-  retries, e.g. 429/5xx; no result within ``deadline_s``) are retried as new attempts (journaled) up to
-  ``retry_budget`` times, then end ``infra_failed``. A result from a worker whose image revision or
-  versions differ from the pins (``require_revision``, ``expected_versions``) is a "non-replica worker":
-  retried the same way, never served. The worker's own verdict (``succeeded``, ``job_failed``, or its
-  ``infra_failed``: self-check refusal, its time limit) is returned as it is.
+  TIMED_OUT; a result expired before it was read; status calls failing past the client's own retries,
+  e.g. 429/5xx, ``status_error_budget`` times in a row; a run call that surely queued nothing, e.g. a
+  429 or no connection, past the client's retries; no result within ``deadline_s``) are retried as new
+  attempts (journaled) up to ``retry_budget`` times, then end ``infra_failed``. A run call without a
+  clear answer (:class:`gpu.runpod_api.SubmitUncertain`: a job may be queued unseen) is not resent, since
+  that could pay twice: the job ends ``infra_failed`` at once; so does a 4xx that is ours (key, endpoint,
+  payload). A result from a worker whose image revision or versions differ from the pins
+  (``require_revision``, ``expected_versions``) is a "non-replica worker": retried the same way, never
+  served. The worker's own verdict (``succeeded``, ``job_failed``, or its ``infra_failed``: self-check
+  refusal, its time limit) is returned as it is.
 - **Costs.** Each attempt's billed seconds (``delayTime`` + ``executionTime`` of the status: queue wait
   and cold start are counted, which over-estimates a queued job) x the dated $/GPU-second of the GPU type
   that ran it (the worker's ``result.worker["gpus"]``; ``gpu_type`` when unknown; :class:`GpuPrices`:
@@ -394,8 +398,9 @@ class RunpodBackend(Backend):
                 "cached_from": res.job_id if served else "", "timings": {**res.timings, **timings}})
         if not row.final:   # the backend was closed while this job was out
             return JobResult(job_id=job_id, backend=self.name, status="infra_failed", timings=timings,
-                             error=f"the runpod backend was closed while job {row.job_id} was {row.status}; it "
-                                   "keeps running on Runpod and a new backend on this run dir re-attaches it")
+                             error=f"the runpod backend was closed while job {row.job_id} was "
+                                   f"{row.status}; it keeps running on Runpod and a new backend on this run "
+                                   "dir re-attaches it")
         error = row.error or (row.result or {}).get("result", {}).get("error", "") or f"ended {row.status}"
         return JobResult(job_id=job_id, backend=self.name, status="infra_failed", error=error,
                          cost_usd=charge or 0.0, timings=timings)
@@ -430,10 +435,10 @@ class RunpodBackend(Backend):
         try:
             job_id = self.client.run(entry.body)
         except SubmitUncertain as exc:
-            # No idempotency key exists on /run: a job may have been queued (and billed) unseen; it is
-            # resent as a new attempt, and the journal says so.
-            self._attempt_failed(entry, "failed", f"the run call got no clear answer ({exc}); resent, a "
-                                                  "duplicate may have been queued on Runpod")
+            # No idempotency key exists on /run and no route lists jobs: a job may have been queued (and
+            # billed) unseen. Resending could pay twice, so the job ends infra_failed (never the agent's).
+            self._end(entry, None, f"the run call got no clear answer ({exc}); not resent, since a job may "
+                                   "have been queued unseen (look at the endpoint's health before retrying)")
             return
         except RunpodAPIError as exc:
             status = getattr(exc, "status", 0) or 0

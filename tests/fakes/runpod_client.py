@@ -13,7 +13,8 @@ n)`` (``n``: how many times a bundle with that job id was sent so far, from 1):
   (:class:`ResultExpired`); ``non_replica``: COMPLETED by a worker of another image revision.
 
 ``errors["run"]`` (or ``"status"``, ``"cancel"``): the HTTP statuses the next such calls answer, past the
-client's retries (e.g. ``[429, 503]``).
+client's retries (e.g. ``[429, 503]``; 0: no connection); a 5xx on ``run`` is :class:`SubmitUncertain`, as
+the real client raises it.
 State is in memory, or in a SQLite file (``path``) that several processes share (an orchestrator killed
 and restarted against one "Runpod").
 """
@@ -34,7 +35,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-from gpu.runpod_api import ResultExpired, RunpodAPIError, RunpodJob
+from gpu.runpod_api import ResultExpired, RunpodAPIError, RunpodJob, SubmitUncertain
 
 Outcome = Literal["ok", "job_failed", "lost", "timed_out", "expired", "non_replica"]
 GPUS = ["NVIDIA RTX A5000 (24564 MiB)", "NVIDIA RTX A5000 (24564 MiB)"]
@@ -143,7 +144,9 @@ class FakeRunpod:
             self.calls[what] += 1
             status = self.errors[what].pop(0) if self.errors[what] else None
         if status is not None:
-            raise RunpodAPIError(f"{what}: HTTP {status} (fake, past the client's retries)", status, "fake")
+            # as gpu.runpod_api does: a 5xx on /run may have queued a job (SubmitUncertain)
+            cls = SubmitUncertain if what == "run" and status >= 500 else RunpodAPIError
+            raise cls(f"{what}: HTTP {status} (fake, past the client's retries)", status, "fake")
 
     # ------------------------------------------------------------------ the client interface
     def run(self, input: dict[str, Any]) -> str:  # noqa: A002 - the client's name
