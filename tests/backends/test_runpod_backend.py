@@ -406,3 +406,27 @@ def test_closing_the_backend_wakes_its_waiters_and_a_new_one_reattaches(tmp_path
     with backend(tmp_path, fake) as again:
         r = again.wait(h, timeout=30)
     assert r.status == "succeeded" and r.cost_usd == pytest.approx(PER_JOB) and fake.total_runs() == 1
+
+
+def test_an_episode_on_the_runpod_backend_is_scored_and_its_job_is_in_the_cost_ledger(make_env, runs_dir):
+    from ait_env.agents.reference import ScriptedReferenceAgent
+    from ait_env.baselines import BaselineEntry
+
+    pytest.importorskip("verifiers")
+    fake = FakeRunpod()
+    with RunpodBackend(settings(), runs_dir, show_progress=False, client=fake) as b:
+        b.baselines.put([BaselineEntry(backend="runpod", family="arithmetic", model=m, score=s)
+                         for m, s in (("Qwen/Qwen3-0.6B", 0.1), ("Qwen/Qwen3-1.7B", 0.2))])
+        env = make_env(family="arithmetic", backend=b)
+        agent = ScriptedReferenceAgent()
+        obs, info = env.reset(seed=1)
+        agent.reset(info)
+        for _ in range(10):
+            obs, reward, terminated, truncated, info = env.step(agent.act(obs, info))
+            if terminated or truncated:
+                break
+        ledger = env.unwrapped.ledger.records()
+    assert info["reward"]["status"] == "scored", obs
+    jobs = [r for r in ledger if r.kind == "gpu_job"]
+    assert len(jobs) == 1 and jobs[0].usd == pytest.approx(PER_JOB) and fake.total_runs() == 1
+    assert jobs[0].episode_id == env.unwrapped.episode_id
