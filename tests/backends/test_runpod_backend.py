@@ -430,3 +430,17 @@ def test_an_episode_on_the_runpod_backend_is_scored_and_its_job_is_in_the_cost_l
     jobs = [r for r in ledger if r.kind == "gpu_job"]
     assert len(jobs) == 1 and jobs[0].usd == pytest.approx(PER_JOB) and fake.total_runs() == 1
     assert jobs[0].episode_id == env.unwrapped.episode_id
+
+
+def test_the_key_is_what_decides_the_result_not_how_it_is_dispatched(tmp_path):
+    (job,) = bundles(tmp_path, 1)
+    fake = FakeRunpod()
+    keys = {}
+    for name, opts in {"base": {},
+                       "dispatch": {"poll_interval_s": 2.0, "max_in_flight": 3, "retry_budget": 5},
+                       "executor": {"executor_options": {"max_model_len": 4096}},
+                       "runner": {"eval_subset": 50}}.items():
+        with backend(tmp_path / name, fake, **opts) as b:
+            keys[name] = b._key(job)
+    assert keys["dispatch"] == keys["base"]                          # orchestrator settings: same job
+    assert len({keys["base"], keys["executor"], keys["runner"]}) == 3   # what the worker runs: another job
