@@ -275,9 +275,9 @@ def _real_settings(**options: Any) -> BackendSettings:
     from tests.gpu.helpers import local_settings
 
     local = local_settings(name="runpod", measure_pre=False)
-    return settings(executor="local", require_revision=None, poll_interval_s=0.2,
-                    **{k: v for k, v in local.options.items() if k != "measure_pre"},
-                    **options).model_copy(update={"models": local.models, "bounds": local.bounds})
+    opts = {"executor": "local", "require_revision": None, "poll_interval_s": 0.2,
+            **{k: v for k, v in local.options.items() if k != "measure_pre"}, **options}
+    return settings(**opts).model_copy(update={"models": local.models, "bounds": local.bounds})
 
 
 def _pin_base(b: RunpodBackend) -> None:
@@ -444,3 +444,28 @@ def test_the_key_is_what_decides_the_result_not_how_it_is_dispatched(tmp_path):
             keys[name] = b._key(job)
     assert keys["dispatch"] == keys["base"]                          # orchestrator settings: same job
     assert len({keys["base"], keys["executor"], keys["runner"]}) == 3   # what the worker runs: another job
+
+
+@pytest.mark.slow
+def test_a_real_worker_of_the_http_fake_killed_mid_job_is_retried_by_the_backend(tmp_path, monkeypatch):
+    """tests/gpu/fake_runpod.py with a real worker process, no queue retry of its own: the worker is
+    SIGKILLed mid-job, Runpod reports FAILED, the backend sends attempt 2, which succeeds."""
+    from tests.gpu.fake_runpod import start_fake_runpod
+    from tests.gpu.helpers import make_job, needs_tiny_model, worker_env
+
+    if needs_tiny_model.args[0]:
+        pytest.skip("ait-tiny-s is not built (python -m ait_env.local.build)")
+    pytest.importorskip("verifiers")
+    with start_fake_runpod(workers=1, worker_env=worker_env(tmp_path), log_dir=tmp_path,
+                           max_worker_retries=0) as fake:
+        monkeypatch.setenv("RUNPOD_API_KEY", fake.api_key)
+        fake.kill_next(1, after_s=4.0)
+        cfg = _real_settings(endpoint_id=fake.endpoint_id, base_url=fake.job_base_url, poll_interval_s=0.5)
+        with RunpodBackend(cfg, tmp_path / "runs", show_progress=False) as b:
+            _pin_base(b)
+            h = b.submit(make_job(tmp_path, job_id="rp-http-1"))
+            r = b.wait(h, timeout=400)
+            row = b.journal.get(h.meta["key"], history=True)
+    assert r.status == "succeeded", r.error
+    assert [a["status"] for a in row.history] == ["failed", "completed"]
+    assert r.cost_usd > 0 and r.timings["runpod_attempts"] == 2
