@@ -11,7 +11,7 @@ Contract
 - Errors: :class:`RunpodAPIError` (HTTP status, a short body, and what to fix); :class:`ResultExpired`
   (a 404 on ``status``/``stream``: the job is gone, see below); :class:`SubmitUncertain` (``run`` got no
   clear answer: the job may or may not be queued).
-- Retries: 429, 5xx and connection errors are retried with exponential backoff and full jitter, honouring
+- Retries: 408, 429, 5xx and connection errors are retried with exponential backoff and full jitter, honouring
   ``Retry-After``, within :class:`RetryPolicy` (attempts and seconds). Other 4xx are raised at once.
   ``run`` is not idempotent (a repeated ``POST /run`` queues and bills a second job), so it is retried only
   when the request surely did not create a job (429, connection refused); a 5xx or a read timeout on
@@ -21,9 +21,10 @@ Runpod facts relied on (stored copies: runpod/docs a900806e of 2026-08-20; runpo
 -----------------------------------------------------------------------------------------------
 - Job routes and JSON: docs ``serverless/endpoints/operation-reference.mdx``: ``POST /run``
   (``{"input": ...}`` -> ``{"id", "status"}``), ``GET /status/<id>`` (``id, status, delayTime,
-  executionTime, output``; ``workerId`` is in the SDK's and the fake's answers, not in that page's
-  example), ``GET /stream/<id>`` (``{"status", "stream": [{"output": ...}]}``, runpod-python
-  ``endpoint/runner.py::Job.stream``), ``POST /cancel/<id>`` (``{"id", "status": "CANCELLED"}``),
+  executionTime, output``; ``workerId`` is not in that page's example but in the same job response of
+  ``public-endpoints/models/flux-dev.mdx``), ``GET /stream/<id>`` (``{"status", "stream":
+  [{"output": ...}]}``, runpod-python ``endpoint/runner.py::Job.stream``), ``POST /cancel/<id>``
+  (``{"id", "status": "CANCELLED"}``),
   ``POST /retry/<id>`` (FAILED or TIMED_OUT jobs only, same id, ``{"id", "status": "IN_QUEUE"}``),
   ``GET /health`` (``{"jobs": {completed, failed, inProgress, inQueue, retried}, "workers": {idle,
   running, ...}}``), ``POST /purge-queue`` (``{"removed", "status"}``; queued jobs only).
@@ -65,8 +66,8 @@ Runpod facts relied on (stored copies: runpod/docs a900806e of 2026-08-20; runpo
   are placed on whichever listed pool has capacity"; the console's "up to three GPU types in priority
   order" (``endpoint-configurations.mdx``) is kept as the order of :attr:`EndpointSpec.gpu_type_ids`.
 
-Not verified against a live account (there is none here): the 404 body, ``workerId`` in ``/status``,
-rate limits of the job API, whether v2 keeps the pool order as a priority.
+Not verified against a live account (there is none here): the 404 body, ``workerId`` in ``/status`` of
+a queue-based endpoint, rate limits of the job API, whether v2 keeps the pool order as a priority.
 """
 
 from __future__ import annotations
@@ -111,8 +112,9 @@ class ResultExpired(RunpodAPIError):
 
 
 class SubmitUncertain(RunpodAPIError):
-    """``run`` got a 5xx or no answer after sending: the job may be queued (and billed) or not. Look for
-    it before submitting again (e.g. an id the handler reports, or ``health``'s counts)."""
+    """A non-idempotent call (``run``, an endpoint create) got a 5xx or no answer after sending: it may
+    have taken effect (a job queued and billed, an endpoint created) or not. Look before sending it again
+    (``health``'s counts; :meth:`ManagementClient.find` for an endpoint)."""
 
 
 def _hint(status: int) -> str:
@@ -177,8 +179,11 @@ def _retry_after(resp: httpx.Response) -> float | None:
     try:
         return float(value)
     except ValueError:
-        when = email.utils.parsedate_to_datetime(value)
-        return max(0.0, when.timestamp() - time.time()) if when else None
+        pass
+    try:   # an HTTP date (RFC 9110 allows both forms)
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
 
 
 class _Http:
@@ -215,11 +220,11 @@ class _Http:
                 if resp.status_code < 400:
                     return resp
                 err = self._error(resp, method, path)
-                if resp.status_code != 429 and resp.status_code < 500:
+                if resp.status_code not in (408, 429) and resp.status_code < 500:
                     raise err
                 if resp.status_code >= 500 and not idempotent:
-                    raise SubmitUncertain(f"{err} (the job may be queued: look before submitting again)",
-                                          err.status, err.body, method, path)
+                    raise SubmitUncertain(f"{err} (it may have taken effect, e.g. a job may be queued: look "
+                                          "before sending it again)", err.status, err.body, method, path)
                 wait = _retry_after(resp) if resp.status_code in (429, 503) else None
             attempt += 1
             delay = policy.delay(attempt - 1, wait)

@@ -34,7 +34,8 @@ once), ``skew_versions(worker, versions)`` (that worker's results carry other ve
 
 Routes and JSON follow the real API (stored copies: runpod/docs a900806e, runpod-python 1.12.0):
 ``POST /v2/<ep>/run`` -> ``{"id", "status": "IN_QUEUE"}``; ``GET /v2/<ep>/status/<id>`` -> ``{id, status,
-delayTime, executionTime, workerId, output, error}``; ``GET /stream/<id>`` -> ``{"status", "stream": []}``
+delayTime, executionTime, workerId, output, error}`` (``workerId``:
+``public-endpoints/models/flux-dev.mdx``); ``GET /stream/<id>`` -> ``{"status", "stream": []}``
 (runpod-python ``endpoint/runner.py::Job.stream``; our handler is no generator); ``POST /cancel/<id>`` ->
 ``{"id", "status": "CANCELLED"}``; ``POST /retry/<id>`` (FAILED/TIMED_OUT only) -> ``{"id", "status":
 "IN_QUEUE"}``; ``GET /health`` -> ``{"jobs": {completed, failed, inProgress, inQueue, retried},

@@ -274,3 +274,40 @@ def test_down_refuses_to_leave_workers_behind_silently(fake_runpod, monkeypatch,
                         "--poll-s", "0.05"])
     assert rc == 1 and "still allocated" in capsys.readouterr().err
     assert ep["id"] in fake.endpoints and fake.endpoints[ep["id"]]["workers"]["max"] == 0
+
+
+@pytest.mark.slow
+@needs_tiny_model
+def test_cancel_and_execution_timeout_stop_real_jobs(tmp_path):
+    """A running job cancelled through the API and one past its executionTimeout both stop on the worker
+    (the handler's cancel flag), and the freed worker then runs the next job to the end."""
+    pytest.importorskip("verifiers")
+    from gpu.worker import pack_bundle
+
+    slow = make_job(tmp_path, "job-slow", env_edit=lambda t: t.replace(
+        "    dataset = build_dataset(num_examples, seed)\n", "    import time\n    time.sleep(300)\n"))
+    ok = make_job(tmp_path, "job-ok")
+    settings = local_settings(measure_pre=False).model_dump(mode="json")
+    with start_fake_runpod(workers=1, worker_env=worker_env(tmp_path), log_dir=tmp_path) as fake:
+        with client(fake) as c:
+            a = c.run({"executor": "local", "settings": settings, "bundle": pack_bundle(slow.root)})
+            b = c.run({"executor": "local", "settings": settings, "bundle": pack_bundle(slow.root)},
+                      execution_timeout_s=8)
+            d = c.run({"executor": "local", "settings": settings, "bundle": pack_bundle(ok.root)})
+            fake.wait_for(a, {"IN_PROGRESS"}, timeout_s=60)
+            time.sleep(3)
+            assert c.cancel(a).status == "CANCELLED"
+            assert fake.wait_for(b, timeout_s=120)["status"] == "TIMED_OUT"
+            done = fake.wait_for(d, timeout_s=300)
+            assert done["status"] == "COMPLETED" and done["output"]["result"]["status"] == "succeeded"
+            assert c.status(a).status == "CANCELLED" and c.health()["jobs"]["retried"] == 0
+
+
+@pytest.mark.parametrize("value, expected", [("3", 3.0), ("0.5", 0.5), ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),
+                                             ("soon", None)])
+def test_retry_after_in_seconds_or_an_http_date(value, expected):
+    import httpx
+
+    from gpu.runpod_api import _retry_after
+
+    assert _retry_after(httpx.Response(429, headers={"Retry-After": value})) == expected
