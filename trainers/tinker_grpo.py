@@ -106,6 +106,24 @@ def env_overrides(cfg: DictConfig, run_log: Path) -> dict[str, Any]:
     return out
 
 
+def pilot_backend(cfg: DictConfig, environ: Any = None) -> tuple[str, str]:
+    """(the backend this pilot's jobs run on, why). ``pilot.backend.name: auto`` picks ``runpod`` when
+    ``RUNPOD_API_KEY`` and an endpoint id (``RUNPOD_ENDPOINT_ID`` or ``pilot.backend.options.endpoint_id``)
+    are set, else ``pilot.backend.fallback`` (default ``local``); a dry run never picks runpod."""
+    p = cfg.pilot
+    name = str(p.backend.name)
+    if name != "auto":
+        return name, "pilot.backend.name"
+    env = os.environ if environ is None else environ
+    opts = p.backend.get("options") or {}
+    fallback = str(p.backend.get("fallback") or "local")
+    if cfg.get("dry_run"):
+        return fallback, "auto; a dry run never dispatches to Runpod"
+    if env.get("RUNPOD_API_KEY") and (env.get("RUNPOD_ENDPOINT_ID") or opts.get("endpoint_id")):
+        return "runpod", "auto: RUNPOD_API_KEY and an endpoint id are set"
+    return fallback, "auto: RUNPOD_API_KEY or RUNPOD_ENDPOINT_ID is not set"
+
+
 def _wandb_project(cfg: DictConfig) -> str | None:
     """The W&B project (the cookbook's own logger), or None; ``wandb.mode=offline`` needs no account."""
     w = cfg.get("wandb") or {}
@@ -130,7 +148,8 @@ def build_train_config(cfg: DictConfig) -> Any:
     from ait_env.integrations.tinker import JobWritingDatasetBuilder, drop_infra_strategy
 
     p = cfg.pilot
-    backend = str(p.backend.name)
+    backend, why = pilot_backend(cfg)
+    print(f"pilot {p.name}: jobs run on backend {backend} ({why})", file=sys.stderr, flush=True)
     if not (conf_dir() / "backend" / f"{backend}.yaml").is_file():
         raise SystemExit(f"pilot {p.name} runs its jobs on backend {backend!r}, which this checkout does not have "
                          f"(no conf/backend/{backend}.yaml; available: {', '.join(group_options('backend'))}). "
@@ -168,7 +187,7 @@ def build_train_config(cfg: DictConfig) -> Any:
 def dry_run_banner(cfg: DictConfig) -> str:
     """The first line of a dry run: what it is and what it is not."""
     p = cfg.pilot
-    backend = str(p.backend.name)
+    backend = pilot_backend(cfg)[0]
     surrogate = " (surrogate scores)" if backend == "stub" else ""
     return ("OFFLINE dry run: a scripted policy plays the agent (no Tinker account, no model; nothing "
             f"learns); pilot {p.name}: {int(p.steps)} steps x {int(p.groups_per_batch)} groups x {int(p.group_size)} "

@@ -33,5 +33,9 @@ def make_backend(settings: BackendSettings, runs_dir: Path | str = "runs") -> Ba
         from ait_env.backends.gpu_local import GpuLocalBackend
 
         return GpuLocalBackend(settings, runs_dir)
-    raise ValueError(f"unknown backend {settings.name!r}; available: stub, local, gpu-local. "
+    if settings.name == "runpod":
+        from ait_env.backends.runpod import RunpodBackend
+
+        return RunpodBackend(settings, runs_dir)
+    raise ValueError(f"unknown backend {settings.name!r}; available: stub, local, gpu-local, runpod. "
                      "Pass backend='stub' or add conf/backend/<name>.yaml with a matching implementation.")

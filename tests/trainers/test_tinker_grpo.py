@@ -4,6 +4,7 @@ warm start."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -69,6 +70,24 @@ def test_7b_config_warm_starts_from_7(tinker_grpo, compose_cfg, tmp_path):
     assert env["ledger"]["global_budget_usd"] == 800.0 and env["ledger"]["episode_budget_usd"] == 5.0
     s = c.rollout_error_tolerance
     assert type(s).__name__ == "MinViableGroup" and s.min_successful == 4 and s.max_retries == 2
+
+
+@pytest.mark.parametrize("pilot", ["7", "7b", "7c"])
+def test_the_pilots_run_on_runpod_when_it_is_configured_and_say_so(tinker_grpo, compose_cfg, tmp_path, pilot,
+                                                                   capsys):
+    cfg = compose_cfg(f"+pilot='{pilot}'", f"run_dir={tmp_path}")
+    key = {"RUNPOD_API_KEY": "rp-x", "RUNPOD_ENDPOINT_ID": "ep1"}
+    assert tinker_grpo.pilot_backend(cfg, key) == ("runpod",
+                                                    "auto: RUNPOD_API_KEY and an endpoint id are set")
+    assert tinker_grpo.pilot_backend(cfg, {"RUNPOD_API_KEY": "rp-x"})[0] == "local"
+    assert tinker_grpo.pilot_backend(cfg, {})[0] == "local"
+    dry = compose_cfg(f"+pilot='{pilot}'", f"run_dir={tmp_path}", "dry_run=true")
+    assert tinker_grpo.pilot_backend(dry, key)[0] == "local"      # a dry run never dispatches to Runpod
+    forced = compose_cfg(f"+pilot='{pilot}'", f"run_dir={tmp_path}", "pilot.backend.name=stub")
+    assert tinker_grpo.pilot_backend(forced, key) == ("stub", "pilot.backend.name")
+    with contextlib.suppress(SystemExit):   # 7b and 7c stop later: no checkpoint of the pilot they follow
+        tinker_grpo.build_train_config(forced)
+    assert f"pilot {cfg.pilot.name}: jobs run on backend stub (pilot.backend.name)" in capsys.readouterr().err
 
 
 def test_config_errors_say_how_to_fix(tinker_grpo, compose_cfg, tmp_path):

@@ -1,0 +1,362 @@
+"""The durable job journal of a remote backend: what was sent where, what it cost, what came back.
+
+One SQLite file per run directory (``<runs_dir>/runpod_journal.sqlite``), WAL mode, one connection per
+call (safe across threads and processes). A row is one **key**: the job's content hash
+(:func:`ait_env.jobs.cache.job_key`, the same key the job result cache uses) plus a nonce (``"0"``;
+a deliberate re-run, ``rerun: true``, uses the bundle's job id), and records the remote job id of its
+current attempt, its status, the result JSON (written the moment it is seen: Runpod keeps ``/run``
+results 30 minutes only), the billed fields (queue/cold-start delay, execution time, GPU type, GPUs per
+worker, USD) summed over every attempt, and timestamps. ``attempts`` holds one row per attempt.
+
+Contract:
+
+- :meth:`Journal.claim` is atomic (``INSERT ... ON CONFLICT DO NOTHING``): of two orchestrators (threads
+  or processes) claiming one key, exactly one gets ``new=True`` and submits; the other attaches to the
+  row. A row whose outcome says nothing about the job (``infra_failed``, ``cancelled``, or a result whose
+  own status is ``infra_failed``) is re-claimed by the next claim, again by exactly one caller.
+- :meth:`Journal.attach` records the remote id of the claimed attempt; :meth:`Journal.next_attempt`
+  moves a row to a new attempt (a retry) for exactly one caller; :meth:`Journal.record_result` and
+  :meth:`Journal.finish` write the final state once (later calls change nothing and return False).
+- :meth:`Journal.take_charge` hands a row's cost to exactly one caller (the first to read it): a job is
+  never paid for twice in the cost ledger.
+- Nothing secret is stored: keys, ids, statuses, the worker's (scrubbed) result and billing figures.
+
+Subsumes, for backends that use it, the job result cache (:mod:`ait_env.jobs.cache`): the same key, and
+a finished result is served to an identical job for free; but durable across a crash mid-job (the
+remote job is re-attached by id) and shared by processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+RowStatus = Literal["submitted", "in_queue", "in_progress", "completed", "failed", "cancelled", "timed_out",
+                    "expired", "infra_failed"]
+#: statuses after which a row no longer changes unless re-claimed
+FINAL: frozenset[str] = frozenset({"completed", "infra_failed", "cancelled"})
+JOURNAL_NAME = "runpod_journal.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    key TEXT PRIMARY KEY, kind TEXT NOT NULL, claimant TEXT NOT NULL, episode_id TEXT, owner TEXT NOT NULL,
+    job_id TEXT, status TEXT NOT NULL, attempt INTEGER NOT NULL DEFAULT 1,
+    first_attempt INTEGER NOT NULL DEFAULT 1, result TEXT, result_status TEXT,
+    error TEXT NOT NULL DEFAULT '', delay_time_ms INTEGER NOT NULL DEFAULT 0,
+    execution_time_ms INTEGER NOT NULL DEFAULT 0, gpu_type TEXT NOT NULL DEFAULT '',
+    gpus_per_worker INTEGER NOT NULL DEFAULT 0, cost_usd REAL NOT NULL DEFAULT 0,
+    charged INTEGER NOT NULL DEFAULT 0,
+    created REAL NOT NULL, updated REAL NOT NULL, submitted_at REAL, finished_at REAL);
+CREATE TABLE IF NOT EXISTS attempts (
+    key TEXT NOT NULL, attempt INTEGER NOT NULL, job_id TEXT, status TEXT NOT NULL,
+    error TEXT NOT NULL DEFAULT '',
+    delay_time_ms INTEGER NOT NULL DEFAULT 0, execution_time_ms INTEGER NOT NULL DEFAULT 0,
+    gpu_type TEXT NOT NULL DEFAULT '', gpus_per_worker INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    started REAL NOT NULL, ended REAL, PRIMARY KEY (key, attempt));
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status);
+"""
+
+
+class Billing(BaseModel):
+    """What one attempt was billed: delay (queue and cold start) and execution, on which GPUs, in USD."""
+
+    delay_time_ms: int = 0
+    execution_time_ms: int = 0
+    gpu_type: str = ""
+    gpus_per_worker: int = 0
+    cost_usd: float = 0.0
+
+
+class JournalRow(BaseModel):
+    key: str
+    kind: str
+    claimant: str                       # the bundle job id (or baseline name) that claimed the key
+    episode_id: str | None = None
+    owner: str                          # host:pid of the orchestrator that claimed it
+    job_id: str | None = None           # the remote job id of the current attempt
+    status: str
+    attempt: int = 1
+    first_attempt: int = 1              # the first attempt of the current claim (a re-claim starts anew)
+    result: dict[str, Any] | None = None
+    result_status: str | None = None
+    error: str = ""
+    delay_time_ms: int = 0
+    execution_time_ms: int = 0
+    gpu_type: str = ""
+    gpus_per_worker: int = 0
+    cost_usd: float = 0.0
+    charged: bool = False
+    created: float = 0.0
+    updated: float = 0.0
+    submitted_at: float | None = None
+    finished_at: float | None = None
+    history: list[dict[str, Any]] = Field(default_factory=list)
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL
+
+    @property
+    def reusable(self) -> bool:
+        """A final row whose outcome says something about the job (served to identical jobs)."""
+        return self.status == "completed" and self.result_status != "infra_failed"
+
+
+def this_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_alive(owner: str) -> bool:
+    """Whether the orchestrator ``owner`` (``host:pid``, optionally ``:<instance>``) still runs; another
+    host's is assumed alive (its claims go stale by age instead)."""
+    host, pid = (owner.split(":") + ["", ""])[:2]
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Journal:
+    """The journal file at ``path`` (see the module docstring)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._db().executescript(_SCHEMA)
+
+    def _db(self) -> sqlite3.Connection:
+        """This thread's connection (one per thread and process: sqlite3 connections are not shared)."""
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None or getattr(self._local, "pid", None) != os.getpid():
+            db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=True)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.row_factory = sqlite3.Row
+            self._local.db, self._local.pid = db, os.getpid()
+        return db
+
+    def close(self) -> None:
+        """Close this thread's connection (others close with their threads)."""
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+    @classmethod
+    def in_run_dir(cls, runs_dir: Path | str) -> "Journal":
+        return cls(Path(runs_dir) / JOURNAL_NAME)
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One connection and one write transaction (``BEGIN IMMEDIATE``: writers queue, never interleave)."""
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def _read(self, db: sqlite3.Connection, key: str, history: bool = False) -> JournalRow | None:
+        row = db.execute("SELECT * FROM jobs WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        data = dict(row)
+        data["result"] = json.loads(data["result"]) if data["result"] else None
+        data["charged"] = bool(data["charged"])
+        if history:
+            data["history"] = [dict(r) for r in db.execute(
+                "SELECT * FROM attempts WHERE key = ? ORDER BY attempt", (key,))]
+        return JournalRow.model_validate(data)
+
+    # ------------------------------------------------------------------ claims
+    def claim(self, key: str, *, claimant: str, kind: str = "job", episode_id: str | None = None,
+              owner: str | None = None) -> tuple[JournalRow, bool]:
+        """(the row for ``key``, whether this caller claimed it and must submit it). A new key, or a row
+        whose outcome says nothing about the job (see the module docstring), is claimed by exactly one
+        caller; otherwise the existing row is returned (attach to it, or serve its result)."""
+        now, owner = time.time(), owner or this_owner()
+        with self._tx() as db:
+            cur = db.execute("INSERT INTO jobs (key, kind, claimant, episode_id, owner, status, created, "
+                             "updated) VALUES (?, ?, ?, ?, ?, 'submitted', ?, ?) ON CONFLICT(key) DO NOTHING",
+                             (key, kind, claimant, episode_id, owner, now, now))
+            if cur.rowcount == 1:
+                db.execute("INSERT INTO attempts (key, attempt, status, started) "
+                           "VALUES (?, 1, 'submitted', ?)", (key, now))
+                row = self._read(db, key)
+                assert row is not None
+                return row, True
+            row = self._read(db, key)
+            assert row is not None
+            if row.final and not row.reusable:
+                attempt = row.attempt + 1
+                db.execute("UPDATE jobs SET claimant = ?, episode_id = ?, owner = ?, job_id = NULL, "
+                           "status = 'submitted', attempt = ?, first_attempt = ?, result = NULL, "
+                           "result_status = NULL, error = '', charged = 0, delay_time_ms = 0, "
+                           "execution_time_ms = 0, cost_usd = 0, updated = ?, "
+                           "submitted_at = NULL, finished_at = NULL WHERE key = ?",
+                           (claimant, episode_id, owner, attempt, attempt, now, key))
+                db.execute("INSERT INTO attempts (key, attempt, status, started) "
+                           "VALUES (?, ?, 'submitted', ?)", (key, attempt, now))
+                row = self._read(db, key)
+                assert row is not None
+                return row, True
+            return row, False
+
+    def take_over(self, key: str, attempt: int, dead_owner: str, owner: str | None = None) -> bool:
+        """Take a claimed, never attached attempt of an orchestrator that died (``dead_owner``) before it
+        submitted; True for exactly one caller, who then submits it."""
+        with self._tx() as db:
+            cur = db.execute("UPDATE jobs SET owner = ?, updated = ? WHERE key = ? AND attempt = ? "
+                             "AND owner = ? AND job_id IS NULL AND status = 'submitted'",
+                             (owner or this_owner(), time.time(), key, attempt, dead_owner))
+            return cur.rowcount == 1
+
+    def attach(self, key: str, job_id: str, attempt: int | None = None) -> bool:
+        """Record the remote id of the row's current attempt (``attempt``: only if it is still current)."""
+        now = time.time()
+        with self._tx() as db:
+            row = self._read(db, key)
+            if row is None or row.final or (attempt is not None and row.attempt != attempt):
+                return False
+            db.execute("UPDATE jobs SET job_id = ?, updated = ?, submitted_at = ? WHERE key = ?",
+                       (job_id, now, now, key))
+            db.execute("UPDATE attempts SET job_id = ? WHERE key = ? AND attempt = ?",
+                       (job_id, key, row.attempt))
+            return True
+
+    def update_status(self, key: str, status: RowStatus, job_id: str | None = None) -> bool:
+        """Set the status of a row still in flight (of the attempt with ``job_id`` when given)."""
+        if status in FINAL:
+            raise ValueError(f"{status!r} is final: use record_result or finish")
+        with self._tx() as db:
+            q = "UPDATE jobs SET status = ?, updated = ? WHERE key = ? AND status NOT IN ('completed', " \
+                "'infra_failed', 'cancelled')"
+            args: tuple[Any, ...] = (status, time.time(), key)
+            if job_id is not None:
+                q, args = q + " AND job_id = ?", args + (job_id,)
+            if db.execute(q, args).rowcount != 1:
+                return False
+            db.execute("UPDATE attempts SET status = ? WHERE key = ? AND job_id IS ?", (status, key, job_id))
+            return True
+
+    # ------------------------------------------------------------------ attempts and outcomes
+    def _bill(self, db: sqlite3.Connection, key: str, attempt: int, status: str, billing: Billing | None,
+              error: str = "") -> None:
+        b = billing or Billing()
+        db.execute("UPDATE attempts SET status = ?, error = ?, delay_time_ms = ?, execution_time_ms = ?, "
+                   "gpu_type = ?, gpus_per_worker = ?, cost_usd = ?, ended = ? WHERE key = ? AND attempt = ?",
+                   (status, error[:2000], b.delay_time_ms, b.execution_time_ms, b.gpu_type, b.gpus_per_worker,
+                    b.cost_usd, time.time(), key, attempt))
+        db.execute("UPDATE jobs SET delay_time_ms = delay_time_ms + ?, "
+                   "execution_time_ms = execution_time_ms + ?, "
+                   "gpu_type = CASE WHEN ? != '' THEN ? ELSE gpu_type END, "
+                   "gpus_per_worker = CASE WHEN ? > 0 THEN ? ELSE gpus_per_worker END, "
+                   "cost_usd = cost_usd + ? WHERE key = ?",
+                   (b.delay_time_ms, b.execution_time_ms, b.gpu_type, b.gpu_type, b.gpus_per_worker,
+                    b.gpus_per_worker, b.cost_usd, key))
+
+    def next_attempt(self, key: str, job_id: str | None, status: RowStatus, error: str,
+                     billing: Billing | None = None, owner: str | None = None) -> int | None:
+        """End the attempt ``job_id`` (``status``: failed, timed_out, expired, ...; its bill) and open the
+        next one; returns the new attempt number for exactly one caller (None: another caller already did,
+        or the row is final). The caller then submits it and :meth:`attach` es its id."""
+        now = time.time()
+        with self._tx() as db:
+            row = self._read(db, key)
+            if row is None or row.final or row.job_id != job_id:
+                return None
+            self._bill(db, key, row.attempt, status, billing, error)
+            attempt = row.attempt + 1
+            db.execute("UPDATE jobs SET job_id = NULL, status = 'submitted', attempt = ?, error = ?, "
+                       "owner = ?, updated = ?, submitted_at = NULL WHERE key = ?",
+                       (attempt, error[:2000], owner or this_owner(), now, key))
+            db.execute("INSERT INTO attempts (key, attempt, status, started) VALUES (?, ?, 'submitted', ?)",
+                       (key, attempt, now))
+            return attempt
+
+    def record_result(self, key: str, job_id: str | None, result: dict[str, Any],
+                      billing: Billing | None = None, result_status: str | None = None) -> bool:
+        """Store the result of attempt ``job_id`` and close the row as ``completed``; True for the one call
+        that recorded it (a second sighting changes nothing)."""
+        now = time.time()
+        with self._tx() as db:
+            row = self._read(db, key)
+            if row is None or row.final or row.job_id != job_id:
+                return False
+            self._bill(db, key, row.attempt, "completed", billing)
+            db.execute("UPDATE jobs SET status = 'completed', result = ?, result_status = ?, error = '', "
+                       "updated = ?, finished_at = ? WHERE key = ?",
+                       (json.dumps(result), result_status or str(result.get("status", "")), now, now, key))
+            return True
+
+    def finish(self, key: str, job_id: str | None, status: Literal["infra_failed", "cancelled"], error: str,
+               billing: Billing | None = None) -> bool:
+        """Close the row without a result (retries spent, budget refused, cancelled); once."""
+        now = time.time()
+        with self._tx() as db:
+            row = self._read(db, key)
+            if row is None or row.final or (job_id is not None and row.job_id != job_id):
+                return False
+            self._bill(db, key, row.attempt, status, billing, error)
+            db.execute("UPDATE jobs SET status = ?, error = ?, updated = ?, finished_at = ? WHERE key = ?",
+                       (status, error[:2000], now, now, key))
+            return True
+
+    def take_charge(self, key: str) -> float | None:
+        """The row's total cost for the first caller to ask (it goes to the cost ledger); None afterwards."""
+        with self._tx() as db:
+            row = self._read(db, key)
+            if row is None or row.charged or not row.final:
+                return None
+            db.execute("UPDATE jobs SET charged = 1 WHERE key = ?", (key,))
+            return row.cost_usd
+
+    # ------------------------------------------------------------------ reads
+    def get(self, key: str, history: bool = False) -> JournalRow | None:
+        return self._read(self._db(), key, history)
+
+    def in_flight(self) -> list[JournalRow]:
+        """Every row not yet final (after a restart: the jobs to re-attach by id)."""
+        return self._select("SELECT key FROM jobs WHERE status NOT IN "
+                            "('completed', 'infra_failed', 'cancelled')")
+
+    def rows(self) -> list[JournalRow]:
+        return self._select("SELECT key FROM jobs ORDER BY created")
+
+    def _select(self, query: str, args: tuple[Any, ...] = ()) -> list[JournalRow]:
+        db = self._db()
+        keys = [r[0] for r in db.execute(query, args)]
+        return [r for k in keys if (r := self._read(db, k)) is not None]
+
+    def spent_usd(self, episode_id: str | None = None) -> float:
+        """USD billed so far (every attempt), in all or for one episode's claims."""
+        db = self._db()
+        if episode_id is None:
+            total = db.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM attempts").fetchone()[0]
+        else:
+            total = db.execute("SELECT COALESCE(SUM(a.cost_usd), 0) FROM attempts a "
+                               "JOIN jobs j ON a.key = j.key WHERE j.episode_id = ?",
+                               (episode_id,)).fetchone()[0]
+        return float(total)
+
+    def counts(self) -> dict[str, int]:
+        return {r[0]: r[1] for r in self._db().execute("SELECT status, COUNT(*) FROM jobs GROUP BY status")}

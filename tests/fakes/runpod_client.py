@@ -1,0 +1,231 @@
+"""A fake Runpod Serverless endpoint behind the interface of :class:`gpu.runpod_api.ServerlessClient`
+(``run``, ``status``, ``status_many``, ``cancel``), for the runpod backend's tests and benchmark.
+
+Jobs go IN_QUEUE -> IN_PROGRESS -> a final state as they are polled (``polls_to_finish`` status calls; 1:
+the first poll sees the end). What happens to a job is its **outcome**, chosen at ``run`` by ``plan(input,
+n)`` (``n``: how many times a bundle with that job id was sent so far, from 1):
+
+- ``ok``: COMPLETED with the handler's output. ``instant`` mode makes it up (a succeeded JobResult whose
+  score is a hash of the job id, on ``gpus`` of the fake's image ``revision``); ``real`` mode runs the
+  real handler (:func:`gpu.worker.handle_input`) in a pool of ``workers`` local processes;
+- ``job_failed``: COMPLETED, the worker says the job failed; ``lost``: FAILED without output (a worker
+  lost); ``timed_out``: TIMED_OUT; ``expired``: COMPLETED, but every status call answers 404
+  (:class:`ResultExpired`); ``non_replica``: COMPLETED by a worker of another image revision.
+
+``errors["run"]`` (or ``"status"``, ``"cancel"``): the HTTP statuses the next such calls answer, past the
+client's retries (e.g. ``[429, 503]``; 0: no connection); a 5xx on ``run`` is :class:`SubmitUncertain`, as
+the real client raises it.
+State is in memory, or in a SQLite file (``path``) that several processes share (an orchestrator killed
+and restarted against one "Runpod").
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import multiprocessing
+import sqlite3
+import tarfile
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+from gpu.runpod_api import ResultExpired, RunpodAPIError, RunpodJob, SubmitUncertain
+
+Outcome = Literal["ok", "job_failed", "lost", "timed_out", "expired", "non_replica"]
+GPUS = ["NVIDIA RTX A5000 (24564 MiB)", "NVIDIA RTX A5000 (24564 MiB)"]
+DELAY_MS, EXECUTION_MS = 2_000, 60_000
+
+
+def bundle_job_id(payload: dict[str, Any]) -> str:
+    """The job id in a job request's packed bundle (a baseline request: ``baseline-<family>-<model>``)."""
+    if payload.get("kind") == "baseline":
+        return f"baseline-{payload.get('family')}-{payload.get('model')}"
+    raw = base64.b64decode(payload["bundle"])
+    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:gz") as tar:
+        f = tar.extractfile("manifest.json")
+        assert f is not None
+        return str(json.loads(f.read())["job_id"])
+
+
+def instant_output(payload: dict[str, Any], outcome: Outcome, revision: str,
+                   job_id: str | None = None) -> dict[str, Any]:
+    """What the handler would answer, made up at once (see the module docstring)."""
+    job_id = job_id or bundle_job_id(payload)
+    worker = {"image_revision": "other-image" if outcome == "non_replica" else revision, "executor": "gpu",
+              "versions": {"train:verifiers": "0.2.0"}, "gpus": GPUS, "selfcheck": "ok"}
+    if payload.get("kind") == "baseline":
+        entry = {"backend": payload["settings"]["name"], "family": payload["family"],
+                 "model": payload["model"], "score": 0.25, "ci95": 0.05, "n": 100}
+        return {"kind": "baseline", "result": {"status": "succeeded", "entry": entry, "worker": worker}}
+    score = int(hashlib.sha256(job_id.encode()).hexdigest()[:6], 16) / 0xFFFFFF
+    result = {"job_id": job_id, "backend": payload["settings"]["name"],
+              "status": "job_failed" if outcome == "job_failed" else "succeeded",
+              "post_score": None if outcome == "job_failed" else round(score, 6),
+              "baselines": {"Qwen/Qwen3-0.6B": 0.1, "Qwen/Qwen3-1.7B": 0.2},
+              "wall_seconds": 60.0, "train_seconds": 50.0, "error": "the job's rubric raised" if
+              outcome == "job_failed" else "", "worker": worker}
+    return {"kind": "job", "result": result, "baselines": []}
+
+
+class _Store:
+    """Jobs by id: in memory, or in a SQLite file shared by processes."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path, self._mem, self._lock = path, {}, threading.Lock()
+        self._local = threading.local()
+        if path is not None:
+            self._db().execute("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, bundle TEXT, "
+                               "data TEXT)")
+
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            self._local.db = db
+        return db
+
+    def put(self, job: dict[str, Any]) -> None:
+        if self.path is None:
+            with self._lock:
+                self._mem[job["id"]] = job
+        else:
+            self._db().execute("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?)",
+                               (job["id"], job["bundle"], json.dumps(job)))
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        if self.path is None:
+            with self._lock:
+                return self._mem.get(job_id)
+        row = self._db().execute("SELECT data FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def all(self) -> list[dict[str, Any]]:
+        if self.path is None:
+            with self._lock:
+                return list(self._mem.values())
+        return [json.loads(r[0]) for r in self._db().execute("SELECT data FROM jobs")]
+
+
+def _real_handler(payload: dict[str, Any]) -> dict[str, Any]:
+    from gpu.worker import handle_input
+
+    return handle_input(payload)
+
+
+class FakeRunpod:
+    """The fake endpoint and its client in one (see the module docstring)."""
+
+    def __init__(self, path: Path | None = None, *, mode: Literal["instant", "real"] = "instant",
+                 plan: Callable[[dict[str, Any], int], Outcome] | None = None, polls_to_finish: int = 1,
+                 revision: str = "rev-1", workers: int = 2, delay_ms: int = DELAY_MS,
+                 execution_ms: int = EXECUTION_MS, store_input: bool = True) -> None:
+        self.store = _Store(path)
+        self.mode, self.plan, self.polls_to_finish = mode, plan, polls_to_finish
+        self.revision, self.delay_ms, self.execution_ms = revision, delay_ms, execution_ms
+        self.store_input = store_input
+        #: per call ("run", "status", "cancel"): the HTTP statuses the next calls raise (past the client's
+        #: retries)
+        self.errors: dict[str, list[int]] = {"run": [], "status": [], "cancel": []}
+        self.calls = {"run": 0, "status": 0, "cancel": 0}
+        self._lock = threading.Lock()
+        self._pool = (ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+                      if mode == "real" else None)
+        self._futures: dict[str, Future[dict[str, Any]]] = {}
+        self._payloads: dict[str, dict[str, Any]] = {}
+
+    def _maybe_error(self, what: str) -> None:
+        with self._lock:
+            self.calls[what] += 1
+            status = self.errors[what].pop(0) if self.errors[what] else None
+        if status is not None:
+            # as gpu.runpod_api does: a 5xx on /run may have queued a job (SubmitUncertain)
+            cls = SubmitUncertain if what == "run" and status >= 500 else RunpodAPIError
+            raise cls(f"{what}: HTTP {status} (fake, past the client's retries)", status, "fake")
+
+    # ------------------------------------------------------------------ the client interface
+    def run(self, input: dict[str, Any]) -> str:  # noqa: A002 - the client's name
+        self._maybe_error("run")
+        bundle = bundle_job_id(input)
+        sent = sum(1 for j in self.store.all() if j["bundle"] == bundle) + 1 if self.plan else 1
+        outcome: Outcome = self.plan(input, sent) if self.plan else "ok"
+        job_id = f"fake-{uuid.uuid4().hex[:16]}"
+        self.store.put({"id": job_id, "bundle": bundle, "outcome": outcome, "polls": 0, "cancelled": False,
+                        "input": input if self.store_input and self.mode == "instant" else None})
+        if self._pool is not None and outcome == "ok":
+            self._futures[job_id] = self._pool.submit(_real_handler, input)
+        return job_id
+
+    def status(self, job_id: str) -> RunpodJob:
+        self._maybe_error("status")
+        job = self.store.get(job_id)
+        if job is None:
+            raise ResultExpired(f"job {job_id}: 404 (fake)", 404, "", "GET", f"/status/{job_id}")
+        job["polls"] += 1
+        self.store.put(job)
+        base = {"id": job_id, "delayTime": self.delay_ms, "workerId": "fake-worker-1"}
+        if job["cancelled"]:
+            return RunpodJob.model_validate({**base, "status": "CANCELLED"})
+        future = self._futures.get(job_id)
+        running = future is not None and not future.done()
+        if job["polls"] < self.polls_to_finish or running:
+            status = "IN_QUEUE" if job["polls"] == 1 and not running else "IN_PROGRESS"
+            return RunpodJob.model_validate({**base, "status": status})
+        outcome = job["outcome"]
+        done = {**base, "executionTime": self.execution_ms}
+        if outcome == "lost":
+            return RunpodJob.model_validate({**done, "status": "FAILED",
+                                             "error": "worker exited unexpectedly"})
+        if outcome == "timed_out":
+            return RunpodJob.model_validate({**done, "status": "TIMED_OUT"})
+        if outcome == "expired":
+            raise ResultExpired(f"job {job_id}: 404 (fake: expired)", 404, "", "GET", f"/status/{job_id}")
+        if future is not None:
+            try:
+                output = future.result()
+            except Exception as exc:  # noqa: BLE001 - the worker process died
+                return RunpodJob.model_validate({**done, "status": "FAILED",
+                                                 "error": f"{type(exc).__name__}"})
+        else:
+            output = instant_output(job["input"], outcome, self.revision, job["bundle"])
+        return RunpodJob.model_validate({**done, "status": "COMPLETED", "output": output})
+
+    def status_many(self, job_ids: list[str]) -> dict[str, RunpodJob | RunpodAPIError]:
+        out: dict[str, RunpodJob | RunpodAPIError] = {}
+        for i in job_ids:
+            try:
+                out[i] = self.status(i)
+            except RunpodAPIError as exc:
+                out[i] = exc
+        return out
+
+    def cancel(self, job_id: str) -> RunpodJob:
+        self._maybe_error("cancel")
+        job = self.store.get(job_id)
+        if job is not None:
+            job["cancelled"] = True
+            self.store.put(job)
+        return RunpodJob.model_validate({"id": job_id, "status": "CANCELLED"})
+
+    # ------------------------------------------------------------------ for the tests
+    def runs_of(self, bundle: str) -> int:
+        return sum(1 for j in self.store.all() if j["bundle"] == bundle)
+
+    def total_runs(self) -> int:
+        return len(self.store.all())
+
+    def kill_workers(self) -> None:
+        """Kill the real-mode worker processes (their jobs end FAILED: a worker lost mid-job)."""
+        assert self._pool is not None
+        for proc in list(self._pool._processes.values()):  # noqa: SLF001 - a test's crash
+            proc.kill()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)

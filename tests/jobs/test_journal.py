@@ -1,0 +1,105 @@
+"""The job journal: one claim per key across threads and processes, attach / attempts / results written
+once, re-attach after a restart, a dead orchestrator's unsent claim taken over once, a job's cost handed out
+once."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from pathlib import Path
+
+from ait_env.jobs.journal import Billing, Journal, JournalRow, owner_alive
+
+
+def _claim_many(path: str, keys: list[str], who: str, out: "multiprocessing.Queue[tuple[str, str]]") -> None:
+    j = Journal(path)
+    for k in keys:
+        row, new = j.claim(k, claimant=who)
+        if new:
+            j.attach(k, f"{who}-{k}", row.attempt)
+            out.put((k, who))
+
+
+def test_two_processes_claiming_the_same_keys_send_each_once(tmp_path):
+    path = str(tmp_path / "runpod_journal.sqlite")
+    Journal(path)
+    keys = [f"k{i}" for i in range(150)]
+    ctx = multiprocessing.get_context("spawn")
+    out: multiprocessing.Queue[tuple[str, str]] = ctx.Queue()
+    procs = [ctx.Process(target=_claim_many, args=(path, keys[::step], f"p{step}", out)) for step in (1, -1)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    claims = [out.get(timeout=5) for _ in range(len(keys))]
+    assert sorted(k for k, _ in claims) == sorted(keys)          # each key claimed exactly once
+    j = Journal(path)
+    assert all(j.get(k).job_id == f"{who}-{k}" for k, who in claims)   # by the one who sent it
+
+
+def test_claim_attach_result_and_restart(tmp_path):
+    j = Journal.in_run_dir(tmp_path)
+    row, new = j.claim("a", claimant="job-1", episode_id="ep")
+    assert new and row.status == "submitted" and row.job_id is None
+    assert j.claim("a", claimant="job-2") == (j.get("a"), False)        # joined, not claimed again
+    assert j.attach("a", "rp-1", attempt=1) and not j.attach("a", "rp-x", attempt=2)
+    assert j.update_status("a", "in_progress", "rp-1") and not j.update_status("a", "in_queue", "rp-other")
+    restarted = Journal(tmp_path / "runpod_journal.sqlite")              # a new orchestrator
+    assert [(r.key, r.job_id, r.status) for r in restarted.in_flight()] == [("a", "rp-1", "in_progress")]
+    bill = Billing(delay_time_ms=1000, execution_time_ms=9000, gpu_type="NVIDIA A40", gpus_per_worker=2,
+                   cost_usd=0.0068)
+    assert restarted.record_result("a", "rp-1", {"result": {"status": "succeeded"}}, bill, "succeeded")
+    assert not j.record_result("a", "rp-1", {"result": {"status": "job_failed"}}, bill)  # a second sighting
+    done = j.get("a", history=True)
+    assert done.status == "completed" and done.result == {"result": {"status": "succeeded"}}
+    assert (done.gpu_type, done.gpus_per_worker, done.cost_usd) == ("NVIDIA A40", 2, 0.0068)
+    assert j.in_flight() == [] and j.claim("a", claimant="job-3")[1] is False       # served, not resent
+    assert j.spent_usd() == j.spent_usd("ep") == 0.0068 and j.spent_usd("other") == 0
+
+
+def test_retries_are_attempts_and_infra_failed_rows_are_claimed_again(tmp_path):
+    j = Journal.in_run_dir(tmp_path)
+    j.claim("a", claimant="job-1")
+    j.attach("a", "rp-1")
+    won = []
+    threads = [threading.Thread(target=lambda: won.append(j.next_attempt("a", "rp-1", "failed", "worker lost",
+                                                                         Billing(cost_usd=0.01))))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(won, key=str) == [2] + [None] * 7                     # one caller opened attempt 2
+    j.attach("a", "rp-2", attempt=2)
+    assert j.finish("a", "rp-2", "infra_failed", "gave up", Billing(cost_usd=0.02))
+    assert not j.finish("a", "rp-2", "infra_failed", "again")
+    row: JournalRow = j.get("a", history=True)
+    assert [(h["attempt"], h["job_id"], h["status"]) for h in row.history] == [
+        (1, "rp-1", "failed"), (2, "rp-2", "infra_failed")]
+    assert j.take_charge("a") == 0.03 and j.take_charge("a") is None    # the cost is handed out once
+    again, new = j.claim("a", claimant="job-9")                         # infra_failed says nothing of the job
+    assert new and again.attempt == again.first_attempt == 3 and again.cost_usd == 0 and not again.charged
+    assert j.spent_usd() == 0.03
+
+
+def test_a_dead_orchestrators_unsent_claim_is_taken_over_once(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    dead = ctx.Process(target=int)
+    dead.start()
+    dead.join()
+    import socket
+
+    owner = f"{socket.gethostname()}:{dead.pid}:abcd"
+    assert not owner_alive(owner) and owner_alive("another-host:1:x")
+    j = Journal.in_run_dir(tmp_path)
+    row, _ = j.claim("a", claimant="job-1", owner=owner)
+    assert [j.take_over("a", row.attempt, owner, owner="me") for _ in range(3)] == [True, False, False]
+    assert j.get("a").owner == "me"
+
+
+def test_the_journal_is_in_the_run_dir_and_holds_no_secret(tmp_path, monkeypatch):
+    monkeypatch.setenv("RUNPOD_API_KEY", "rp-secret-0123456789")
+    j = Journal.in_run_dir(tmp_path)
+    j.claim("a", claimant="job-1")
+    assert Path(j.path) == tmp_path / "runpod_journal.sqlite"
+    assert b"rp-secret" not in j.path.read_bytes()
