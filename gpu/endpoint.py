@@ -4,8 +4,9 @@
     python -m gpu.endpoint status [--config FILE] [--id ENDPOINT_ID] [--json]
     python -m gpu.endpoint down   [--config FILE] [--id ENDPOINT_ID] [--wait-s 600]
 
-Contract: the settings are ``gpu/endpoint.yaml`` (an :class:`gpu.runpod_api.EndpointSpec`) with
-``--config FILE`` merged over it; the endpoint is found by its ``name`` (or ``--id``). ``up`` creates it
+Contract: the settings are the simulator's fleet defaults (``gpu/fleet_defaults.yaml``: workers, idle
+timeout, GPUs, the GPU priority list), ``gpu/endpoint.yaml`` (the rest of a
+:class:`gpu.runpod_api.EndpointSpec`) and ``--config FILE``, merged in that order; the endpoint is found by its ``name`` (or ``--id``). ``up`` creates it
 or updates it in place. ``status`` prints what exists: id, GPU pools, GPUs per worker, workers min/max,
 idle and execution timeouts, the workers Runpod has allocated, the queue (``/health``) and what it costs
 per hour idle (``workers_min`` x GPUs per worker x the active $/s of the first pool x 3600,
@@ -32,13 +33,28 @@ from gpu.runpod_api import (API_KEY_ENV, EndpointSpec, ManagementClient, RunpodA
                             delete_endpoint, upsert_endpoint)
 
 DEFAULT_CONFIG = Path(__file__).with_name("endpoint.yaml")
+#: the fleet settings the simulator picked (``python -m gpu.simulate ... --write-defaults``, docs/fleet.md)
+FLEET_DEFAULTS = Path(__file__).with_name("fleet_defaults.yaml")
+
+
+def fleet_settings(path: Path = FLEET_DEFAULTS) -> dict[str, Any]:
+    """The simulator's pick as :class:`EndpointSpec` fields: workers min/max, idle timeout, FlashBoot, GPUs
+    per worker and the GPU priority list as Serverless pools (:func:`gpu.prices.pool_of`)."""
+    from omegaconf import OmegaConf
+
+    d: dict[str, Any] = OmegaConf.to_container(OmegaConf.load(path))  # type: ignore[assignment]
+    pools = list(dict.fromkeys(prices.pool_of(g) for g in d["gpu_priority"]))
+    return {"workers_min": d["workers_min"], "workers_max": d["workers_max"],
+            "idle_timeout_s": d["idle_timeout_s"], "flashboot": d["flashboot"],
+            "gpu_count": d["gpus_per_worker"], "gpu_type_ids": pools}
 
 
 def load_config(config: Path | None = None) -> dict[str, Any]:
-    """``gpu/endpoint.yaml`` with ``config`` merged over it, as a dict (not validated)."""
+    """The fleet defaults (:func:`fleet_settings`), then ``gpu/endpoint.yaml``, then ``config``, merged, as
+    a dict (not validated)."""
     from omegaconf import OmegaConf
 
-    conf = OmegaConf.load(DEFAULT_CONFIG)
+    conf = OmegaConf.merge(OmegaConf.create(fleet_settings()), OmegaConf.load(DEFAULT_CONFIG))
     if config is not None:
         conf = OmegaConf.merge(conf, OmegaConf.load(config))
     return OmegaConf.to_container(conf, resolve=False)  # type: ignore[return-value]

@@ -36,6 +36,43 @@ CARSONPO = ("carsonpo/gpus costs/runpod.md (undated third-party copy of runpod.i
 GPU_TYPES = "runpod/docs references/gpu-types.mdx (table generated 2026-02-12): id and VRAM"
 
 
+AS_OF = "2026-06-08"   # the date of the Serverless flex table below (SERVERLESS_DOCS)
+
+#: $/s per GPU of a Serverless **flex** worker, by pool id (SERVERLESS_DOCS: "Cost per second" per GPU class;
+#: class -> pool from references/gpu-types.mdx "GPU pools"; the two Blackwell pool ids are our mapping)
+FLEX_USD_PER_S: dict[str, float] = {
+    "AMPERE_16": 0.00016,       # A4000, A4500, RTX 4000 (16 GB)
+    "AMPERE_24": 0.00019,       # L4, A5000, 3090 (24 GB)
+    "ADA_24": 0.00031,          # 4090 PRO (24 GB)
+    "AMPERE_48": 0.00034,       # A6000, A40 (48 GB)
+    "ADA_48_PRO": 0.00053,      # L40, L40S, 6000 Ada PRO (48 GB)
+    "AMPERE_80": 0.00076,       # A100 (80 GB)
+    "ADA_80_PRO": 0.00116,      # H100 PRO (80 GB)
+    "BLACKWELL_96": 0.00111,    # 6000s PRO (96 GB); pool id mapping assumed
+    "HOPPER_141": 0.00155,      # H200 PRO (141 GB)
+    "BLACKWELL_180": 0.00240,   # B200 (180 GB); pool id mapping assumed
+}
+#: $/s per GPU of an **active** (always-on) worker, by pool id: ACTIVE_DOCS (the 2025 table; the current
+#: page publishes none); a pool missing here is billed at its flex rate (an upper bound)
+ACTIVE_USD_PER_S: dict[str, float] = {"AMPERE_24": 0.00013, "ADA_24": 0.00021, "ADA_48_PRO": 0.00037,
+                                      "AMPERE_80": 0.00060, "ADA_80_PRO": 0.00093}
+#: GPU name as a worker reports it (``nvidia-smi``; the longest matching prefix wins) -> its pool
+GPU_POOLS: dict[str, str] = {
+    "NVIDIA RTX A4000": "AMPERE_16", "NVIDIA RTX A4500": "AMPERE_16", "NVIDIA RTX 4000": "AMPERE_16",
+    "NVIDIA L4": "AMPERE_24", "NVIDIA RTX A5000": "AMPERE_24", "NVIDIA GeForce RTX 3090": "AMPERE_24",
+    "NVIDIA GeForce RTX 4090": "ADA_24", "NVIDIA RTX A6000": "AMPERE_48", "NVIDIA A40": "AMPERE_48",
+    "NVIDIA L40": "ADA_48_PRO", "NVIDIA RTX 6000 Ada": "ADA_48_PRO", "NVIDIA A100": "AMPERE_80",
+    "NVIDIA H100": "ADA_80_PRO", "NVIDIA H200": "HOPPER_141", "NVIDIA B200": "BLACKWELL_180",
+}
+
+
+def pool_for_gpu(gpu_name: str, extra: dict[str, str] | None = None) -> str | None:
+    """The pool of a GPU name (:data:`GPU_POOLS` plus ``extra``, longest prefix); None when unknown."""
+    table = {**GPU_POOLS, **(extra or {})}
+    hits = [k for k in table if gpu_name.lower().startswith(k.lower())]
+    return table[max(hits, key=len)] if hits else None
+
+
 @dataclass(frozen=True)
 class GpuPrice:
     """Prices of one GPU type, per GPU (a 2-GPU worker or pod costs twice this)."""
@@ -65,28 +102,28 @@ class PriceSheet:
     gpus: dict[str, GpuPrice] = field(default_factory=dict)
 
 
+def _gpu(pool: str, pod_usd_h: float, vram_gb: int, tier: str, sources: tuple[str, ...]) -> GpuPrice:
+    """A sheet entry whose Serverless prices are its pool's (one table: :data:`FLEX_USD_PER_S`)."""
+    return GpuPrice(FLEX_USD_PER_S[pool], ACTIVE_USD_PER_S.get(pool, FLEX_USD_PER_S[pool]), pod_usd_h,
+                    vram_gb, tier, sources, pool)
+
+
 PRICE_SHEET = PriceSheet(
     date="2026-12-01",
     source=("compiled 2026-12-01 from stored copies of docs.runpod.io (runpod/docs mirror a900806e, "
             "2026-08-20) and third-party snapshots of runpod.io/pricing; see each GpuPrice.sources"),
     gpus={
-        "NVIDIA RTX A5000": GpuPrice(
-            0.00019, 0.00013, 0.27, 24, "L4, A5000, 3090",
-            (SERVERLESS_DOCS, ACTIVE_DOCS, SKYPILOT, GPU_TYPES), pool="AMPERE_24"),
-        "NVIDIA GeForce RTX 4090": GpuPrice(
-            0.00031, 0.00021, 0.74, 24, "4090 PRO",
-            (SERVERLESS_DOCS, ACTIVE_DOCS, SKYPILOT, GPU_TYPES), pool="ADA_24"),
-        "NVIDIA L40S": GpuPrice(
-            0.00053, 0.00037, 0.86, 48, "L40, L40S, 6000 Ada PRO",
-            (SERVERLESS_DOCS, ACTIVE_DOCS, CARSONPO, GPU_TYPES), pool="ADA_48_PRO"),
-        "NVIDIA A100 80GB PCIe": GpuPrice(
-            0.00076, 0.00060, 1.79, 80, "A100",
-            (SERVERLESS_DOCS, ACTIVE_DOCS, DATARECEIPTS, GPU_TYPES), pool="AMPERE_80"),
-        "NVIDIA H100 80GB HBM3": GpuPrice(
-            0.00116, 0.00093, 3.99, 80, "H100 PRO",
+        "NVIDIA RTX A5000": _gpu("AMPERE_24", 0.27, 24, "L4, A5000, 3090",
+            (SERVERLESS_DOCS, ACTIVE_DOCS, SKYPILOT, GPU_TYPES)),
+        "NVIDIA GeForce RTX 4090": _gpu("ADA_24", 0.74, 24, "4090 PRO",
+            (SERVERLESS_DOCS, ACTIVE_DOCS, SKYPILOT, GPU_TYPES)),
+        "NVIDIA L40S": _gpu("ADA_48_PRO", 0.86, 48, "L40, L40S, 6000 Ada PRO",
+            (SERVERLESS_DOCS, ACTIVE_DOCS, CARSONPO, GPU_TYPES)),
+        "NVIDIA A100 80GB PCIe": _gpu("AMPERE_80", 1.79, 80, "A100",
+            (SERVERLESS_DOCS, ACTIVE_DOCS, DATARECEIPTS, GPU_TYPES)),
+        "NVIDIA H100 80GB HBM3": _gpu("ADA_80_PRO", 3.99, 80, "H100 PRO",
             (SERVERLESS_DOCS, ACTIVE_DOCS, DATARECEIPTS, GPU_TYPES,
-             "ASSUMPTION: the docs' 'H100 PRO' Serverless tier includes the H100 SXM (80GB HBM3)"),
-            pool="ADA_80_PRO"),
+             "ASSUMPTION: the docs' 'H100 PRO' Serverless tier includes the H100 SXM (80GB HBM3)")),
     },
 )
 
@@ -116,14 +153,12 @@ def pool_of(gpu_type: str) -> str:
 
 
 def price_per_s(pool: str, active: bool = False) -> float:
-    """$/s for one GPU of Serverless ``pool`` (the flex price, or the active one); ``KeyError`` naming the
-    known pools for another id."""
-    for price in PRICE_SHEET.gpus.values():
-        if price.pool == pool:
-            return price.usd_per_second("active" if active else "flex")
-    known = sorted(p.pool for p in PRICE_SHEET.gpus.values())
-    raise KeyError(f"no price for GPU pool {pool!r} (known: {known}); add its GPU type to gpu/prices.py from "
-                   "GET /v2/catalog/gpus (price.serverless)")
+    """$/s for one GPU of Serverless ``pool`` (flex, or active: the 2025 figure where there is one, else the
+    flex rate); ``KeyError`` naming the known pools for another id."""
+    if pool not in FLEX_USD_PER_S:
+        raise KeyError(f"no price for GPU pool {pool!r} (known: {sorted(FLEX_USD_PER_S)}); add it to "
+                       "gpu/prices.py from GET /v2/catalog/gpus (price.serverless)")
+    return ACTIVE_USD_PER_S.get(pool, FLEX_USD_PER_S[pool]) if active else FLEX_USD_PER_S[pool]
 
 
 def cost_per_hour(pools: list[str], gpu_count: int, workers: int, active: bool) -> tuple[float, str]:
@@ -134,9 +169,9 @@ def cost_per_hour(pools: list[str], gpu_count: int, workers: int, active: bool) 
             rate = price_per_s(pool, active)
         except KeyError:
             continue
-        note = f"{pool} at ${rate:.5f}/GPU-s (gpu/prices.py, sheet of {PRICE_SHEET.date})"
+        note = f"{pool} at ${rate:.5f}/GPU-s (gpu/prices.py, flex table of {AS_OF})"
         if active:
-            note += ("; the active rate is the docs' 2025 figure, assumed still valid (the current page "
-                     "publishes none)")
+            note += ("; active rate assumed: the docs' 2025 figure where there is one, else the flex rate "
+                     "(the current page publishes none)")
         return workers * gpu_count * rate * 3600, note
     return float("nan"), f"no price known for {pools}: add it to gpu/prices.py"

@@ -94,17 +94,6 @@ class ServerlessClientLike(Protocol):
     def cancel(self, job_id: str) -> Any: ...
 
 
-#: GPU type (the worker's ``nvidia-smi`` name; the longest matching prefix wins) -> the serverless pool of
-#: :mod:`gpu.prices` (its comments: which GPU classes each pool holds, runpod/docs references/gpu-types.mdx)
-GPU_POOLS: dict[str, str] = {
-    "NVIDIA RTX A4000": "AMPERE_16", "NVIDIA RTX A4500": "AMPERE_16", "NVIDIA RTX 4000": "AMPERE_16",
-    "NVIDIA L4": "AMPERE_24", "NVIDIA RTX A5000": "AMPERE_24", "NVIDIA GeForce RTX 3090": "AMPERE_24",
-    "NVIDIA GeForce RTX 4090": "ADA_24", "NVIDIA RTX A6000": "AMPERE_48", "NVIDIA A40": "AMPERE_48",
-    "NVIDIA L40": "ADA_48_PRO", "NVIDIA RTX 6000 Ada": "ADA_48_PRO", "NVIDIA A100": "AMPERE_80",
-    "NVIDIA H100": "ADA_80_PRO", "NVIDIA H200": "HOPPER_141", "NVIDIA B200": "BLACKWELL_180",
-}
-
-
 class GpuPrices(BaseModel):
     """$/GPU-second of the GPU type that ran a job: its pool's dated flex rate in :mod:`gpu.prices`
     (``pools`` adds or overrides GPU type -> pool), or an explicit ``usd_per_gpu_s`` (say where it is
@@ -119,15 +108,12 @@ class GpuPrices(BaseModel):
         """$/GPU-second of ``gpu_type`` (unknown: the dearest pool's, with a warning: never under-billed)."""
         from gpu import prices
 
-        def match(table: dict[str, Any]) -> str | None:
-            hits = [k for k in table if gpu_type.lower().startswith(k.lower())]
-            return max(hits, key=len) if hits else None
-
-        if (k := match(self.usd_per_gpu_s)) is not None:
-            return self.usd_per_gpu_s[k]
-        pools = {**GPU_POOLS, **self.pools}
-        if (k := match(pools)) is not None and pools[k] in prices.FLEX_USD_PER_S:
-            return prices.price_per_s(pools[k])
+        hits = [k for k in self.usd_per_gpu_s if gpu_type.lower().startswith(k.lower())]
+        if hits:
+            return self.usd_per_gpu_s[max(hits, key=len)]
+        pool = prices.pool_for_gpu(gpu_type, self.pools)
+        if pool in prices.FLEX_USD_PER_S:
+            return prices.price_per_s(pool)
         _log.warning("no price for GPU type %r (gpu/prices.py of %s): billed at the dearest pool's rate; "
                      "add it to backend.options.prices.pools", gpu_type, prices.AS_OF)
         return max(prices.FLEX_USD_PER_S.values())

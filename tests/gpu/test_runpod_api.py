@@ -254,10 +254,11 @@ def test_endpoint_cli_up_status_down(fake_runpod, tmp_path, monkeypatch, capsys)
     info = json.loads(capsys.readouterr().out)
     # 1 active worker x 2 GPUs x $0.00034/s x 3600 s (gpu/prices.py; the active rate is the flex one)
     assert info["idle_usd_per_hour"] == pytest.approx(2.448) and "assumed" in info["idle_cost_basis"]
-    assert info["max_usd_per_hour"] == pytest.approx(16 * 2 * 0.00034 * 3600, rel=1e-3)
-    assert info["workers_min"] == 1 and info["workers_max"] == 16 and info["gpus_per_worker"] == 2
+    assert info["max_usd_per_hour"] == pytest.approx(12 * 2 * 0.00034 * 3600, rel=1e-3)
+    # the rest from gpu/fleet_defaults.yaml (the simulator's pick) and gpu/endpoint.yaml
+    assert info["workers_min"] == 1 and info["workers_max"] == 12 and info["gpus_per_worker"] == 2
     assert info["workers"]["total"] == 1 and info["queue"]["jobs"]["inQueue"] == 0
-    assert info["execution_timeout_s"] == 7200 and info["idle_timeout_s"] == 60
+    assert info["execution_timeout_s"] == 7200 and info["idle_timeout_s"] == 5
     assert endpoint.main(["down", *urls, "--poll-s", "0.05"]) == 0
     assert "no longer listed" in capsys.readouterr().out and not fake.endpoints
     assert endpoint.main(["down", *urls]) == 0 and "nothing to remove" in capsys.readouterr().out
