@@ -40,7 +40,7 @@ from ait_env.config import load_group  # noqa: E402
 from ait_env.jobs.bundle import JobBundle, build_bundle  # noqa: E402
 from ait_env.jobs.schema import parse_job  # noqa: E402
 from task_families import get_family  # noqa: E402
-from tests.fakes.runpod_client import DELAY_MS, EXECUTION_MS, FakeRunpod, bundle_job_id  # noqa: E402
+from tests.fakes.runpod_client import DELAY_MS, EXECUTION_MS, FakeServerlessClient, bundle_job_id  # noqa: E402
 
 
 def make_bundles(root: Path, n: int) -> list[JobBundle]:
@@ -100,7 +100,7 @@ def main() -> int:
             settings.options.update(endpoint_id=http.endpoint_id, base_url=http.job_base_url)
             client = None
         else:
-            fake = FakeRunpod()
+            fake = FakeServerlessClient()
             client = fake
         results: dict[str, JobResult] = {}
         submit_s: list[float] = []

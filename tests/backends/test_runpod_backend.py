@@ -25,7 +25,8 @@ from ait_env.config import load_group
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.journal import Journal
 from conftest import make_bundle
-from tests.fakes.runpod_client import DELAY_MS, EXECUTION_MS, FakeRunpod, bundle_job_id, instant_output
+from tests.fakes.runpod_client import (DELAY_MS, EXECUTION_MS, FakeServerlessClient, bundle_job_id,
+                                      instant_output)
 
 ROOT = Path(__file__).resolve().parents[2]
 A5000 = 0.00019
@@ -50,7 +51,7 @@ def bundles(folder: Path, n: int, start: int = 0) -> list[JobBundle]:
     return out
 
 
-def backend(tmp_path: Path, fake: FakeRunpod, **options: Any) -> RunpodBackend:
+def backend(tmp_path: Path, fake: FakeServerlessClient, **options: Any) -> RunpodBackend:
     return RunpodBackend(settings(**options), tmp_path / "runs", show_progress=False, client=fake)
 
 
@@ -78,7 +79,7 @@ def test_options_are_typed_and_a_missing_key_says_what_to_set(tmp_path, monkeypa
 
 # -------------------------------------------------------------------------------------------- the happy path
 def test_jobs_complete_exactly_once_with_the_workers_results_and_bills(tmp_path, capsys):
-    fake = FakeRunpod(polls_to_finish=3)
+    fake = FakeServerlessClient(polls_to_finish=3)
     jobs = bundles(tmp_path, 6)
     twin = bundles(tmp_path / "twin", 1)[0]   # the same job as jobs[0], another bundle (another episode)
     results: dict[str, JobResult] = {}
@@ -108,7 +109,7 @@ def test_jobs_complete_exactly_once_with_the_workers_results_and_bills(tmp_path,
 
 
 def test_a_finished_job_is_served_from_the_journal_and_rerun_trains_it_again(tmp_path):
-    fake = FakeRunpod()
+    fake = FakeServerlessClient()
     (job,) = bundles(tmp_path, 1)
     with backend(tmp_path, fake) as b:
         first = b.run(job)
@@ -131,10 +132,10 @@ from ait_env.backends.base import BackendSettings
 from ait_env.backends.runpod import RunpodBackend
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.journal import Journal
-from tests.fakes.runpod_client import FakeRunpod
+from tests.fakes.runpod_client import FakeServerlessClient
 
 settings = BackendSettings.model_validate_json(Path(sys.argv[1]).read_text())
-fake = FakeRunpod(Path(sys.argv[2]), polls_to_finish=10**9)     # nothing finishes while this one lives
+fake = FakeServerlessClient(Path(sys.argv[2]), polls_to_finish=10**9)  # nothing ends while this one lives
 b = RunpodBackend(settings, sys.argv[3], show_progress=False, client=fake)
 handles = [b.submit(JobBundle.load(Path(p))) for p in sys.argv[4:]]
 while len(b.journal.in_flight()) < len(handles) or any(r.job_id is None for r in b.journal.in_flight()):
@@ -149,7 +150,7 @@ def test_an_orchestrator_killed_mid_batch_is_reattached_and_nothing_is_paid_twic
     state, runs = tmp_path / "runpod_state.sqlite", tmp_path / "runs"
     cfg = tmp_path / "settings.json"
     cfg.write_text(settings().model_dump_json())
-    FakeRunpod(state)   # create the shared state before two processes open it
+    FakeServerlessClient(state)   # create the shared state before two processes open it
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(cfg), str(state), str(runs),
                               *[str(j.root) for j in jobs]], stdout=subprocess.PIPE, text=True, cwd=ROOT,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -158,7 +159,7 @@ def test_an_orchestrator_killed_mid_batch_is_reattached_and_nothing_is_paid_twic
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
-    fake = FakeRunpod(state, polls_to_finish=2)
+    fake = FakeServerlessClient(state, polls_to_finish=2)
     assert fake.total_runs() == 5
     assert len(Journal.in_run_dir(runs).in_flight()) == 5
     with RunpodBackend(settings(), runs, show_progress=False, client=fake) as b:
@@ -173,7 +174,7 @@ def test_an_orchestrator_killed_mid_batch_is_reattached_and_nothing_is_paid_twic
 
 # ---------------------------------------------------------------------------------------------- failures
 def test_a_lost_worker_is_retried_and_then_infra_failed(tmp_path):
-    once = FakeRunpod(plan=lambda inp, n: "lost" if n == 1 else "ok")
+    once = FakeServerlessClient(plan=lambda inp, n: "lost" if n == 1 else "ok")
     (job,) = bundles(tmp_path / "a", 1)
     with backend(tmp_path / "a", once) as b:
         r = b.run(job)
@@ -181,7 +182,7 @@ def test_a_lost_worker_is_retried_and_then_infra_failed(tmp_path):
     assert r.status == "succeeded" and once.total_runs() == 2
     assert [a["status"] for a in row.history] == ["failed", "completed"]
     assert r.cost_usd == pytest.approx(2 * PER_JOB)      # the lost attempt was billed too
-    always = FakeRunpod(plan=lambda inp, n: "lost")
+    always = FakeServerlessClient(plan=lambda inp, n: "lost")
     with backend(tmp_path / "b", always, retry_budget=2) as b:
         r = b.run(job)
     assert r.status == "infra_failed" and always.total_runs() == 3
@@ -189,7 +190,7 @@ def test_a_lost_worker_is_retried_and_then_infra_failed(tmp_path):
 
 
 def test_an_expired_result_is_resubmitted_within_the_budget(tmp_path):
-    fake = FakeRunpod(plan=lambda inp, n: "expired" if n == 1 else "ok")
+    fake = FakeServerlessClient(plan=lambda inp, n: "expired" if n == 1 else "ok")
     (job,) = bundles(tmp_path, 1)
     with backend(tmp_path, fake) as b:
         r = b.run(job)
@@ -199,7 +200,7 @@ def test_an_expired_result_is_resubmitted_within_the_budget(tmp_path):
 
 
 def test_a_non_replica_worker_is_infra_failed_and_never_served(tmp_path):
-    fake = FakeRunpod(plan=lambda inp, n: "non_replica")
+    fake = FakeServerlessClient(plan=lambda inp, n: "non_replica")
     (job,) = bundles(tmp_path, 1)
     with backend(tmp_path, fake, retry_budget=1) as b:
         r = b.run(job)
@@ -207,14 +208,14 @@ def test_a_non_replica_worker_is_infra_failed_and_never_served(tmp_path):
         assert fake.total_runs() == 2
         b.run(job)                                       # an infra_failed row is claimed again, not served
         assert fake.total_runs() == 4
-    pinned = FakeRunpod()
+    pinned = FakeServerlessClient()
     with backend(tmp_path / "v", pinned, expected_versions={"train:verifiers": "0.3.0"}, retry_budget=0) as b:
         r = b.run(job)
     assert r.status == "infra_failed" and "train:verifiers 0.2.0, pinned 0.3.0" in r.error
 
 
 def test_a_job_that_fails_by_itself_is_job_failed_and_not_retried(tmp_path):
-    fake = FakeRunpod(plan=lambda inp, n: "job_failed")
+    fake = FakeServerlessClient(plan=lambda inp, n: "job_failed")
     (job,) = bundles(tmp_path, 1)
     with backend(tmp_path, fake) as b:
         r = b.run(job)
@@ -223,7 +224,7 @@ def test_a_job_that_fails_by_itself_is_job_failed_and_not_retried(tmp_path):
 
 
 def test_429_and_5xx_past_the_clients_retries_are_retried_and_a_401_is_not(tmp_path):
-    fake = FakeRunpod()
+    fake = FakeServerlessClient()
     jobs = bundles(tmp_path, 4)
     with backend(tmp_path, fake) as b:
         fake.errors["run"] = [429, 0]                    # a 429 and no connection, past the client's retries
@@ -241,7 +242,7 @@ def test_429_and_5xx_past_the_clients_retries_are_retried_and_a_401_is_not(tmp_p
 
 
 def test_budgets_stop_dispatch_with_a_clear_message(tmp_path):
-    fake = FakeRunpod()
+    fake = FakeServerlessClient()
     jobs = bundles(tmp_path, 4)
     estimate_s = (DELAY_MS + EXECUTION_MS) / 1000     # the estimate equals an instant job's bill
     with backend(tmp_path, fake, estimated_job_s=estimate_s, run_budget_usd=2.5 * PER_JOB) as b:
@@ -250,7 +251,7 @@ def test_budgets_stop_dispatch_with_a_clear_message(tmp_path):
     assert [r.status for r in done] == ["succeeded", "succeeded", "infra_failed"]
     assert "run budget exceeded" in done[2].error and "backend.options.run_budget_usd" in done[2].error
     assert fake.total_runs() == 2 and done[2].cost_usd == 0
-    fake2 = FakeRunpod()
+    fake2 = FakeServerlessClient()
     for j in jobs:
         j.manifest.episode_id = "ep-1"
     with backend(tmp_path / "ep", fake2, estimated_job_s=estimate_s, episode_budget_usd=1.5 * PER_JOB) as b:
@@ -261,7 +262,7 @@ def test_budgets_stop_dispatch_with_a_clear_message(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- baselines
 def test_a_baseline_goes_through_the_same_handler_and_journal(tmp_path):
-    fake = FakeRunpod()
+    fake = FakeServerlessClient()
     with backend(tmp_path, fake) as b:
         entry = b.measure_baseline("arithmetic", "Qwen/Qwen3-0.6B")
         again = b.measure_baseline("arithmetic", "Qwen/Qwen3-0.6B")
@@ -294,7 +295,7 @@ def test_a_real_job_through_the_real_handler(tmp_path):
     if needs_tiny_model.args[0]:
         pytest.skip("ait-tiny-s is not built (python -m ait_env.local.build)")
     pytest.importorskip("verifiers")
-    fake = FakeRunpod(mode="real", workers=1, store_input=False)
+    fake = FakeServerlessClient(mode="real", workers=1, store_input=False)
     try:
         with RunpodBackend(_real_settings(), tmp_path / "runs", show_progress=False, client=fake) as b:
             _pin_base(b)
@@ -317,7 +318,7 @@ def test_a_worker_killed_mid_job_is_retried_and_succeeds(tmp_path):
     if needs_tiny_model.args[0]:
         pytest.skip("ait-tiny-s is not built (python -m ait_env.local.build)")
     pytest.importorskip("verifiers")
-    fake = FakeRunpod(mode="real", workers=1, store_input=False)
+    fake = FakeServerlessClient(mode="real", workers=1, store_input=False)
     try:
         with RunpodBackend(_real_settings(), tmp_path / "runs", show_progress=False, client=fake) as b:
             _pin_base(b)
@@ -391,7 +392,7 @@ def test_the_real_client_against_the_http_fake_endpoint(tmp_path, monkeypatch):
 
 
 def test_closing_the_backend_wakes_its_waiters_and_a_new_one_reattaches(tmp_path):
-    fake = FakeRunpod(polls_to_finish=10**9)
+    fake = FakeServerlessClient(polls_to_finish=10**9)
     (job,) = bundles(tmp_path, 1)
     b = backend(tmp_path, fake)
     h = b.submit(job)
@@ -413,7 +414,7 @@ def test_an_episode_on_the_runpod_backend_is_scored_and_its_job_is_in_the_cost_l
     from ait_env.baselines import BaselineEntry
 
     pytest.importorskip("verifiers")
-    fake = FakeRunpod()
+    fake = FakeServerlessClient()
     with RunpodBackend(settings(), runs_dir, show_progress=False, client=fake) as b:
         b.baselines.put([BaselineEntry(backend="runpod", family="arithmetic", model=m, score=s)
                          for m, s in (("Qwen/Qwen3-0.6B", 0.1), ("Qwen/Qwen3-1.7B", 0.2))])
@@ -434,7 +435,7 @@ def test_an_episode_on_the_runpod_backend_is_scored_and_its_job_is_in_the_cost_l
 
 def test_the_key_is_what_decides_the_result_not_how_it_is_dispatched(tmp_path):
     (job,) = bundles(tmp_path, 1)
-    fake = FakeRunpod()
+    fake = FakeServerlessClient()
     keys = {}
     for name, opts in {"base": {},
                        "dispatch": {"poll_interval_s": 2.0, "max_in_flight": 3, "retry_budget": 5},
@@ -469,3 +470,58 @@ def test_a_real_worker_of_the_http_fake_killed_mid_job_is_retried_by_the_backend
     assert r.status == "succeeded", r.error
     assert [a["status"] for a in row.history] == ["failed", "completed"]
     assert r.cost_usd > 0 and r.timings["runpod_attempts"] == 2
+
+
+@pytest.mark.slow
+def test_twenty_real_jobs_through_four_workers_match_backend_local(tmp_path, monkeypatch):
+    """Issue #25's acceptance: 20 distinct real jobs (the tiny model, the local executor) through the HTTP
+    fake's 4 worker processes running the real handler: each completes exactly once, its result equals what
+    ``python -m ait_env.runner`` (backend=local) gives for the same bundle, and the bills add up."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from ait_env.baselines import BaselineEntry
+    from ait_env.local.catalog import weights_hash
+    from tests.gpu.fake_runpod import start_fake_runpod
+    from tests.gpu.helpers import local_settings, make_job, needs_tiny_model, worker_env
+
+    if needs_tiny_model.args[0]:
+        pytest.skip("ait-tiny-s is not built (python -m ait_env.local.build)")
+    pytest.importorskip("verifiers")
+    env = worker_env(tmp_path)
+    jobs = [make_job(tmp_path / "rp", job_id=f"rp-{i:02d}", seed=1000 + i) for i in range(20)]
+    t0 = time.time()
+    with start_fake_runpod(workers=4, worker_env=env, log_dir=tmp_path) as fake:
+        monkeypatch.setenv("RUNPOD_API_KEY", fake.api_key)
+        cfg = _real_settings(endpoint_id=fake.endpoint_id, base_url=fake.job_base_url, poll_interval_s=0.5)
+        with RunpodBackend(cfg, tmp_path / "runs", show_progress=False) as b:
+            _pin_base(b)
+            results = run_all(b, jobs, timeout=1800)
+            spent, rows = b.journal.spent_usd(), b.journal.rows()
+        sent = dict(fake.jobs)
+    fleet_s = time.time() - t0
+    assert [r.status for r in results] == ["succeeded"] * 20, [r.error for r in results]
+    assert len(sent) == 20 and len(rows) == 20                      # exactly once: 20 runs, 20 journal rows
+    assert sum(r.cost_usd for r in results) == pytest.approx(spent) and spent > 0
+    # the same bundles through the runner as backend=local runs them, with the same secret seeds and pin
+    from ait_env.baselines import BaselineStore
+
+    pins = tmp_path / "pins"
+    BaselineStore("local", user_dir=pins).put([BaselineEntry(
+        backend="local", family="arithmetic", model="ait-tiny-s", score=0.1,
+        model_hash=weights_hash("ait-tiny-s"), seeded_at=1.0)])
+    (tmp_path / "local.json").write_text(local_settings(measure_pre=False).model_dump_json())
+    t1 = time.time()
+    for job, res in zip(jobs, results):
+        twin = make_job(tmp_path / "local", job_id=job.job_id, seed=1000 + int(job.job_id[3:]))
+        out = subprocess.run([sys.executable, "-m", "ait_env.runner", str(twin.root), "--backend-settings",
+                              str(tmp_path / "local.json"), "--baselines-dir", str(pins), "--no-progress"],
+                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+        assert out.returncode == 0, out.stderr[-2000:]
+        ref = json.loads((twin.root / "result.json").read_text())
+        assert (res.post_score, res.post_ci95) == (ref["post_score"], ref["post_ci95"]), job.job_id
+        assert res.curves["train_reward"] == ref["curves"]["train_reward"], job.job_id
+    print(f"20 jobs through 4 fake Runpod workers: {fleet_s:.0f} s; the same 20 one by one as backend=local: "
+          f"{time.time() - t1:.0f} s; billed ${spent:.4f}")

@@ -119,7 +119,7 @@ def _real_handler(payload: dict[str, Any]) -> dict[str, Any]:
     return handle_input(payload)
 
 
-class FakeRunpod:
+class FakeServerlessClient:
     """The fake endpoint and its client in one (see the module docstring)."""
 
     def __init__(self, path: Path | None = None, *, mode: Literal["instant", "real"] = "instant",

@@ -36,8 +36,9 @@ needs_tiny_model = pytest.mark.skipif(not tiny_model_built(),
 
 
 def make_job(folder: Path, job_id: str = "job-1", env_edit: Callable[[str], str] = lambda t: t,
-             family: str = "arithmetic") -> Any:
-    """A 2-step job of ``family``'s reference recipe on ait-tiny-s, its environment edited by ``env_edit``."""
+             family: str = "arithmetic", seed: int | None = None) -> Any:
+    """A 2-step job of ``family``'s reference recipe on ait-tiny-s, its environment edited by ``env_edit``
+    (``seed``: the dataset seed of its ``[env]``, to make distinct jobs)."""
     from ait_env.agents.reference import reference_files
     from ait_env.jobs.bundle import build_bundle
     from ait_env.jobs.schema import parse_job
@@ -48,6 +49,8 @@ def make_job(folder: Path, job_id: str = "job-1", env_edit: Callable[[str], str]
                      ("group_size = 8", "group_size = 4"), ("max_tokens = 64", "max_tokens = 32"),
                      ("num_examples = 4000", "num_examples = 50")]:
         files["job.toml"] = files["job.toml"].replace(old, new)
+    if seed is not None:
+        files["job.toml"] = files["job.toml"].replace("seed = 12345", f"seed = {seed}")
     files["environment.py"] = env_edit(files["environment.py"])
     ws = folder / f"ws-{job_id}"
     ws.mkdir(parents=True)
