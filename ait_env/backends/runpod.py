@@ -36,7 +36,8 @@ Contract:
   worker starts until it fully stops" and its idle timeout after each request ("You're billed during idle
   time", runpod/docs ``serverless/pricing.mdx`` and ``serverless/endpoints/endpoint-configurations.mdx``,
   a900806e), and active workers "continuously, including when idle" (same page, "Active workers"). So:
-  (a) **idle**: each attempt a worker ran to its end (COMPLETED, or FAILED after it started) is charged
+  (a) **idle**: each attempt a worker took (it reports a worker id or an execution time), unless it
+  ended TIMED_OUT ("the job fails and the worker stops", ``endpoint-configurations.mdx``), is charged
   the endpoint's idle timeout x the attempt's $/GPU-s x its GPUs, journaled as the attempt's ``idle_usd``.
   It is an **upper bound**: a worker that takes the next queued job at once does not idle. Nothing we see
   tells that reliably (``/health`` is sampled at poll time, not when the job ended, and a queued job may
@@ -73,7 +74,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -85,6 +86,9 @@ from ait_env.jobs.journal import Billing, Journal, JournalRow, RunCosts, Session
 from ait_env.runner import RunnerSettings
 
 from gpu.runpod_api import ResultExpired, RunpodAPIError, SubmitUncertain
+
+if TYPE_CHECKING:
+    from gpu.runpod_api import ManagementClient
 
 _log = logging.getLogger(__name__)
 _IN_FLIGHT = {"IN_QUEUE": "in_queue", "IN_PROGRESS": "in_progress"}
@@ -281,7 +285,7 @@ class RunpodBackend(Backend):
         return getattr(self.client, "endpoint_id", None) or self.options.endpoint_id or \
             os.environ.get("RUNPOD_ENDPOINT_ID")
 
-    def _make_management(self) -> Any:
+    def _make_management(self) -> "ManagementClient | None":
         key = os.environ.get("RUNPOD_API_KEY")
         if not key:
             return None
@@ -399,12 +403,12 @@ class RunpodBackend(Backend):
         execution = int(getattr(st, "execution_time_ms", 0) or 0) if st is not None else 0
         rate = self.options.prices.price(gpu_type) * n
         usd = (delay + execution) / 1000.0 * rate
-        # the worker idles its idle timeout after a request it ran to the end (an upper bound: it may take
-        # the next job at once); none after TIMED_OUT ("the job fails and the worker stops",
-        # endpoint-configurations.mdx) or a cancel, nor for an attempt no worker started
+        # a worker that took the attempt idles its idle timeout afterwards (an upper bound: it may take the
+        # next job at once, or have died); not after TIMED_OUT ("the job fails and the worker stops",
+        # endpoint-configurations.mdx), nor for an attempt no worker took (still queued, cancelled there)
         ran = bool(execution or getattr(st, "worker_id", None))
         status = str(getattr(st, "status", "") or "")
-        idle_s = self.endpoint_costs.idle_timeout_s if ran and status in ("COMPLETED", "FAILED") else 0.0
+        idle_s = self.endpoint_costs.idle_timeout_s if ran and status and status != "TIMED_OUT" else 0.0
         return Billing(delay_time_ms=delay, execution_time_ms=execution, gpu_type=gpu_type, gpus_per_worker=n,
                        cost_usd=round(usd, 6), idle_usd=round(idle_s * rate, 6))
 

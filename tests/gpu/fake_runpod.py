@@ -31,7 +31,7 @@ Billing (``GET /v2/billing/serverless``, ``api-reference-v2/openapi.json`` ``lis
 "metadata": {...}}``) bills what its workers' time would cost at :mod:`gpu.prices` rates of the endpoint's
 first pool x its GPUs: per job a worker ran, its cold start (instant mode) plus execution, rounded up to a
 whole second ("rounded up to the nearest second", ``serverless/pricing.mdx``), plus the idle timeout after
-a COMPLETED or FAILED job; and ``workers.min`` active workers from the endpoint's creation (or the fake's
+it unless it TIMED_OUT; and ``workers.min`` active workers from the endpoint's creation (or the fake's
 start) to now at the active rate. A queued job's wait is not billed (the fake's workers are always up).
 Each charge is spread over the buckets its time span covers. ``bill_extra(usd, at)`` adds a charge Runpod
 would have billed and the journal would not know of (an injected discrepancy).
@@ -583,7 +583,7 @@ class FakeRunpod:
             flex, _ = self._rates(record)
             seconds = math.ceil(job.cold_start_s + job.finished - job.started - 1e-9)
             out.append((job.endpoint, job.finished - seconds, job.finished, seconds * flex))
-            if job.status in ("COMPLETED", "FAILED"):
+            if job.status != "TIMED_OUT":       # the worker idles after a request (not after a timeout)
                 idle = float((record.get("workers") or {}).get("idleTimeout", 5))
                 out.append((job.endpoint, job.finished, job.finished + idle, idle * flex))
         for ep, record in records.items():
