@@ -201,9 +201,9 @@ class RunpodOptions(RunnerSettings):
     claim_stale_s: float = Field(300.0, gt=0)
     #: close(): cancel the jobs still in flight (false: they keep running; a restart re-attaches them)
     cancel_on_close: bool = False
-    #: run costs: the endpoint's idle timeout and active workers (None: read from the endpoint, else
-    #: gpu/fleet_defaults.yaml); the REST v2 base URL they are read from (None: $AIT_RUNPOD_REST_BASE_URL
-    #: or https://api.runpod.io/v2)
+    #: run costs: the endpoint's idle timeout and active workers, used when the endpoint's own settings
+    #: cannot be read (None: gpu/fleet_defaults.yaml); the REST v2 base URL they are read from (None:
+    #: $AIT_RUNPOD_REST_BASE_URL or https://api.runpod.io/v2)
     idle_timeout_s: float | None = Field(None, ge=0)
     workers_min: int | None = Field(None, ge=0)
     rest_base_url: str | None = None
@@ -296,8 +296,9 @@ class RunpodBackend(Backend):
                                 retry=RetryPolicy(attempts=2, max_seconds=5.0))
 
     def _endpoint_costs(self, management: ManagementLike | None) -> EndpointCosts:
-        """The idle timeout, active workers, GPUs and pool the run costs are computed with: options, then
-        the endpoint's own settings (REST v2), then ``gpu/fleet_defaults.yaml`` (see the module docstring)."""
+        """The idle timeout, active workers, GPUs and pool the run costs are computed with: the endpoint's
+        own settings (REST v2: what Runpod bills by), else ``options``, else ``gpu/fleet_defaults.yaml``
+        (see the module docstring)."""
         from gpu import prices
         from gpu.endpoint import fleet_settings
 
@@ -315,12 +316,16 @@ class RunpodBackend(Backend):
         sources: list[str] = []
 
         def pick(name: str, option: Any, endpoint: Any, default: Any) -> Any:
+            if endpoint is not None:
+                if option is not None and float(option) != float(endpoint):
+                    _log.warning("run costs: backend.options.%s=%s, but endpoint %s has %s: the endpoint's "
+                                 "setting is what Runpod bills, so it is used", name, option, endpoint_id,
+                                 endpoint)
+                sources.append(f"{name}: endpoint {endpoint_id}")
+                return endpoint
             if option is not None:
                 sources.append(f"{name}: options")
                 return option
-            if endpoint is not None:
-                sources.append(f"{name}: endpoint {endpoint_id}")
-                return endpoint
             sources.append(f"{name}: gpu/fleet_defaults.yaml{why}")
             return default
 

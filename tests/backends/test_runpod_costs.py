@@ -85,7 +85,7 @@ def test_idle_is_charged_after_a_worker_ran_a_request_and_not_after_a_timeout(tm
         assert costs.idle == pytest.approx(sum(want)) and costs.active == 0
 
 
-def test_settings_come_from_the_endpoint_then_the_options_then_the_fleet_defaults(tmp_path):
+def test_settings_come_from_the_endpoint_else_the_options_else_the_fleet_defaults(tmp_path):
     fake = FakeRunpod()
     ep = Endpoint({"workers": {"min": 2, "max": 4, "idleTimeout": 11},
                    "gpu": {"pools": ["ADA_24"], "count": 1}})
@@ -98,7 +98,7 @@ def test_settings_come_from_the_endpoint_then_the_options_then_the_fleet_default
     (s,) = b.journal.sessions()
     assert s.endpoint_id == "ep-1" and s.active_usd_per_s == pytest.approx(2 * 1 * c.active_usd_per_gpu_s)
     with backend(tmp_path / "opt", fake, ep, endpoint_id="ep-1", idle_timeout_s=3) as b:
-        assert b.endpoint_costs.idle_timeout_s == 3 and "idle_timeout_s: options" in b.endpoint_costs.source
+        assert b.endpoint_costs.idle_timeout_s == 11                 # what Runpod bills by wins
     fleet = fleet_settings()                                       # the one place the defaults live
     down = Endpoint(error=RunpodAPIError("GET /serverless/ep-1: HTTP 503", 503))
     for mgmt in (None, down):
@@ -106,6 +106,9 @@ def test_settings_come_from_the_endpoint_then_the_options_then_the_fleet_default
             c = b.endpoint_costs
         assert (c.idle_timeout_s, c.workers_min) == (fleet["idle_timeout_s"], fleet["workers_min"])
         assert "gpu/fleet_defaults.yaml" in c.source and (c.pool, c.gpus_per_worker) == ("AMPERE_24", 2)
+        with backend(tmp_path / f"o{bool(mgmt)}", fake, mgmt, endpoint_id="ep-1", idle_timeout_s=3) as b:
+            c3 = b.endpoint_costs
+        assert c3.idle_timeout_s == 3 and "idle_timeout_s: options" in c3.source
     assert "HTTP 503" in c.source
 
 
