@@ -45,11 +45,13 @@ Contract:
   the pool's active $/GPU-s (:func:`gpu.prices.price_per_s`) over each orchestrator session's wall time
   (journal ``sessions``: opened at start, closed by :meth:`RunpodBackend.close`, a crashed one ends at its
   last heartbeat; overlapping sessions count once). :meth:`RunpodBackend.run_costs` returns jobs, idle,
-  active and total USD. ``run_budget_usd`` counts all three; ``episode_budget_usd`` counts the jobs only
-  (the agent's charges). The idle timeout, ``workers_min``, GPUs per worker and the first pool are read
-  from the endpoint (REST v2 ``GET /serverless/<id>``: ``workers.idleTimeout``, ``workers.min``,
-  ``gpu.count``, ``gpu.pools``) when this backend built its own client, else from ``options``
-  (``idle_timeout_s``, ``workers_min``), else from ``gpu/fleet_defaults.yaml``. ``python -m gpu.reconcile``
+  active and total USD; :meth:`RunpodBackend.charge_run_costs` puts idle and active into the env's cost
+  ledger once (``gpu_idle``/``gpu_active`` records). ``run_budget_usd`` counts all three;
+  ``episode_budget_usd`` counts the jobs only (the agent's charges). The idle timeout, ``workers_min``,
+  GPUs per worker and the first pool are read from the endpoint (REST v2 ``GET /serverless/<id>``:
+  ``workers.idleTimeout``, ``workers.min``, ``gpu.count``, ``gpu.pools``: what Runpod bills by) when this
+  backend built its own client, else from ``options`` (``idle_timeout_s``, ``workers_min``), else from
+  ``gpu/fleet_defaults.yaml``. ``python -m gpu.reconcile``
   compares the journal with Runpod's billing.
 - **Baselines.** :meth:`RunpodBackend.measure_baseline` sends a ``kind: "baseline"`` request through the
   same handler and journal (``python scripts/seed_baselines.py backend=runpod``); baselines a job measured
@@ -88,6 +90,7 @@ from ait_env.runner import RunnerSettings
 from gpu.runpod_api import ResultExpired, RunpodAPIError, SubmitUncertain
 
 if TYPE_CHECKING:
+    from ait_env.ledger import CostLedger
     from gpu.runpod_api import ManagementClient
 
 _log = logging.getLogger(__name__)
@@ -426,6 +429,21 @@ class RunpodBackend(Backend):
         the sessions' wall time (this one up to now while open), and their total, in USD."""
         live = frozenset() if self.closed else frozenset({self._session_id})
         return self.journal.run_costs(live=live)
+
+    def charge_run_costs(self, ledger: CostLedger) -> RunCosts:
+        """Append to the env's cost ``ledger`` the idle and active USD of this run dir not charged before
+        (records ``kind="gpu_idle"`` and ``"gpu_active"``, no episode: run costs, not an agent's), once across
+        orchestrators (:meth:`Journal.take_run_charges`); the ``gpu_job`` records the env writes hold the
+        jobs. Returns the run costs charged up to. Call it at the end of a run (after :meth:`close`, the
+        active workers stop counting) or whenever the ledger should catch up."""
+        from ait_env.ledger import CostRecord
+
+        costs = self.run_costs()
+        for part, usd in self.journal.take_run_charges(costs).items():
+            if usd > 0:
+                ledger.append(CostRecord(kind=f"gpu_{part}", usd=usd, meta={
+                    "backend": self.name, "journal": str(self.journal.path), "run_total_usd": costs.total}))
+        return costs
 
     def _over_budget(self, episode_id: str | None) -> str:
         """Why one more attempt may not be sent ("" when it may)."""

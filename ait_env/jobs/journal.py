@@ -76,6 +76,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     workers_min INTEGER NOT NULL DEFAULT 0, gpus_per_worker INTEGER NOT NULL DEFAULT 0,
     pool TEXT NOT NULL DEFAULT '', active_usd_per_s REAL NOT NULL DEFAULT 0,
     idle_timeout_s REAL NOT NULL DEFAULT 0, source TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS run_charged (part TEXT PRIMARY KEY, usd REAL NOT NULL DEFAULT 0);
 """
 #: columns added after the first release: (table, column, declaration); added to an older file on open
 _ADDED = (("jobs", "idle_usd", "REAL NOT NULL DEFAULT 0"),
@@ -478,6 +479,19 @@ class Journal:
         wall = sum(b - a for a, b, _ in periods)
         return RunCosts(jobs=jobs, idle=idle, active=active, total=round(jobs + idle + active, 6),
                         wall_s=round(wall, 3))
+
+    def take_run_charges(self, costs: RunCosts) -> dict[str, float]:
+        """The part of ``costs.idle`` and ``costs.active`` not handed out before (``{"idle": usd, "active":
+        usd}``), recorded as handed out: of callers in any process, each dollar goes to one (a cost ledger
+        gets the run costs once)."""
+        with self._tx() as db:
+            done = {r[0]: float(r[1]) for r in db.execute("SELECT part, usd FROM run_charged")}
+            out = {}
+            for part, now in (("idle", costs.idle), ("active", costs.active)):
+                out[part] = round(max(0.0, now - done.get(part, 0.0)), 6)
+                db.execute("INSERT INTO run_charged (part, usd) VALUES (?, ?) ON CONFLICT(part) DO UPDATE "
+                           "SET usd = MAX(usd, excluded.usd)", (part, now))
+            return out
 
     def counts(self) -> dict[str, int]:
         return {r[0]: r[1] for r in self._db().execute("SELECT status, COUNT(*) FROM jobs GROUP BY status")}

@@ -3,7 +3,8 @@ its end carries an idle charge (the endpoint's idle timeout x $/GPU-s x GPUs, an
 workers are charged over the sessions' wall time, and jobs + idle + active add up to the journal's total;
 the agent's charge (JobResult.cost_usd) stays the job's own bill; the run budget counts idle and active,
 the episode budget does not; the settings come from the endpoint, else options, else
-gpu/fleet_defaults.yaml; an older journal file gets the new columns."""
+gpu/fleet_defaults.yaml; an older journal file gets the new columns; the env's cost ledger gets idle and
+active once, and its total is jobs + idle + active."""
 
 from __future__ import annotations
 
@@ -180,3 +181,29 @@ def test_an_older_journal_file_gets_the_new_columns(tmp_path):
     Journal(path)                                                  # a second open changes nothing
     costs = j.run_costs()
     assert (costs.jobs, costs.idle, costs.active, costs.total) == (0.5, 0.0, 0.0, 0.5)
+
+
+def test_the_cost_ledger_gets_idle_and_active_once_and_its_total_is_the_sum_of_the_parts(tmp_path):
+    from ait_env.ledger import CostLedger, CostRecord
+
+    ledger = CostLedger(tmp_path / "costs.jsonl")
+    fake = FakeRunpod()
+    jobs = bundles(tmp_path, 3)
+    with backend(tmp_path, fake, idle_timeout_s=7, workers_min=1) as b:
+        for j in jobs[:2]:                                         # what the env writes per job
+            r = b.run(j)
+            ledger.append(CostRecord(kind="gpu_job", usd=r.cost_usd, meta={"job_id": r.job_id}))
+        b.charge_run_costs(ledger)                                 # mid-run: the ledger catches up
+    b.charge_run_costs(ledger)                                     # at the end: the rest, once
+    b.charge_run_costs(ledger)
+    with backend(tmp_path, fake, idle_timeout_s=7, workers_min=1) as again:   # a second orchestrator
+        r = again.run(jobs[2])
+        ledger.append(CostRecord(kind="gpu_job", usd=r.cost_usd, meta={"job_id": r.job_id}))
+    again.charge_run_costs(ledger)
+    costs = again.run_costs()
+    kinds = {k: sum(x.usd for x in ledger.records() if x.kind == k)
+             for k in ("gpu_job", "gpu_idle", "gpu_active")}
+    assert kinds["gpu_job"] == pytest.approx(costs.jobs) and kinds["gpu_idle"] == pytest.approx(costs.idle)
+    assert kinds["gpu_active"] == pytest.approx(costs.active, abs=1e-5) and costs.active > 0
+    assert ledger.spent() == pytest.approx(costs.total, abs=1e-5)
+    assert all(x.episode_id is None for x in ledger.records() if x.kind != "gpu_job")   # never an agent's
