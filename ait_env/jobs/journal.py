@@ -23,7 +23,9 @@ Contract:
   never paid for twice in the cost ledger. That cost is the job's own bill (``cost_usd``: delay +
   execution); the idle time Runpod bills after an attempt (``idle_usd``, an upper bound: see
   :mod:`ait_env.backends.runpod`) and the active workers of the sessions are **run** costs, never charged
-  to a job: :meth:`Journal.run_costs` sums the three (``jobs + idle + active == total``).
+  to a job: :meth:`Journal.run_costs` sums the three (``jobs + idle + active == total``), and
+  :meth:`Journal.take_run_charges` hands the idle and active USD not handed out before to exactly one
+  caller (``run_charged``: a cost ledger gets them once).
 - Nothing secret is stored: keys, ids, statuses, the worker's (scrubbed) result and billing figures.
 
 Subsumes, for backends that use it, the job result cache (:mod:`ait_env.jobs.cache`): the same key, and
