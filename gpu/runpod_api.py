@@ -7,7 +7,8 @@ Contract
   ``cancel(id)``, ``retry(id)``, ``health() -> dict``, ``purge_queue() -> dict``. Thread-safe: one
   ``httpx.Client`` (a keep-alive connection pool) shared by every thread.
 - :class:`ManagementClient` (REST API v2, ``https://api.runpod.io/v2/serverless``): list, find by name,
-  create or update from an :class:`EndpointSpec`, set workers, list workers, delete.
+  create or update from an :class:`EndpointSpec`, set workers, list workers, delete; and
+  :meth:`ManagementClient.billing`, the Serverless billing history (``GET /v2/billing/serverless``).
 - Errors: :class:`RunpodAPIError` (HTTP status, a short body, and what to fix); :class:`ResultExpired`
   (a 404 on ``status``/``stream``: the job is gone, see below); :class:`SubmitUncertain` (``run`` got no
   clear answer: the job may or may not be queued).
@@ -65,9 +66,22 @@ Runpod facts relied on (stored copies: runpod/docs a900806e of 2026-08-20; runpo
   ``ADA_48_PRO``, ``AMPERE_80``, ``ADA_80_PRO``, ``HOPPER_141``; ``references/gpu-types.mdx``), "workers
   are placed on whichever listed pool has capacity"; the console's "up to three GPU types in priority
   order" (``endpoint-configurations.mdx``) is kept as the order of :attr:`EndpointSpec.gpu_type_ids`.
+- **Billing** (``api-reference-v2/openapi.json``, operation ``listServerlessBilling``, ``GET
+  /v2/billing/serverless``): query ``startTime``/``endTime`` (RFC 3339; start "snapped down" and end
+  "snapped up" to bucket boundaries, end exclusive; defaults 30 days ago / now), ``bucketSize`` (``hour``,
+  ``day`` (default), ``week``, ``month``, ``year``), ``lastN`` (exclusive with the times) and
+  ``serverlessId`` ("Filter to a specific serverless endpoint"; without it "one record is emitted per
+  serverless endpoint per bucket"). Answer ``{"records": [{startTime, endTime, serverlessId, totalAmount,
+  gpuAmount, cpuAmount, diskAmount, feeAmount}], "metadata": {query, recordCount, totals,
+  uniqueServerlessCount}}``, amounts in USD. Not to be confused with ``GET /v2/billing/endpoints``, which
+  is Runpod's *public* endpoints (``listEndpointBilling``). REST v1's ``GET /billing/endpoints``
+  (``api-reference/openapi.json``, ``EndpointBilling``: ``endpointId``, ``grouping``, records ``amount``,
+  ``timeBilledMs``, ``diskSpaceBilledGb``, ``time``) retired with v1 on 2026-11-15 and is not used.
 
-Not verified against a live account (there is none here): the 404 body, ``workerId`` in ``/status`` of
-a queue-based endpoint, rate limits of the job API, whether v2 keeps the pool order as a priority.
+Not verified against a live account (there is none here): how soon a bucket's billing is complete
+and whether its ``gpuAmount`` covers idle and active worker time as the pricing page says, the 404
+body, ``workerId`` in ``/status`` of a queue-based endpoint, rate limits of the job API, whether v2
+keeps the pool order as a priority.
 """
 
 from __future__ import annotations
@@ -78,6 +92,7 @@ import random
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 import httpx
@@ -90,6 +105,8 @@ REST_BASE_ENV = "AIT_RUNPOD_REST_BASE_URL"        # ours: the SDK has none for R
 API_KEY_ENV = "RUNPOD_API_KEY"
 
 JobState = Literal["IN_QUEUE", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"]
+BucketSize = Literal["hour", "day", "week", "month", "year"]
+BUCKET_SIZES: tuple[str, ...] = ("hour", "day", "week", "month", "year")   # openapi BillingBucketSize
 FINAL_STATES: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"})
 RESULT_RETENTION_S = 30 * 60   # results of /run, after completion (operation-reference.mdx)
 MAX_RUN_PAYLOAD_BYTES = 10 * 2**20
@@ -449,6 +466,36 @@ class ManagementClient:
 
     def delete(self, endpoint_id: str) -> None:
         self._http.request("DELETE", f"/serverless/{endpoint_id}")
+
+    def billing(self, start: datetime, end: datetime, bucket_size: BucketSize = "day",
+                serverless_id: str | None = None) -> dict[str, Any]:
+        """``GET /v2/billing/serverless``: Serverless spend per bucket in ``[start, end)`` (UTC; Runpod widens
+        the window to whole buckets), of one endpoint when ``serverless_id`` is given. Returns the answer as
+        it is: ``{"records": [{startTime, endTime, serverlessId, totalAmount, gpuAmount, cpuAmount,
+        diskAmount, feeAmount}], "metadata": {...}}`` (see the module docstring)."""
+        if bucket_size not in BUCKET_SIZES:
+            raise ValueError(f"bucket size {bucket_size!r}: expected one of {BUCKET_SIZES}")
+        params = {"startTime": rfc3339(start), "endTime": rfc3339(end), "bucketSize": bucket_size}
+        if serverless_id:
+            params["serverlessId"] = serverless_id
+        data = self._http.request("GET", "/billing/serverless", params=params).json()
+        if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+            raise RunpodAPIError(f"GET /billing/serverless: no records in the answer {str(data)[:200]!r}",
+                                 200, str(data)[:500], "GET", "/billing/serverless")
+        return data
+
+
+def rfc3339(t: datetime) -> str:
+    """``t`` in UTC as ``YYYY-MM-DDTHH:MM:SSZ`` (a naive ``t`` is taken as UTC)."""
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(value: str) -> datetime:
+    """An RFC 3339 time of a billing record (``...Z`` or an offset) as an aware UTC datetime."""
+    t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
 
 
 def upsert_endpoint(mgmt: ManagementClient, spec: EndpointSpec) -> tuple[dict[str, Any], bool]:

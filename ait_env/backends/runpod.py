@@ -32,6 +32,27 @@ Contract:
   a job's attempts is ``JobResult.cost_usd`` (the env writes it to the cost ledger). ``run_budget_usd`` /
   ``episode_budget_usd`` (over the journal's bills) stop dispatch: the job ends ``infra_failed`` with the
   budget's message (never charged to the agent), as a :class:`ait_env.ledger.BudgetExceeded` would.
+- **Run costs** (not the agent's: never in ``JobResult.cost_usd``). Runpod bills a worker "from when a
+  worker starts until it fully stops" and its idle timeout after each request ("You're billed during idle
+  time", runpod/docs ``serverless/pricing.mdx`` and ``serverless/endpoints/endpoint-configurations.mdx``,
+  a900806e), and active workers "continuously, including when idle" (same page, "Active workers"). So:
+  (a) **idle**: each attempt a worker took (it reports a worker id or an execution time), unless it
+  ended TIMED_OUT ("the job fails and the worker stops", ``endpoint-configurations.mdx``), is charged
+  the endpoint's idle timeout x the attempt's $/GPU-s x its GPUs, journaled as the attempt's ``idle_usd``.
+  It is an **upper bound**: a worker that takes the next queued job at once does not idle. Nothing we see
+  tells that reliably (``/health`` is sampled at poll time, not when the job ended, and a queued job may
+  go to another, cold worker), so the bound is kept. (b) **active**: ``workers_min`` x GPUs per worker x
+  the pool's active $/GPU-s (:func:`gpu.prices.price_per_s`) over each orchestrator session's wall time
+  (journal ``sessions``: opened at start, closed by :meth:`RunpodBackend.close`, a crashed one ends at its
+  last heartbeat; overlapping sessions count once). :meth:`RunpodBackend.run_costs` returns jobs, idle,
+  active and total USD; :meth:`RunpodBackend.charge_run_costs` puts idle and active into the env's cost
+  ledger once (``gpu_idle``/``gpu_active`` records). ``run_budget_usd`` counts all three;
+  ``episode_budget_usd`` counts the jobs only (the agent's charges). The idle timeout, ``workers_min``,
+  GPUs per worker and the first pool are read from the endpoint (REST v2 ``GET /serverless/<id>``:
+  ``workers.idleTimeout``, ``workers.min``, ``gpu.count``, ``gpu.pools``: what Runpod bills by) when this
+  backend built its own client, else from ``options`` (``idle_timeout_s``, ``workers_min``), else from
+  ``gpu/fleet_defaults.yaml``. ``python -m gpu.reconcile``
+  compares the journal with Runpod's billing.
 - **Baselines.** :meth:`RunpodBackend.measure_baseline` sends a ``kind: "baseline"`` request through the
   same handler and journal (``python scripts/seed_baselines.py backend=runpod``); baselines a job measured
   come back in the handler's output and go to this backend's user store.
@@ -55,7 +76,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -63,10 +84,14 @@ from ait_env.backends.base import Backend, BackendSettings, JobHandle, JobResult
 from ait_env.baselines import BaselineEntry
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.cache import job_key
-from ait_env.jobs.journal import Billing, Journal, JournalRow, owner_alive, this_owner
+from ait_env.jobs.journal import Billing, Journal, JournalRow, RunCosts, Session, owner_alive, this_owner
 from ait_env.runner import RunnerSettings
 
 from gpu.runpod_api import ResultExpired, RunpodAPIError, SubmitUncertain
+
+if TYPE_CHECKING:
+    from ait_env.ledger import CostLedger
+    from gpu.runpod_api import ManagementClient
 
 _log = logging.getLogger(__name__)
 _IN_FLIGHT = {"IN_QUEUE": "in_queue", "IN_PROGRESS": "in_progress"}
@@ -82,6 +107,23 @@ class RunpodJobStatus(Protocol):
     delay_time_ms: int | None
     execution_time_ms: int | None
     worker_id: str | None
+
+
+class ManagementLike(Protocol):
+    """The part of ``gpu.runpod_api.ManagementClient`` this backend uses (the endpoint's settings)."""
+
+    def get(self, endpoint_id: str) -> dict[str, Any]: ...
+
+
+class EndpointCosts(BaseModel):
+    """What the run costs besides its jobs, and where each figure comes from."""
+
+    idle_timeout_s: float
+    workers_min: int
+    gpus_per_worker: int
+    pool: str
+    active_usd_per_gpu_s: float
+    source: str
 
 
 class ServerlessClientLike(Protocol):
@@ -162,6 +204,14 @@ class RunpodOptions(RunnerSettings):
     claim_stale_s: float = Field(300.0, gt=0)
     #: close(): cancel the jobs still in flight (false: they keep running; a restart re-attaches them)
     cancel_on_close: bool = False
+    #: run costs: the endpoint's idle timeout and active workers, used when the endpoint's own settings
+    #: cannot be read (None: gpu/fleet_defaults.yaml); the REST v2 base URL they are read from (None:
+    #: $AIT_RUNPOD_REST_BASE_URL or https://api.runpod.io/v2)
+    idle_timeout_s: float | None = Field(None, ge=0)
+    workers_min: int | None = Field(None, ge=0)
+    rest_base_url: str | None = None
+    #: false: never read the endpoint's settings (options and the fleet defaults only)
+    read_endpoint: bool = True
 
 
 def worker_settings(settings: BackendSettings) -> BackendSettings:
@@ -196,12 +246,29 @@ class RunpodBackend(Backend):
     Options = RunpodOptions
 
     def __init__(self, settings: BackendSettings, runs_dir: Path | str = "runs", show_progress: bool = True,
-                 client: ServerlessClientLike | None = None) -> None:
+                 client: ServerlessClientLike | None = None,
+                 management: ManagementLike | None = None) -> None:
         super().__init__(settings, runs_dir)
         self.options: RunpodOptions
         self.show_progress = show_progress
         self.client = client if client is not None else self._make_client()
         self.journal = Journal.in_run_dir(self.runs_dir)
+        made = self._make_management() if management is None and client is None and \
+            self.options.read_endpoint else None
+        try:
+            self.endpoint_costs = self._endpoint_costs(management or made)
+        finally:
+            if made is not None:
+                made.close()
+        self._session_id = f"{this_owner()}:{uuid.uuid4().hex[:8]}"
+        self._beat_at = time.monotonic()
+        now = time.time()
+        ec = self.endpoint_costs
+        self.journal.open_session(Session(
+            id=self._session_id, owner=this_owner(), endpoint_id=self._endpoint_id() or "", started=now,
+            heartbeat=now, workers_min=ec.workers_min, gpus_per_worker=ec.gpus_per_worker, pool=ec.pool,
+            active_usd_per_s=ec.workers_min * ec.gpus_per_worker * ec.active_usd_per_gpu_s,
+            idle_timeout_s=ec.idle_timeout_s, source=ec.source))
         self.worker_settings = worker_settings(settings)
         self._worker_json = self.worker_settings.model_dump(mode="json")
         self._entries: dict[str, _Entry] = {}
@@ -217,6 +284,68 @@ class RunpodBackend(Backend):
         self._adopt()
 
     # ------------------------------------------------------------------ setup
+    def _endpoint_id(self) -> str | None:
+        return getattr(self.client, "endpoint_id", None) or self.options.endpoint_id or \
+            os.environ.get("RUNPOD_ENDPOINT_ID")
+
+    def _make_management(self) -> "ManagementClient | None":
+        key = os.environ.get("RUNPOD_API_KEY")
+        if not key:
+            return None
+        from gpu.runpod_api import ManagementClient, RetryPolicy
+
+        # one GET at start: a short retry budget, the defaults stand in when it fails
+        return ManagementClient(key, base_url=self.options.rest_base_url, timeout_s=10.0,
+                                retry=RetryPolicy(attempts=2, max_seconds=5.0))
+
+    def _endpoint_costs(self, management: ManagementLike | None) -> EndpointCosts:
+        """The idle timeout, active workers, GPUs and pool the run costs are computed with: the endpoint's
+        own settings (REST v2: what Runpod bills by), else ``options``, else ``gpu/fleet_defaults.yaml``
+        (see the module docstring)."""
+        from gpu import prices
+        from gpu.endpoint import fleet_settings
+
+        o, ep, why = self.options, None, ""
+        endpoint_id = self._endpoint_id()
+        if management is not None and endpoint_id:
+            try:
+                ep = management.get(endpoint_id)
+            except (RunpodAPIError, OSError) as exc:
+                why = f" (reading endpoint {endpoint_id} failed: {str(exc)[:200]})"
+                _log.warning("run costs: could not read endpoint %s (%s); using the options and "
+                             "gpu/fleet_defaults.yaml", endpoint_id, str(exc)[:200])
+        workers, gpu = (ep or {}).get("workers") or {}, (ep or {}).get("gpu") or {}
+        fleet = fleet_settings()
+        sources: list[str] = []
+
+        def pick(name: str, option: Any, endpoint: Any, default: Any) -> Any:
+            if endpoint is not None:
+                if option is not None and float(option) != float(endpoint):
+                    _log.warning("run costs: backend.options.%s=%s, but endpoint %s has %s: the endpoint's "
+                                 "setting is what Runpod bills, so it is used", name, option, endpoint_id,
+                                 endpoint)
+                sources.append(f"{name}: endpoint {endpoint_id}")
+                return endpoint
+            if option is not None:
+                sources.append(f"{name}: options")
+                return option
+            sources.append(f"{name}: gpu/fleet_defaults.yaml{why}")
+            return default
+
+        idle = float(pick("idle_timeout_s", o.idle_timeout_s, workers.get("idleTimeout"),
+                          fleet["idle_timeout_s"]))
+        wmin = int(pick("workers_min", o.workers_min, workers.get("min"), fleet["workers_min"]))
+        gpus = int(gpu.get("count") or o.gpus_per_worker)
+        pools = list(gpu.get("pools") or [])
+        pool = pools[0] if pools else (prices.pool_for_gpu(o.gpu_type, o.prices.pools) or "")
+        try:
+            active = prices.price_per_s(pool, active=True)
+        except KeyError:
+            active = max(prices.FLEX_USD_PER_S.values())
+            _log.warning("no active price for pool %r: active workers billed at the dearest flex rate", pool)
+        return EndpointCosts(idle_timeout_s=idle, workers_min=wmin, gpus_per_worker=gpus, pool=pool,
+                             active_usd_per_gpu_s=active, source="; ".join(sources))
+
     def _make_client(self) -> ServerlessClientLike:
         endpoint = self.options.endpoint_id or os.environ.get("RUNPOD_ENDPOINT_ID")
         key = os.environ.get("RUNPOD_API_KEY")
@@ -280,21 +409,55 @@ class RunpodBackend(Backend):
         n = len(gpus) or self.options.gpus_per_worker
         delay = int(getattr(st, "delay_time_ms", 0) or 0) if st is not None else 0
         execution = int(getattr(st, "execution_time_ms", 0) or 0) if st is not None else 0
-        usd = (delay + execution) / 1000.0 * self.options.prices.price(gpu_type) * n
+        rate = self.options.prices.price(gpu_type) * n
+        usd = (delay + execution) / 1000.0 * rate
+        # a worker that took the attempt idles its idle timeout afterwards (an upper bound: it may take the
+        # next job at once, or have died); not after TIMED_OUT ("the job fails and the worker stops",
+        # endpoint-configurations.mdx), nor for an attempt no worker took (still queued, cancelled there)
+        ran = bool(execution or getattr(st, "worker_id", None))
+        status = str(getattr(st, "status", "") or "")
+        idle_s = self.endpoint_costs.idle_timeout_s if ran and status and status != "TIMED_OUT" else 0.0
         return Billing(delay_time_ms=delay, execution_time_ms=execution, gpu_type=gpu_type, gpus_per_worker=n,
-                       cost_usd=round(usd, 6))
+                       cost_usd=round(usd, 6), idle_usd=round(idle_s * rate, 6))
+
+    def _idle_estimate(self) -> float:
+        o = self.options
+        return self.endpoint_costs.idle_timeout_s * o.prices.price(o.gpu_type) * o.gpus_per_worker
+
+    def run_costs(self) -> RunCosts:
+        """This run dir's costs so far: jobs (the agents' charges), idle (upper bound), active workers over
+        the sessions' wall time (this one up to now while open), and their total, in USD."""
+        live = frozenset() if self.closed else frozenset({self._session_id})
+        return self.journal.run_costs(live=live)
+
+    def charge_run_costs(self, ledger: CostLedger) -> RunCosts:
+        """Append to the env's cost ``ledger`` the idle and active USD of this run dir not charged before
+        (records ``kind="gpu_idle"`` and ``"gpu_active"``, no episode: run costs, not an agent's), once across
+        orchestrators (:meth:`Journal.take_run_charges`); the ``gpu_job`` records the env writes hold the
+        jobs. Returns the run costs charged up to. Call it at the end of a run (after :meth:`close`, the
+        active workers stop counting) or whenever the ledger should catch up."""
+        from ait_env.ledger import CostRecord
+
+        costs = self.run_costs()
+        for part, usd in self.journal.take_run_charges(costs).items():
+            if usd > 0:
+                ledger.append(CostRecord(kind=f"gpu_{part}", usd=usd, meta={
+                    "backend": self.name, "journal": str(self.journal.path), "run_total_usd": costs.total}))
+        return costs
 
     def _over_budget(self, episode_id: str | None) -> str:
         """Why one more attempt may not be sent ("" when it may)."""
         o, est = self.options, self._estimate()
         if o.run_budget_usd is not None:
-            spent = self.journal.spent_usd()
+            costs = self.run_costs()
             with self._lock:
                 out = len(self._sent)
-            if spent + (out + 1) * est > o.run_budget_usd:
-                return (f"run budget exceeded: spent ${spent:.2f} + {out} job(s) in flight and this one at "
-                        f"~${est:.2f} each > ${o.run_budget_usd:.2f} (journal {self.journal.path}). Raise "
-                        "backend.options.run_budget_usd or start a new run dir.")
+            each = est + self._idle_estimate()
+            if costs.total + (out + 1) * each > o.run_budget_usd:
+                return (f"run budget exceeded: spent ${costs.total:.2f} (jobs ${costs.jobs:.2f}, idle "
+                        f"${costs.idle:.2f}, active workers ${costs.active:.2f}) + {out} job(s) in flight "
+                        f"and this one at ~${each:.2f} each > ${o.run_budget_usd:.2f} (journal "
+                        f"{self.journal.path}). Raise backend.options.run_budget_usd or start a new run dir.")
         if o.episode_budget_usd is not None and episode_id is not None:
             spent = self.journal.spent_usd(episode_id)
             if spent + est > o.episode_budget_usd:
@@ -461,6 +624,9 @@ class RunpodBackend(Backend):
         while not self._stop.is_set():
             try:
                 self._sweep()
+                if time.monotonic() - self._beat_at > 30:   # a crashed session ends at its last beat
+                    self._beat_at = time.monotonic()
+                    self.journal.beat(self._session_id)
             except Exception:  # noqa: BLE001 - the poller must outlive one bad sweep
                 _log.exception("runpod poller sweep failed; retrying")
             self._wake.wait(self.options.poll_interval_s)
@@ -582,7 +748,8 @@ class RunpodBackend(Backend):
         if self.journal.record_result(entry.key, job_id, out, bill, str(result.get("status", ""))):
             billed_s = (bill.delay_time_ms + bill.execution_time_ms) / 1000
             self._say(f"{entry.claimant}: done ({job_id}: {result.get('status')}, {bill.gpus_per_worker}x "
-                      f"{bill.gpu_type}, {billed_s:.0f} s billed, ${bill.cost_usd:.4f})")
+                      f"{bill.gpu_type}, {billed_s:.0f} s billed, ${bill.cost_usd:.4f}; idle <= "
+                      f"${bill.idle_usd:.4f} to the run)")
             self._done(entry)
         else:  # another orchestrator recorded it, or moved the row on
             self._follow(entry)
@@ -665,7 +832,8 @@ class RunpodBackend(Backend):
         return BaselineEntry.model_validate(outcome["entry"])
 
     def spent_usd(self) -> float:
-        """USD billed on this run dir's journal (every attempt, every orchestrator)."""
+        """USD billed to jobs on this run dir's journal (every attempt, every orchestrator); the idle and
+        active run costs are in :meth:`run_costs`."""
         return self.journal.spent_usd()
 
     def close(self) -> None:
@@ -689,4 +857,9 @@ class RunpodBackend(Backend):
             waiting = [e for e in self._entries.values() if not e.done.is_set()]
         for e in waiting:
             e.done.set()
+        self.journal.close_session(self._session_id)
         super().close()
+        c = self.run_costs()
+        self._say(f"run costs so far: ${c.total:.4f} (jobs ${c.jobs:.4f}, idle <= ${c.idle:.4f}, active "
+                  f"workers ${c.active:.4f} over {c.wall_s:.0f} s); check them: python -m gpu.reconcile "
+                  f"--runs-dir {self.runs_dir}")

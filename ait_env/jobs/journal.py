@@ -7,6 +7,8 @@ a deliberate re-run, ``rerun: true``, uses the bundle's job id), and records the
 current attempt, its status, the result JSON (written the moment it is seen: Runpod keeps ``/run``
 results 30 minutes only), the billed fields (queue/cold-start delay, execution time, GPU type, GPUs per
 worker, USD) summed over every attempt, and timestamps. ``attempts`` holds one row per attempt.
+``sessions`` holds one row per orchestrator that opened the run dir (:meth:`Journal.open_session`): when
+it started and stopped, and what the endpoint's active (``workers_min``) workers cost per second meanwhile.
 
 Contract:
 
@@ -18,7 +20,12 @@ Contract:
   moves a row to a new attempt (a retry) for exactly one caller; :meth:`Journal.record_result` and
   :meth:`Journal.finish` write the final state once (later calls change nothing and return False).
 - :meth:`Journal.take_charge` hands a row's cost to exactly one caller (the first to read it): a job is
-  never paid for twice in the cost ledger.
+  never paid for twice in the cost ledger. That cost is the job's own bill (``cost_usd``: delay +
+  execution); the idle time Runpod bills after an attempt (``idle_usd``, an upper bound: see
+  :mod:`ait_env.backends.runpod`) and the active workers of the sessions are **run** costs, never charged
+  to a job: :meth:`Journal.run_costs` sums the three (``jobs + idle + active == total``), and
+  :meth:`Journal.take_run_charges` hands the idle and active USD not handed out before to exactly one
+  caller (``run_charged``: a cost ledger gets them once).
 - Nothing secret is stored: keys, ids, statuses, the worker's (scrubbed) result and billing figures.
 
 Subsumes, for backends that use it, the job result cache (:mod:`ait_env.jobs.cache`): the same key, and
@@ -65,17 +72,59 @@ CREATE TABLE IF NOT EXISTS attempts (
     cost_usd REAL NOT NULL DEFAULT 0,
     started REAL NOT NULL, ended REAL, PRIMARY KEY (key, attempt));
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status);
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, endpoint_id TEXT NOT NULL DEFAULT '',
+    started REAL NOT NULL, heartbeat REAL NOT NULL, ended REAL,
+    workers_min INTEGER NOT NULL DEFAULT 0, gpus_per_worker INTEGER NOT NULL DEFAULT 0,
+    pool TEXT NOT NULL DEFAULT '', active_usd_per_s REAL NOT NULL DEFAULT 0,
+    idle_timeout_s REAL NOT NULL DEFAULT 0, source TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS run_charged (part TEXT PRIMARY KEY, usd REAL NOT NULL DEFAULT 0);
 """
+#: columns added after the first release: (table, column, declaration); added to an older file on open
+_ADDED = (("jobs", "idle_usd", "REAL NOT NULL DEFAULT 0"),
+          ("attempts", "idle_usd", "REAL NOT NULL DEFAULT 0"))
 
 
 class Billing(BaseModel):
-    """What one attempt was billed: delay (queue and cold start) and execution, on which GPUs, in USD."""
+    """What one attempt was billed: delay (queue and cold start) and execution, on which GPUs, in USD
+    (``cost_usd``, the job's own bill); ``idle_usd``: the worker's idle time after it, a run cost."""
 
     delay_time_ms: int = 0
     execution_time_ms: int = 0
     gpu_type: str = ""
     gpus_per_worker: int = 0
     cost_usd: float = 0.0
+    idle_usd: float = 0.0
+
+
+class Session(BaseModel):
+    """One orchestrator's time on the run dir, and what the endpoint's active workers cost meanwhile
+    (``active_usd_per_s``: ``workers_min`` x GPUs per worker x the active $/GPU-s)."""
+
+    id: str
+    owner: str
+    endpoint_id: str = ""
+    started: float
+    heartbeat: float
+    ended: float | None = None
+    workers_min: int = 0
+    gpus_per_worker: int = 0
+    pool: str = ""
+    active_usd_per_s: float = 0.0
+    idle_timeout_s: float = 0.0
+    source: str = ""
+
+
+class RunCosts(BaseModel):
+    """What a run dir cost, in USD: ``jobs`` (every attempt's delay + execution: what the agent is
+    charged), ``idle`` (workers idling after attempts, an upper bound), ``active`` (active workers over the
+    sessions' wall time, overlapping sessions counted once); ``total`` is their sum."""
+
+    jobs: float = 0.0
+    idle: float = 0.0
+    active: float = 0.0
+    total: float = 0.0
+    wall_s: float = 0.0
 
 
 class JournalRow(BaseModel):
@@ -96,6 +145,7 @@ class JournalRow(BaseModel):
     gpu_type: str = ""
     gpus_per_worker: int = 0
     cost_usd: float = 0.0
+    idle_usd: float = 0.0
     charged: bool = False
     created: float = 0.0
     updated: float = 0.0
@@ -139,7 +189,15 @@ class Journal:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._db().executescript(_SCHEMA)
+        db = self._db()
+        db.executescript(_SCHEMA)
+        for table, column, decl in _ADDED:   # an older journal: add the new columns (once, idempotent)
+            if column not in {r[1] for r in db.execute(f"PRAGMA table_info({table})")}:
+                try:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+                except sqlite3.OperationalError as exc:   # another process added it meanwhile
+                    if "duplicate column" not in str(exc):
+                        raise
 
     def _db(self) -> sqlite3.Connection:
         """This thread's connection (one per thread and process: sqlite3 connections are not shared)."""
@@ -211,7 +269,7 @@ class Journal:
                 db.execute("UPDATE jobs SET claimant = ?, episode_id = ?, owner = ?, job_id = NULL, "
                            "status = 'submitted', attempt = ?, first_attempt = ?, result = NULL, "
                            "result_status = NULL, error = '', charged = 0, delay_time_ms = 0, "
-                           "execution_time_ms = 0, cost_usd = 0, updated = ?, "
+                           "execution_time_ms = 0, cost_usd = 0, idle_usd = 0, updated = ?, "
                            "submitted_at = NULL, finished_at = NULL WHERE key = ?",
                            (claimant, episode_id, owner, attempt, attempt, now, key))
                 db.execute("INSERT INTO attempts (key, attempt, status, started) "
@@ -263,16 +321,17 @@ class Journal:
               error: str = "") -> None:
         b = billing or Billing()
         db.execute("UPDATE attempts SET status = ?, error = ?, delay_time_ms = ?, execution_time_ms = ?, "
-                   "gpu_type = ?, gpus_per_worker = ?, cost_usd = ?, ended = ? WHERE key = ? AND attempt = ?",
+                   "gpu_type = ?, gpus_per_worker = ?, cost_usd = ?, idle_usd = ?, ended = ? "
+                   "WHERE key = ? AND attempt = ?",
                    (status, error[:2000], b.delay_time_ms, b.execution_time_ms, b.gpu_type, b.gpus_per_worker,
-                    b.cost_usd, time.time(), key, attempt))
+                    b.cost_usd, b.idle_usd, time.time(), key, attempt))
         db.execute("UPDATE jobs SET delay_time_ms = delay_time_ms + ?, "
                    "execution_time_ms = execution_time_ms + ?, "
                    "gpu_type = CASE WHEN ? != '' THEN ? ELSE gpu_type END, "
                    "gpus_per_worker = CASE WHEN ? > 0 THEN ? ELSE gpus_per_worker END, "
-                   "cost_usd = cost_usd + ? WHERE key = ?",
+                   "cost_usd = cost_usd + ?, idle_usd = idle_usd + ? WHERE key = ?",
                    (b.delay_time_ms, b.execution_time_ms, b.gpu_type, b.gpu_type, b.gpus_per_worker,
-                    b.gpus_per_worker, b.cost_usd, key))
+                    b.gpus_per_worker, b.cost_usd, b.idle_usd, key))
 
     def next_attempt(self, key: str, job_id: str | None, status: RowStatus, error: str,
                      billing: Billing | None = None, owner: str | None = None) -> int | None:
@@ -348,7 +407,8 @@ class Journal:
         return [r for k in keys if (r := self._read(db, k)) is not None]
 
     def spent_usd(self, episode_id: str | None = None) -> float:
-        """USD billed so far (every attempt), in all or for one episode's claims."""
+        """USD billed so far to jobs (every attempt's ``cost_usd``; not idle or active time), in all or for
+        one episode's claims."""
         db = self._db()
         if episode_id is None:
             total = db.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM attempts").fetchone()[0]
@@ -357,6 +417,83 @@ class Journal:
                                "JOIN jobs j ON a.key = j.key WHERE j.episode_id = ?",
                                (episode_id,)).fetchone()[0]
         return float(total)
+
+    def idle_usd(self) -> float:
+        """USD of idle time attributed to the attempts so far (an upper bound)."""
+        return float(self._db().execute("SELECT COALESCE(SUM(idle_usd), 0) FROM attempts").fetchone()[0])
+
+    def attempt_bills(self) -> list[dict[str, Any]]:
+        """Every ended attempt's bill: ``key, attempt, job_id, status, ended, delay_time_ms,
+        execution_time_ms, cost_usd, idle_usd`` (what ``python -m gpu.reconcile`` buckets by time)."""
+        return [dict(r) for r in self._db().execute(
+            "SELECT key, attempt, job_id, status, ended, delay_time_ms, execution_time_ms, cost_usd, "
+            "idle_usd FROM attempts WHERE ended IS NOT NULL ORDER BY ended")]
+
+    # ------------------------------------------------------------------ sessions (active workers)
+    def open_session(self, session: Session) -> None:
+        """Record an orchestrator's start on this run dir (its active-worker rate included)."""
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO sessions (id, owner, endpoint_id, started, heartbeat, ended, "
+                       "workers_min, gpus_per_worker, pool, active_usd_per_s, idle_timeout_s, source) "
+                       "VALUES (?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?)",
+                       (session.id, session.owner, session.endpoint_id, session.started, session.heartbeat,
+                        session.workers_min, session.gpus_per_worker, session.pool, session.active_usd_per_s,
+                        session.idle_timeout_s, session.source))
+
+    def beat(self, session_id: str, now: float | None = None) -> None:
+        """A live session's heartbeat (a session that died without :meth:`close_session` ends there)."""
+        with self._tx() as db:
+            db.execute("UPDATE sessions SET heartbeat = ? WHERE id = ? AND ended IS NULL",
+                       (now or time.time(), session_id))
+
+    def close_session(self, session_id: str, now: float | None = None) -> None:
+        now = now or time.time()
+        with self._tx() as db:
+            db.execute("UPDATE sessions SET ended = ?, heartbeat = ? WHERE id = ? AND ended IS NULL",
+                       (now, now, session_id))
+
+    def sessions(self) -> list[Session]:
+        return [Session.model_validate(dict(r))
+                for r in self._db().execute("SELECT * FROM sessions ORDER BY started")]
+
+    def active_periods(self, now: float | None = None,
+                       live: frozenset[str] = frozenset()) -> list[tuple[float, float, float]]:
+        """``(start, end, usd_per_s)`` of the active workers, overlapping sessions counted once (at the
+        highest rate among them). A session still open ends ``now`` if it is in ``live`` (this process's
+        own), else at its last heartbeat (an orchestrator that died)."""
+        now = now or time.time()
+        spans = [(s.started, s.ended if s.ended is not None else (now if s.id in live else s.heartbeat),
+                  s.active_usd_per_s) for s in self.sessions()]
+        edges = sorted({t for a, b, _ in spans for t in (a, b)})
+        out: list[tuple[float, float, float]] = []
+        for a, b in zip(edges, edges[1:]):
+            covering = [r for s, e, r in spans if s <= a and e >= b and e > s]
+            if covering:
+                out.append((a, b, max(covering)))
+        return out
+
+    def run_costs(self, now: float | None = None, live: frozenset[str] = frozenset()) -> RunCosts:
+        """Jobs, idle and active USD of this run dir (see :class:`RunCosts`; ``now``/``live``: as
+        :meth:`active_periods`)."""
+        periods = self.active_periods(now, live)
+        jobs, idle = round(self.spent_usd(), 6), round(self.idle_usd(), 6)
+        active = round(sum((b - a) * r for a, b, r in periods), 6)
+        wall = sum(b - a for a, b, _ in periods)
+        return RunCosts(jobs=jobs, idle=idle, active=active, total=round(jobs + idle + active, 6),
+                        wall_s=round(wall, 3))
+
+    def take_run_charges(self, costs: RunCosts) -> dict[str, float]:
+        """The part of ``costs.idle`` and ``costs.active`` not handed out before (``{"idle": usd, "active":
+        usd}``), recorded as handed out: of callers in any process, each dollar goes to one (a cost ledger
+        gets the run costs once)."""
+        with self._tx() as db:
+            done = {r[0]: float(r[1]) for r in db.execute("SELECT part, usd FROM run_charged")}
+            out = {}
+            for part, now in (("idle", costs.idle), ("active", costs.active)):
+                out[part] = round(max(0.0, now - done.get(part, 0.0)), 6)
+                db.execute("INSERT INTO run_charged (part, usd) VALUES (?, ?) ON CONFLICT(part) DO UPDATE "
+                           "SET usd = MAX(usd, excluded.usd)", (part, now))
+            return out
 
     def counts(self) -> dict[str, int]:
         return {r[0]: r[1] for r in self._db().execute("SELECT status, COUNT(*) FROM jobs GROUP BY status")}

@@ -21,15 +21,29 @@ job completes as soon as it is submitted, with ``instant_output``; for throughpu
 ``result_ttl_s`` (results of finished jobs are kept this long, then 404; Runpod: 30 min),
 ``max_worker_retries`` (a job whose worker dies is requeued this many times, then FAILED),
 ``worker_env`` (the workers' environment), ``scale_down_s`` (management: how long allocated workers take
-to go after scaling to 0).
+to go after scaling to 0), ``instant_delay_ms`` / ``instant_execution_ms`` (instant mode: each job is
+reported as having taken that cold start and execution, ending when it was submitted),
+``default_endpoint`` (the ``gpu``/``workers`` settings the billing of ``endpoint_id`` uses).
+
+Billing (``GET /v2/billing/serverless``, ``api-reference-v2/openapi.json`` ``listServerlessBilling``:
+``startTime``, ``endTime``, ``bucketSize`` (``hour`` or ``day`` here), ``serverlessId`` -> ``{"records":
+[{startTime, endTime, serverlessId, totalAmount, gpuAmount, cpuAmount, diskAmount, feeAmount}],
+"metadata": {...}}``) bills what its workers' time would cost at :mod:`gpu.prices` rates of the endpoint's
+first pool x its GPUs: per job a worker ran, its cold start (instant mode) plus execution, rounded up to a
+whole second ("rounded up to the nearest second", ``serverless/pricing.mdx``), plus the idle timeout after
+it unless it TIMED_OUT; and ``workers.min`` active workers from the endpoint's creation (or the fake's
+start) to now at the active rate. A queued job's wait is not billed (the fake's workers are always up).
+Each charge is spread over the buckets its time span covers. ``bill_extra(usd, at)`` adds a charge Runpod
+would have billed and the journal would not know of (an injected discrepancy).
 
 Fault knobs (methods, or ``POST /_fake/faults`` with the same names as JSON keys):
 ``fail_next(route, status, count, retry_after)`` (the next ``count`` calls of a route — ``run``,
 ``status``, ``stream``, ``cancel``, ``retry``, ``health``, ``purge-queue``, ``serverless`` — answer
-``status``), ``stick_next(count)`` (the next submitted jobs stay IN_QUEUE until cancelled or purged),
-``kill_next(count, after_s)`` (the worker that takes each of the next jobs is SIGKILLed with its whole
-tree ``after_s`` into the job), ``kill_worker_of(job_id)``, ``expire(job_id)`` (its result is gone at
-once), ``skew_versions(worker, versions)`` (that worker's results carry other versions in
+``status``; ``billing`` too), ``stick_next(count)`` (the next submitted jobs stay IN_QUEUE until
+cancelled or purged), ``kill_next(count, after_s)`` (the worker that takes each of the next jobs is
+SIGKILLed with its whole tree ``after_s`` into the job), ``kill_worker_of(job_id)``, ``expire(job_id)``
+(its result is gone at once; it stays billed), ``bill_extra(usd, at, endpoint)`` (see Billing),
+``skew_versions(worker, versions)`` (that worker's results carry other versions in
 ``result.worker.versions``, as a worker that is not a replica would).
 
 Routes and JSON follow the real API (stored copies: runpod/docs a900806e, runpod-python 1.12.0):
@@ -60,6 +74,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import signal
 import sys
@@ -99,6 +114,8 @@ class _Job:
     worker: int | None = None
     attempts: int = 0
     stuck: bool = False
+    endpoint: str = ""
+    cold_start_s: float = 0.0
 
     def view(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "status": self.status}
@@ -138,7 +155,8 @@ class FakeRunpod:
                  workers: int = 0, instant: bool = False, instant_output: Any = None,
                  result_ttl_s: float = 1800.0, max_worker_retries: int = 1,
                  worker_env: dict[str, str] | None = None, log_dir: Path | None = None,
-                 scale_down_s: float = 0.0) -> None:
+                 scale_down_s: float = 0.0, instant_delay_ms: int = 0, instant_execution_ms: int = 0,
+                 default_endpoint: dict[str, Any] | None = None) -> None:
         self.api_key, self.endpoint_id = api_key, endpoint_id
         self.instant = instant
         self.instant_output = INSTANT_OUTPUT if instant_output is None else instant_output
@@ -146,6 +164,12 @@ class FakeRunpod:
         self.worker_env = dict(worker_env if worker_env is not None else os.environ)
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="fake-runpod-"))
         self.scale_down_s = scale_down_s
+        self.instant_delay_ms, self.instant_execution_ms = instant_delay_ms, instant_execution_ms
+        self.default_endpoint = default_endpoint or {"gpu": {"pools": ["AMPERE_24"], "count": 2},
+                                                     "workers": {"min": 0, "idleTimeout": 5}}
+        self.extra_bills: list[tuple[float, float, str]] = []    # (at, usd, endpoint)
+        self.gone: list[_Job] = []                                 # forgotten jobs a worker ran (billed)
+        self.started_at = time.time()
         self.cond = threading.Condition()
         self.jobs: dict[str, _Job] = {}
         self.queue: deque[str] = deque()
@@ -285,7 +309,9 @@ class FakeRunpod:
             self._forget(job.id)
 
     def _forget(self, job_id: str) -> None:
-        self.jobs.pop(job_id, None)
+        job = self.jobs.pop(job_id, None)
+        if job is not None and job.worker is not None:
+            self.gone.append(job)      # its result is gone, its bill is not
         try:
             self.queue.remove(job_id)
         except ValueError:
@@ -357,6 +383,8 @@ class FakeRunpod:
             self.kill_next(int(k.get("count", 1)), float(k.get("after_s", 1.0)))
         for job_id in spec.get("expire", []):
             self.expire(job_id)
+        for b in spec.get("bill_extra", []):
+            self.bill_extra(float(b["usd"]), b.get("at"), b.get("endpoint"))
         if spec.get("skew_versions"):
             self.skew_versions(int(spec["skew_versions"]["worker"]), spec["skew_versions"]["versions"])
 
@@ -381,18 +409,23 @@ class FakeRunpod:
                 self.cond.wait(timeout=0.1)
 
     # ------------------------------------------------------------------------------------------ job API
-    def submit(self, body: dict[str, Any]) -> dict[str, Any]:
+    def submit(self, body: dict[str, Any], endpoint: str = "") -> dict[str, Any]:
         policy = body.get("policy") or {}
         timeout, ttl = policy.get("executionTimeout"), policy.get("ttl")
         job = _Job(id=f"{uuid.uuid4()}-u1", input=body.get("input"), created=time.time(),
-                   execution_timeout_s=timeout / 1000 if timeout else None, ttl_s=ttl / 1000 if ttl else None)
+                   execution_timeout_s=timeout / 1000 if timeout else None, ttl_s=ttl / 1000 if ttl else None,
+                   endpoint=endpoint or self.endpoint_id)
         with self.cond:
             if self.faults.stick:
                 self.faults.stick -= 1
                 job.stuck = True
             self.jobs[job.id] = job
             if self.instant and not job.stuck:     # a worker that answers at once, running nothing
-                job.status, job.started, job.finished, job.worker = "COMPLETED", job.created, job.created, 0
+                now = job.created
+                job.cold_start_s = self.instant_delay_ms / 1000
+                job.created = now - (self.instant_delay_ms + self.instant_execution_ms) / 1000
+                job.started = now - self.instant_execution_ms / 1000
+                job.status, job.finished, job.worker = "COMPLETED", now, 0
                 job.output = self.instant_output
             else:
                 self.queue.append(job.id)
@@ -493,6 +526,7 @@ class FakeRunpod:
         with self.cond:
             self.endpoints[ep_id] = record
             self._allocate(record)
+            record["_active_log"] = [(time.time(), self._active_rate(record))]
         return 201, _public(record)
 
     def mgmt_update(self, ep_id: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -506,6 +540,7 @@ class FakeRunpod:
             for k, v in body.items():
                 record[k] = {**record.get(k, {}), **v} if k in ("workers", "gpu") else v
             self._allocate(record)
+            record.setdefault("_active_log", []).append((time.time(), self._active_rate(record)))
             return 200, _public(record)
 
     def _allocate(self, record: dict[str, Any]) -> None:
@@ -516,6 +551,93 @@ class FakeRunpod:
             record["_allocated"], record["_release_at"] = want, None
         else:
             record["_target"], record["_release_at"] = want, time.time() + self.scale_down_s
+
+    # ---------------------------------------------------------------------------------------- billing
+    @staticmethod
+    def _rates(record: dict[str, Any]) -> tuple[float, float]:
+        """($/s of one flex worker, $/s of one active worker) of an endpoint: its first pool x GPUs."""
+        from gpu import prices
+
+        gpu = record.get("gpu") or {}
+        pool, count = (gpu.get("pools") or ["AMPERE_24"])[0], int(gpu.get("count") or 1)
+        return prices.price_per_s(pool) * count, prices.price_per_s(pool, active=True) * count
+
+    def _active_rate(self, record: dict[str, Any]) -> float:
+        return int((record.get("workers") or {}).get("min", 0)) * self._rates(record)[1]
+
+    def bill_extra(self, usd: float, at: float | None = None, endpoint: str | None = None) -> None:
+        """A charge Runpod bills and the journal cannot know of (an injected discrepancy)."""
+        with self.cond:
+            self.extra_bills.append((time.time() if at is None else at, usd, endpoint or self.endpoint_id))
+
+    def _charges(self, now: float) -> list[tuple[str, float, float, float]]:
+        """Every charge so far as ``(endpoint, t0, t1, usd)`` (see the module docstring, Billing)."""
+        out: list[tuple[str, float, float, float]] = []
+        default = {**self.default_endpoint,
+                   "_active_log": [(self.started_at, self._active_rate(self.default_endpoint))]}
+        records = {self.endpoint_id: default, **self.endpoints}
+        for job in [*self.jobs.values(), *self.gone]:
+            if job.worker is None or job.started is None or job.finished is None:
+                continue
+            record = records.get(job.endpoint) or records[self.endpoint_id]
+            flex, _ = self._rates(record)
+            seconds = math.ceil(job.cold_start_s + job.finished - job.started - 1e-9)
+            out.append((job.endpoint, job.finished - seconds, job.finished, seconds * flex))
+            if job.status != "TIMED_OUT":       # the worker idles after a request (not after a timeout)
+                idle = float((record.get("workers") or {}).get("idleTimeout", 5))
+                out.append((job.endpoint, job.finished, job.finished + idle, idle * flex))
+        for ep, record in records.items():
+            log = list(record.get("_active_log") or [])
+            for (t0, rate), (t1, _) in zip(log, [*log[1:], (now, 0.0)]):
+                if rate and t1 > t0:
+                    out.append((ep, t0, t1, (t1 - t0) * rate))
+        out += [(ep, at, at, usd) for at, usd, ep in self.extra_bills]
+        return out
+
+    def billing(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        """``GET /v2/billing/serverless`` (hour or day buckets)."""
+        from datetime import datetime, timezone
+
+        q = {k: v[0] for k, v in query.items()}
+        size = q.get("bucketSize", "day")
+        if size not in ("hour", "day"):
+            return 400, _problem(400, "Bad Request", f"bucketSize {size!r}: this fake serves hour and day")
+        step = 3600 if size == "hour" else 86400
+
+        def ts(value: str) -> float:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+        def iso(t: float) -> str:
+            return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        now = time.time()
+        try:
+            start = ts(q["startTime"]) if "startTime" in q else now - 30 * 86400
+            end = ts(q["endTime"]) if "endTime" in q else now
+        except ValueError as e:
+            return 400, _problem(400, "Bad Request", f"startTime/endTime: RFC 3339 expected ({e})")
+        start, end = math.floor(start / step) * step, math.ceil(end / step) * step   # snapped, as documented
+        want = q.get("serverlessId")
+        amounts: dict[tuple[str, float], float] = {}
+        with self.cond:
+            charges = self._charges(now)
+        for ep, t0, t1, usd in charges:
+            if want and ep != want:
+                continue
+            for b in range(int(math.floor(t0 / step) * step), int(max(t0, t1 - 1e-9)) + 1, step):
+                share = 1.0 if t1 <= t0 else (min(t1, b + step) - max(t0, b)) / (t1 - t0)
+                if start <= b < end and share > 0:
+                    amounts[(ep, b)] = amounts.get((ep, b), 0.0) + usd * share
+        records = [{"startTime": iso(b), "endTime": iso(b + step), "serverlessId": ep,
+                    "totalAmount": round(usd, 6), "gpuAmount": round(usd, 6), "cpuAmount": 0.0,
+                    "diskAmount": 0.0, "feeAmount": 0.0} for (ep, b), usd in sorted(amounts.items(),
+                                                                                   key=lambda kv: kv[0][1])]
+        total = round(sum(r["totalAmount"] for r in records), 6)
+        return 200, {"records": records, "metadata": {
+            "query": {"startTime": iso(start), "endTime": iso(end), "bucketSize": size, "serverlessId": want},
+            "recordCount": len(records), "uniqueServerlessCount": len({r["serverlessId"] for r in records}),
+            "totals": {"totalAmount": total, "gpuAmount": total, "cpuAmount": 0.0, "diskAmount": 0.0,
+                       "feeAmount": 0.0}}}
 
     def mgmt_workers(self, ep_id: str) -> tuple[int, dict[str, Any]]:
         with self.cond:
@@ -621,6 +743,10 @@ def _handler_class(fake: FakeRunpod) -> type[BaseHTTPRequestHandler]:
                 return self._send(401, {"error": "Unauthorized"})
             if parts[:2] == ["v2", "serverless"]:
                 return self._mgmt(method, parts[2:], body)
+            if parts == ["v2", "billing", "serverless"] and method == "GET":
+                if self._inject("billing"):
+                    return None
+                return self._send(*fake.billing(parse_qs(url.query)))
             if len(parts) >= 3 and parts[0] == "v2" and parts[2] in JOB_ROUTES:
                 return self._job_route(method, parts[1], parts[2], parts[3:], body)
             return self._send(404, {"error": f"no route {method} {url.path}"})
@@ -645,7 +771,7 @@ def _handler_class(fake: FakeRunpod) -> type[BaseHTTPRequestHandler]:
             if route == "run":
                 if not isinstance(body, dict) or "input" not in body:
                     return self._send(400, {"error": "the body needs 'input'"})
-                return self._send(200, fake.submit(body))
+                return self._send(200, fake.submit(body, ep))
             if route == "health":
                 return self._send(200, fake.health())
             if route == "purge-queue":
