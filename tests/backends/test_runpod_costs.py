@@ -21,13 +21,14 @@ from gpu import prices
 from gpu.endpoint import fleet_settings
 from gpu.runpod_api import RunpodAPIError
 from tests.backends.test_runpod_backend import PER_JOB, bundles, settings
-from tests.fakes.runpod_client import FakeRunpod
+from tests.fakes.runpod_client import FakeServerlessClient
 
 A5000_X2 = prices.FLEX_USD_PER_S["AMPERE_24"] * 2          # $/s of one 2-GPU A5000 worker (flex)
 ACTIVE_X2 = prices.ACTIVE_USD_PER_S["AMPERE_24"] * 2       # ... active
 
 
-def backend(tmp_path: Path, fake: FakeRunpod, management: Any = None, **options: Any) -> RunpodBackend:
+def backend(tmp_path: Path, fake: FakeServerlessClient, management: Any = None,
+            **options: Any) -> RunpodBackend:
     return RunpodBackend(settings(**options), tmp_path / "runs", show_progress=False, client=fake,
                          management=management)
 
@@ -47,7 +48,7 @@ class Endpoint:
 
 
 def test_idle_and_active_are_run_costs_that_add_up_and_never_the_agents_charge(tmp_path):
-    fake = FakeRunpod()
+    fake = FakeServerlessClient()
     jobs = bundles(tmp_path, 3)
     with backend(tmp_path, fake, idle_timeout_s=7, workers_min=1) as b:
         assert (b.endpoint_costs.idle_timeout_s, b.endpoint_costs.workers_min) == (7, 1)
@@ -73,8 +74,8 @@ def test_idle_and_active_are_run_costs_that_add_up_and_never_the_agents_charge(t
 
 def test_idle_is_charged_after_a_worker_ran_a_request_and_not_after_a_timeout(tmp_path):
     idle = round(5 * A5000_X2, 6)
-    lost = FakeRunpod(plan=lambda inp, n: "lost" if n == 1 else "ok")     # FAILED: the worker may live on
-    timed = FakeRunpod(plan=lambda inp, n: "timed_out" if n == 1 else "ok")   # "the worker stops"
+    lost = FakeServerlessClient(plan=lambda inp, n: "lost" if n == 1 else "ok")  # FAILED: the worker may live on
+    timed = FakeServerlessClient(plan=lambda inp, n: "timed_out" if n == 1 else "ok")   # "the worker stops"
     (job,) = bundles(tmp_path, 1)
     for name, fake, want in (("lost", lost, [idle, idle]), ("timed", timed, [0.0, idle])):
         with backend(tmp_path / name, fake, idle_timeout_s=5) as b:
@@ -87,7 +88,7 @@ def test_idle_is_charged_after_a_worker_ran_a_request_and_not_after_a_timeout(tm
 
 
 def test_settings_come_from_the_endpoint_else_the_options_else_the_fleet_defaults(tmp_path):
-    fake = FakeRunpod()
+    fake = FakeServerlessClient()
     ep = Endpoint({"workers": {"min": 2, "max": 4, "idleTimeout": 11},
                    "gpu": {"pools": ["ADA_24"], "count": 1}})
     with backend(tmp_path / "ep", fake, ep, endpoint_id="ep-1") as b:
@@ -117,7 +118,7 @@ def test_the_run_budget_counts_idle_and_active_and_the_episode_budget_does_not(t
     jobs = bundles(tmp_path, 3)
     estimate_s = 62.0                                              # an instant job's bill, as in the fake
     idle = 600 * A5000_X2                                          # a long idle timeout: idle >> the job
-    fake = FakeRunpod()
+    fake = FakeServerlessClient()
     with backend(tmp_path / "run", fake, idle_timeout_s=600, estimated_job_s=estimate_s,
                  run_budget_usd=PER_JOB + idle + 0.05) as b:
         first, second = b.run(jobs[0]), b.run(jobs[1])
@@ -125,7 +126,7 @@ def test_the_run_budget_counts_idle_and_active_and_the_episode_budget_does_not(t
     assert "run budget exceeded" in second.error and f"idle ${idle:.2f}" in second.error
     for j in jobs:
         j.manifest.episode_id = "ep-1"
-    fake2 = FakeRunpod()
+    fake2 = FakeServerlessClient()
     with backend(tmp_path / "episode", fake2, idle_timeout_s=600, estimated_job_s=estimate_s,
                  episode_budget_usd=2.5 * PER_JOB) as b:            # idle counted, the 2nd would be refused
         done = [b.run(j) for j in jobs[:2]]
@@ -135,7 +136,7 @@ def test_the_run_budget_counts_idle_and_active_and_the_episode_budget_does_not(t
     now = time.time()
     Journal.in_run_dir(runs).open_session(Session(id="earlier", owner="elsewhere:1", started=now - 1000,
                                                   heartbeat=now, active_usd_per_s=0.001, workers_min=1))
-    fake3 = FakeRunpod()
+    fake3 = FakeServerlessClient()
     with RunpodBackend(settings(estimated_job_s=estimate_s, idle_timeout_s=0, run_budget_usd=0.5), runs,
                        show_progress=False, client=fake3) as b:
         r = b.run(jobs[2])
@@ -187,7 +188,7 @@ def test_the_cost_ledger_gets_idle_and_active_once_and_its_total_is_the_sum_of_t
     from ait_env.ledger import CostLedger, CostRecord
 
     ledger = CostLedger(tmp_path / "costs.jsonl")
-    fake = FakeRunpod()
+    fake = FakeServerlessClient()
     jobs = bundles(tmp_path, 3)
     with backend(tmp_path, fake, idle_timeout_s=7, workers_min=1) as b:
         for j in jobs[:2]:                                         # what the env writes per job
