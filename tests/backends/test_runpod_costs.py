@@ -74,7 +74,7 @@ def test_idle_and_active_are_run_costs_that_add_up_and_never_the_agents_charge(t
 
 def test_idle_is_charged_after_a_worker_ran_a_request_and_not_after_a_timeout(tmp_path):
     idle = round(5 * A5000_X2, 6)
-    lost = FakeServerlessClient(plan=lambda inp, n: "lost" if n == 1 else "ok")  # FAILED: the worker may live on
+    lost = FakeServerlessClient(plan=lambda inp, n: "lost" if n == 1 else "ok")  # FAILED: may live on
     timed = FakeServerlessClient(plan=lambda inp, n: "timed_out" if n == 1 else "ok")   # "the worker stops"
     (job,) = bundles(tmp_path, 1)
     for name, fake, want in (("lost", lost, [idle, idle]), ("timed", timed, [0.0, idle])):
