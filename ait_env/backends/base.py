@@ -161,6 +161,11 @@ class Backend(abc.ABC):
     def estimate_cost_usd(self, bundle: JobBundle) -> float:  # noqa: ARG002
         return self.settings.cost_usd_per_job
 
+    def charge_run_costs(self, ledger: Any) -> Any:  # noqa: ARG002
+        """Append to the cost ``ledger`` what the run cost beyond its jobs' own bills and was not charged
+        before (a fleet's idle and always-on workers); the env calls it after every job. Default: nothing."""
+        return None
+
     @abc.abstractmethod
     def submit(self, bundle: JobBundle) -> JobHandle:
         """Start (or enqueue) the job; must return quickly."""

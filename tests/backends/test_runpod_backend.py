@@ -427,10 +427,15 @@ def test_an_episode_on_the_runpod_backend_is_scored_and_its_job_is_in_the_cost_l
             if terminated or truncated:
                 break
         ledger = env.unwrapped.ledger.records()
+        costs = b.run_costs()
     assert info["reward"]["status"] == "scored", obs
     jobs = [r for r in ledger if r.kind == "gpu_job"]
     assert len(jobs) == 1 and jobs[0].usd == pytest.approx(PER_JOB) and fake.total_runs() == 1
     assert jobs[0].episode_id == env.unwrapped.episode_id
+    # the run's idle worker time reached the env's ledger after the job (the global budget sees it)
+    idle = [r for r in ledger if r.kind == "gpu_idle"]
+    assert len(idle) == 1 and idle[0].usd == pytest.approx(costs.idle) and costs.idle > 0
+    assert idle[0].episode_id is None
 
 
 def test_the_key_is_what_decides_the_result_not_how_it_is_dispatched(tmp_path):
