@@ -444,7 +444,7 @@ class JobWritingEnv(gym.Env[str, str]):
         self.ledger.append(CostRecord(kind="gpu_job", episode_id=self.episode_id, seconds=result.wall_seconds,
                                       usd=result.cost_usd, meta={"job_id": result.job_id, "backend": result.backend,
                                                                  "status": result.status}))
-        try:   # the run's own costs (a fleet's idle and always-on workers) catch up: the global budget sees them
+        try:   # the run's own costs (idle, always-on workers) catch up: the global budget sees them
             self.backend.charge_run_costs(self.ledger)
         except Exception:  # noqa: BLE001 - accounting must not end the episode; the journal keeps the figures
             _log.exception("charging the backend's run costs to %s failed", self.ledger.path)
