@@ -530,3 +530,33 @@ def test_twenty_real_jobs_through_four_workers_match_backend_local(tmp_path, mon
         assert res.curves["train_reward"] == ref["curves"]["train_reward"], job.job_id
     print(f"20 jobs through 4 fake Runpod workers: {fleet_s:.0f} s; the same 20 one by one as backend=local: "
           f"{time.time() - t1:.0f} s; billed ${spent:.4f}")
+
+
+def test_seed_baselines_pins_a_baseline_through_runpod(tmp_path):
+    """``python scripts/seed_baselines.py backend=runpod`` through the HTTP fake, whose worker runs the real
+    handler (the tiny model's baseline on 8 hidden questions, the local executor): the entry lands in the
+    user store and the bill in the journal."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.gpu.fake_runpod import start_fake_runpod
+    from tests.gpu.helpers import needs_tiny_model, worker_env
+
+    if needs_tiny_model.args[0]:
+        pytest.skip("ait-tiny-s is not built (python -m ait_env.local.build)")
+    pytest.importorskip("verifiers")
+    env = worker_env(tmp_path)
+    with start_fake_runpod(workers=1, worker_env=env, log_dir=tmp_path) as fake:
+        out = subprocess.run(
+            [sys.executable, "scripts/seed_baselines.py", "backend=runpod", "families=arithmetic",
+             f"backend.options.base_url={fake.job_base_url}", "backend.options.executor=local",
+             "backend.options.require_revision=null", "+backend.options.eval_limit=8",
+             "backend.models=[{name: ait-tiny-s, role: small}]", f"env.runs_dir={tmp_path / 'runs'}"],
+            env={**env, "RUNPOD_API_KEY": fake.api_key, "RUNPOD_ENDPOINT_ID": fake.endpoint_id}, cwd=ROOT,
+            capture_output=True, text=True, timeout=600, check=False)
+        sent = len(fake.jobs)
+    assert out.returncode == 0, out.stderr[-3000:]
+    entries = json.loads((tmp_path / "runs" / "baselines" / "runpod.json").read_text())["entries"]
+    assert [(e["family"], e["model"], e["n"]) for e in entries] == [("arithmetic", "ait-tiny-s", 8)]
+    assert sent == 1 and "wrote 1 baselines" in out.stdout and "python -m gpu.reconcile" in out.stderr
