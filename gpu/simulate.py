@@ -534,6 +534,7 @@ def pod_factory(cfg: PodPoolConfig) -> FleetFactory:
 # ------------------------------------------------------------------------------------- journal path
 
 OWNER = "gpu.simulate"
+RUNPOD_MAX_IN_FLIGHT = 16   # RunpodOptions.max_in_flight's default (tests check they agree)
 _IN_FLIGHT = {"IN_QUEUE": "in_queue", "IN_PROGRESS": "in_progress"}   # as ait_env.backends.runpod's
 
 
@@ -651,7 +652,7 @@ def simulate_journal(cfg: ServerlessConfig, w: Workload, seeds: Iterable[int], l
 
     t_start = time.perf_counter()
     poll = poll_s if poll_s is not None else RunpodOptions.model_fields["poll_interval_s"].default
-    most = max_in_flight if max_in_flight is not None else RunpodOptions.model_fields["max_in_flight"].default
+    most = max_in_flight if max_in_flight is not None else RUNPOD_MAX_IN_FLIGHT
     prices = GpuPrices()
     pool = pool_of(cfg.gpu_type)
     active_per_s = cfg.workers_min * cfg.gpus * price_per_s(pool, active=cfg.active_discount)
@@ -779,6 +780,27 @@ def write_defaults(path: Path, chosen: Row, w: Workload, priority: list[str], co
     path.write_text(text, encoding="utf-8")
 
 
+def journal_table(pods: Row, runs: list[tuple[str, JournalResult]]) -> str:
+    """The final comparison: the pod pool (simulator only: the project has no pod client) and the pick run
+    through the journal (``runs``: (what varies, result))."""
+    head = ("| fleet | settings | bookkeeping | $/job | jobs + idle + active $/job | "
+            "Runpod's rule $/job, same runs | journal / Runpod's rule | p50 step min | p95 step min | "
+            "utilisation | journal rows | s |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|")
+    p = pods.result
+    lines = [head, f"| pods | {pods.settings} | simulator (no pod client) | {p.usd_per_job:.3f} | - | "
+                   f"{p.usd_per_job:.3f} | - | {p.p(0.5) / 60:.1f} | {p.p(0.95) / 60:.1f} | "
+                   f"{p.utilisation:.2f} | - | - |"]
+    for what, r in runs:
+        n = r.rows
+        lines.append(f"| serverless | {what} | journal run_costs() | {r.usd_per_job:.3f} | "
+                     f"{r.jobs_usd / n:.3f} + {r.idle_usd / n:.3f} + {r.active_usd / n:.3f} | "
+                     f"{r.sim.usd_per_job:.3f} | {r.total_usd / r.sim.realised_usd:.3f} | "
+                     f"{r.p(0.5) / 60:.1f} | {r.p(0.95) / 60:.1f} | {r.sim.utilisation:.2f} | {n} | "
+                     f"{r.seconds:.1f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gpu.simulate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3, help="runs per configuration (seeds 0..N-1), pooled")
@@ -800,6 +822,20 @@ def main(argv: list[str] | None = None) -> int:
     goal = "MET" if res.ratio <= 1.25 else "NOT MET"
     print(f"\nPick: serverless {chosen.settings}: ${res.usd_per_job:.3f}/job, realised/ideal {res.ratio:.3f} "
           f"(goal <= 1.25: {goal}); the seed paid $0.46/job (ideal $0.13-0.30).")
+    cfg = chosen.cfg
+    assert isinstance(cfg, ServerlessConfig)
+    pods = next(r for r in rows if r.fleet == "pods" and r.cfg == PodPoolConfig())
+    default_mif = RUNPOD_MAX_IN_FLIGHT
+    runs = [(f"{chosen.settings}, max_in_flight={m}" + (" (backend default)" if m == default_mif else ""),
+             simulate_journal(cfg, w, range(args.seeds), max_in_flight=m))
+            for m in dict.fromkeys((default_mif, cfg.workers_max))]
+    print("\nThrough the project's journal and billing (simulate_journal: SimulatedServerless as the Runpod "
+          "client, ait_env.jobs.journal.Journal on the simulated clock, runpod.attempt_billing; poll 5 s):\n")
+    print(journal_table(pods, runs))
+    for what, r in runs:
+        print(f"- {what}: journal ${r.total_usd:.2f} = Runpod's rule ${r.sim.realised_usd:.2f} + queue wait "
+              f"in delayTime ${r.delay_excess_usd:.2f} + idle bound ${r.idle_excess_usd:.2f} + jobs on "
+              f"active workers ${r.active_jobs_usd:.2f} (= ${r.explained_usd:.2f}; rest is rounding)")
     seed_gpu_s = w.median_s * w.gpus_per_job
     priority = gpu_priority({}, seed_gpu_s)
     print(f"GPU priority (flex $/job at the seed's GPU-seconds, no per-type timing): {priority}")
