@@ -1,10 +1,20 @@
 """Discrete-event simulator of the GPU fleet: the seed's pod pool against a Runpod Serverless endpoint.
 
 Contract: everything runs on a simulated clock (:class:`SimClock`, no sleeping, no network) and is
-deterministic per seed. The outer-loop driver (:func:`run_outer_loop`) talks to a fleet only through
-the small :class:`FleetAPI` protocol (``submit(payload) -> job id``, ``status(job id) -> dict`` shaped
-like Runpod's ``/v2/<endpoint>/run`` and ``/status/<id>`` replies), so a real client can replace the
-simulated server later (see ``docs/fleet.md``, "Plugging in the real client and journal").
+deterministic per seed. A fleet is reached only through :class:`FleetAPI`, the project's Runpod client
+interface (:class:`ait_env.backends.runpod.ServerlessClientLike`: ``run(input) -> id``,
+``status(id) -> gpu.runpod_api.RunpodJob`` with ``delay_time_ms``/``execution_time_ms``/``worker_id``
+measured on the simulated clock, ``cancel``; plus ``status_many``), so :class:`SimulatedServerless` can be
+handed to ``RunpodBackend(client=...)`` as it is. A job that fails in training ends COMPLETED with the
+worker's verdict ``job_failed`` (as ``gpu/worker.py`` reports it); Runpod-side failures are not modelled.
+
+Two drivers: :func:`run_outer_loop` (the sweep's fast path: the fleet's own accounting, Runpod's billing
+rule, each worker billed from start to stop) and :func:`run_through_journal` / :func:`simulate_journal`
+(the Serverless path through the project's own bookkeeping: a real :class:`ait_env.jobs.journal.Journal`
+on the simulated clock, claim/attach/update_status/record_result, each attempt billed by
+:func:`ait_env.backends.runpod.attempt_billing`, the active workers as a journal session; its $/job is
+``run_costs()`` (jobs + idle + active) / jobs, and :class:`JournalResult` itemises how it differs from
+the simulator's own figure). The pod pool has no journal path: the project has no pod client.
 
 Workload (every figure and its source in ``docs/fleet.md``): ``steps`` outer steps of
 ``jobs_per_step`` jobs; a step's batch is submitted at once and the next step starts ``gap_s`` after
@@ -29,9 +39,10 @@ Metrics (:class:`FleetResult`): realised USD, ideal USD (execution seconds x GPU
 start, no idle), $/job, realised / ideal, p50/p95 step wall time, worker utilisation (execution
 GPU-seconds / billed GPU-seconds), cold starts.
 
-``python -m gpu.simulate`` sweeps the Serverless settings, prints a markdown table and the pick (the
-cheapest configuration whose p95 step time is within ``--latency-factor`` of the best), and with
-``--write-defaults`` writes ``gpu/fleet_defaults.yaml``.
+``python -m gpu.simulate`` sweeps the Serverless settings (fast path), prints a markdown table and the pick
+(the cheapest configuration whose p95 step time is within ``--latency-factor`` of the best), runs the pick
+through the journal (at the backend's default ``max_in_flight`` and at ``workers_max``) beside the pod
+pool, and with ``--write-defaults`` writes ``gpu/fleet_defaults.yaml``.
 """
 
 from __future__ import annotations
