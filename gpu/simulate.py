@@ -222,7 +222,6 @@ class _Worker:
     token: int = 0  # invalidates a pending idle-stop event
     busy_s: float = 0.0
     ready: float | None = None  # end of the cold start
-    jobs: int = 0
 
 
 class _QueueFleet:
@@ -315,7 +314,6 @@ class _QueueFleet:
         w.token += 1
         req.started, req.worker = self.clock.now, w
         req.runs += 1
-        w.jobs += 1
         self.clock.schedule(self.clock.now + req.exec_s, lambda: self._done(w, req))
 
     def _done(self, w: _Worker, req: _Request) -> None:
