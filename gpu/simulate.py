@@ -1,10 +1,20 @@
 """Discrete-event simulator of the GPU fleet: the seed's pod pool against a Runpod Serverless endpoint.
 
 Contract: everything runs on a simulated clock (:class:`SimClock`, no sleeping, no network) and is
-deterministic per seed. The outer-loop driver (:func:`run_outer_loop`) talks to a fleet only through
-the small :class:`FleetAPI` protocol (``submit(payload) -> job id``, ``status(job id) -> dict`` shaped
-like Runpod's ``/v2/<endpoint>/run`` and ``/status/<id>`` replies), so a real client can replace the
-simulated server later (see ``docs/fleet.md``, "Plugging in the real client and journal").
+deterministic per seed. A fleet is reached only through :class:`FleetAPI`, the project's Runpod client
+interface (:class:`ait_env.backends.runpod.ServerlessClientLike`: ``run(input) -> id``,
+``status(id) -> gpu.runpod_api.RunpodJob`` with ``delay_time_ms``/``execution_time_ms``/``worker_id``
+measured on the simulated clock, ``cancel``; plus ``status_many``), so :class:`SimulatedServerless` can be
+handed to ``RunpodBackend(client=...)`` as it is. A job that fails in training ends COMPLETED with the
+worker's verdict ``job_failed`` (as ``gpu/worker.py`` reports it); Runpod-side failures are not modelled.
+
+Two drivers: :func:`run_outer_loop` (the sweep's fast path: the fleet's own accounting, Runpod's billing
+rule, each worker billed from start to stop) and :func:`run_through_journal` / :func:`simulate_journal`
+(the Serverless path through the project's own bookkeeping: a real :class:`ait_env.jobs.journal.Journal`
+on the simulated clock, claim/attach/update_status/record_result, each attempt billed by
+:func:`ait_env.backends.runpod.attempt_billing`, the active workers as a journal session; its $/job is
+``run_costs()`` (jobs + idle + active) / jobs, and :class:`JournalResult` itemises how it differs from
+the simulator's own figure). The pod pool has no journal path: the project has no pod client.
 
 Workload (every figure and its source in ``docs/fleet.md``): ``steps`` outer steps of
 ``jobs_per_step`` jobs; a step's batch is submitted at once and the next step starts ``gap_s`` after
@@ -29,9 +39,10 @@ Metrics (:class:`FleetResult`): realised USD, ideal USD (execution seconds x GPU
 start, no idle), $/job, realised / ideal, p50/p95 step wall time, worker utilisation (execution
 GPU-seconds / billed GPU-seconds), cold starts.
 
-``python -m gpu.simulate`` sweeps the Serverless settings, prints a markdown table and the pick (the
-cheapest configuration whose p95 step time is within ``--latency-factor`` of the best), and with
-``--write-defaults`` writes ``gpu/fleet_defaults.yaml``.
+``python -m gpu.simulate`` sweeps the Serverless settings (fast path), prints a markdown table and the pick
+(the cheapest configuration whose p95 step time is within ``--latency-factor`` of the best), runs the pick
+through the journal (at the backend's default ``max_in_flight`` and at ``workers_max``) beside the pod
+pool, and with ``--write-defaults`` writes ``gpu/fleet_defaults.yaml``.
 """
 
 from __future__ import annotations
@@ -42,12 +53,18 @@ import itertools
 import math
 import random
 import sys
+import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from gpu.prices import PRICE_SHEET, cost_usd
+from gpu.runpod_api import RunpodJob
+
+if TYPE_CHECKING:
+    from ait_env.jobs.journal import Billing, Journal
 
 Z90 = 1.2815515655446004  # standard normal quantile at 0.90
 
@@ -67,6 +84,10 @@ class SimClock:
         if at < self.now:
             raise ValueError(f"cannot schedule in the past ({at} < {self.now})")
         heapq.heappush(self._events, (at, next(self._seq), action))
+
+    def next_at(self) -> float | None:
+        """When the earliest pending event runs (None: no event left)."""
+        return self._events[0][0] if self._events else None
 
     def run_next(self) -> bool:
         """Run the earliest event; False when none is left."""
@@ -137,17 +158,21 @@ def draw_jobs(w: Workload, seed: int) -> list[list[Job]]:
 
 
 class FleetAPI(Protocol):
-    """What the outer loop needs from a fleet: Runpod's queue-endpoint job API, reduced."""
+    """What a driver needs from a fleet: the project's Runpod client interface,
+    :class:`ait_env.backends.runpod.ServerlessClientLike` (``run``, ``status``, ``cancel``) plus
+    ``status_many``, which :class:`gpu.runpod_api.ServerlessClient` and the backend's poller use."""
 
-    def submit(self, payload: dict[str, Any]) -> str:
-        """Queue a job (``payload["input"]``); return its id (Runpod ``POST /run``)."""
+    def run(self, input: dict[str, Any]) -> str:  # noqa: A002 - the client's name
+        """Queue a job (Runpod ``POST /run``); return its id."""
 
-    def status(self, job_id: str) -> dict[str, Any]:
-        """``{"id", "status": IN_QUEUE|IN_PROGRESS|COMPLETED|FAILED, "delayTime", "executionTime"}``
-        with times in ms (Runpod ``GET /status/<id>``)."""
+    def status(self, job_id: str) -> RunpodJob:
+        """The job as Runpod ``GET /status/<id>`` returns it (times in ms on the simulated clock)."""
 
+    def status_many(self, job_ids: Iterable[str]) -> dict[str, RunpodJob]:
+        """:meth:`status` of each id."""
 
-TERMINAL = ("COMPLETED", "FAILED")
+    def cancel(self, job_id: str) -> Any:
+        """Cancel a queued or running job (Runpod ``POST /cancel/<id>``)."""
 
 
 @dataclass
@@ -156,23 +181,35 @@ class _Request:
     exec_s: float
     failed: bool
     submitted: float
+    client_job_id: str = ""
     started: float | None = None
     finished: float | None = None
     runs: int = 0
+    worker: "_Worker | None" = None
+    cancelled: bool = False
+    gpus: tuple[str, ...] = ()
 
-    def status(self) -> dict[str, Any]:
-        if self.finished is not None:
-            state = "FAILED" if self.failed else "COMPLETED"
+    def job(self) -> RunpodJob:
+        """This request as ``/status/<id>`` shows it. A job that failed in training is COMPLETED with the
+        worker's verdict ``job_failed`` (what ``gpu/worker.py`` returns); Runpod's FAILED means a lost
+        worker, which the backend retries, and is not modelled."""
+        if self.cancelled:
+            state = "CANCELLED"
+        elif self.finished is not None:
+            state = "COMPLETED"
         elif self.started is not None:
             state = "IN_PROGRESS"
         else:
             state = "IN_QUEUE"
-        delay = (self.started if self.started is not None else math.nan) - self.submitted
+        delay = None if self.started is None else round((self.started - self.submitted) * 1000)
         ran = self.finished is not None and self.started is not None
-        ex = (self.finished - self.started) if ran else None  # type: ignore[operator]
-        return {"id": self.job_id, "status": state,
-                "delayTime": None if math.isnan(delay) else round(delay * 1000),
-                "executionTime": None if ex is None else round(ex * 1000)}
+        ex = round((self.finished - self.started) * 1000) if ran else None  # type: ignore[operator]
+        output = None
+        if state == "COMPLETED":
+            output = {"result": {"job_id": self.client_job_id, "status": "job_failed" if self.failed
+                                 else "succeeded", "worker": {"gpus": list(self.gpus)}}}
+        return RunpodJob(id=self.job_id, status=state, delay_time_ms=delay, execution_time_ms=ex,
+                         worker_id=None if self.worker is None else f"w{self.worker.wid}", output=output)
 
 
 @dataclass
@@ -184,6 +221,7 @@ class _Worker:
     stopped: float | None = None
     token: int = 0  # invalidates a pending idle-stop event
     busy_s: float = 0.0
+    ready: float | None = None  # end of the cold start
 
 
 class _QueueFleet:
@@ -202,20 +240,34 @@ class _QueueFleet:
         self.cold_starts = 0
         self._ids = itertools.count()
 
-    # -- API
-    def submit(self, payload: dict[str, Any]) -> str:
-        inp = payload["input"]
-        job_id = str(inp.get("job_id") or f"job-{next(self._ids)}")
-        if job_id in self.requests:
-            raise ValueError(f"job {job_id} already submitted")
-        req = _Request(job_id, float(inp["exec_s"]), bool(inp.get("failed", False)), self.clock.now)
+    # -- API (FleetAPI: the project's Runpod client interface)
+    def run(self, input: dict[str, Any]) -> str:  # noqa: A002 - the client's name
+        job_id = f"sim-{next(self._ids)}"
+        req = _Request(job_id, float(input["exec_s"]), bool(input.get("failed", False)), self.clock.now,
+                       client_job_id=str(input.get("job_id", "")), gpus=(self.gpu_type,) * self.gpus)
         self.requests[job_id] = req
         self.queue.append(req)
         self._dispatch()
         return job_id
 
-    def status(self, job_id: str) -> dict[str, Any]:
-        return self.requests[job_id].status()
+    def status(self, job_id: str) -> RunpodJob:
+        return self.requests[job_id].job()
+
+    def status_many(self, job_ids: Iterable[str]) -> dict[str, RunpodJob]:
+        return {i: self.requests[i].job() for i in dict.fromkeys(job_ids)}
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        """A queued job leaves the queue; a running one stops now (its worker is billed up to here)."""
+        req = self.requests[job_id]
+        if req.finished is None:
+            req.cancelled, req.finished = True, self.clock.now
+            if req.started is None:
+                self.queue.remove(req)
+            elif req.worker is not None:
+                w = req.worker
+                w.busy_s += self.clock.now - req.started
+                self._free(w)
+        return {"id": job_id, "status": req.job().status}
 
     # -- internals
     def _alive(self) -> list[_Worker]:
@@ -242,7 +294,7 @@ class _QueueFleet:
         w = _Worker(len(self.workers), kind, self.clock.now)
         self.workers.append(w)
         if warm:
-            w.state = "IDLE"
+            w.state, w.ready = "IDLE", self.clock.now
             return w
         self.cold_starts += 1
         self.clock.schedule(self.clock.now + self._start_delay(), lambda: self._ready(w))
@@ -250,6 +302,7 @@ class _QueueFleet:
 
     def _ready(self, w: _Worker) -> None:
         w.state = "IDLE"
+        w.ready = self.clock.now
         if self.queue:
             self._run(w, self.queue.pop(0))
         else:
@@ -259,14 +312,20 @@ class _QueueFleet:
     def _run(self, w: _Worker, req: _Request) -> None:
         w.state = "BUSY"
         w.token += 1
-        req.started = self.clock.now
+        req.started, req.worker = self.clock.now, w
         req.runs += 1
         self.clock.schedule(self.clock.now + req.exec_s, lambda: self._done(w, req))
 
     def _done(self, w: _Worker, req: _Request) -> None:
+        if req.cancelled:
+            return
         req.finished = self.clock.now
         w.busy_s += req.exec_s
+        self._free(w)
+
+    def _free(self, w: _Worker) -> None:
         w.state = "IDLE"
+        w.token += 1
         if self.queue:
             self._run(w, self.queue.pop(0))
         else:
@@ -402,6 +461,8 @@ class FleetResult:
     cold_starts: int = 0
     makespan_s: float = 0.0
     runs: int = 0
+    busy_s: float = 0.0     # execution seconds, all workers
+    billed_s: float = 0.0   # billed worker seconds, all workers
 
     @property
     def usd_per_job(self) -> float:
@@ -418,43 +479,53 @@ class FleetResult:
 
 def run_outer_loop(api: FleetAPI, clock: SimClock, steps: list[list[Job]], gap_s: float) -> list[float]:
     """Submit each step's batch, wait (on the simulated clock) for all of it, wait ``gap_s``, repeat.
-    Returns each step's wall time (submit to last job done). Only ``submit``/``status`` touch the fleet."""
+    Returns each step's wall time (submit to last job done). Only ``run``/``status`` touch the fleet (the
+    sweep's fast path: no journal; :func:`run_through_journal` is the backend's path)."""
     walls = []
     for s, batch in enumerate(steps):
         if s:
             clock.advance_to(clock.now + gap_s)
         t0 = clock.now
-        ids = [api.submit({"input": {"job_id": j.job_id, "exec_s": j.exec_s, "failed": j.failed}})
-               for j in batch]
-        clock.run_until(lambda: all(api.status(i)["status"] in TERMINAL for i in ids))
+        left = [api.run({"job_id": j.job_id, "exec_s": j.exec_s, "failed": j.failed}) for j in batch]
+
+        def done() -> bool:
+            while left and api.status(left[-1]).final:   # a final job stays final
+                left.pop()
+            return not left
+
+        clock.run_until(done)
         walls.append(clock.now - t0)
     return walls
 
 
+def _tally(total: FleetResult, fleet: _QueueFleet, walls: list[float], makespan: float, w: Workload) -> None:
+    """Add one closed run of ``fleet`` to ``total`` (the simulator's own accounting, Runpod's rule)."""
+    done = [r for r in fleet.requests.values() if r.finished is not None and not r.cancelled]
+    if len(done) != w.steps * w.jobs_per_step or any(r.runs != 1 for r in fleet.requests.values()):
+        raise AssertionError("a job did not complete exactly once")
+    total.step_wall_s += walls
+    total.jobs += len(done)
+    total.realised_usd += fleet.realised_usd()
+    total.ideal_usd += fleet.ideal_usd()
+    total.cold_starts += fleet.cold_starts
+    total.makespan_s += makespan
+    total.runs += 1
+    total.busy_s += sum(x.busy_s for x in fleet.workers)
+    total.billed_s += sum(fleet.billed_s(x) for x in fleet.workers)
+    total.utilisation = total.busy_s / total.billed_s if total.billed_s else 0.0
+
+
 def simulate(fleet_factory: Callable[[SimClock, int], _QueueFleet], w: Workload, seeds: Iterable[int],
              label: str) -> FleetResult:
-    """Run the workload once per seed and pool the results."""
+    """Run the workload once per seed and pool the results (the sweep's fast path, no journal)."""
     total = FleetResult(label, 0, 0.0, 0.0)
-    busy = billed = 0.0
     for seed in seeds:
         clock = SimClock()
         fleet = fleet_factory(clock, seed)
-        steps = draw_jobs(w, seed)
-        total.step_wall_s += run_outer_loop(fleet, clock, steps, w.gap_s)
+        walls = run_outer_loop(fleet, clock, draw_jobs(w, seed), w.gap_s)
         makespan = clock.now
         fleet.close()
-        done = [r for r in fleet.requests.values() if r.finished is not None]
-        if len(done) != w.steps * w.jobs_per_step or any(r.runs != 1 for r in fleet.requests.values()):
-            raise AssertionError("a job did not complete exactly once")
-        total.jobs += len(done)
-        total.realised_usd += fleet.realised_usd()
-        total.ideal_usd += fleet.ideal_usd()
-        total.cold_starts += fleet.cold_starts
-        total.makespan_s += makespan
-        total.runs += 1
-        busy += sum(x.busy_s for x in fleet.workers)
-        billed += sum(fleet.billed_s(x) for x in fleet.workers)
-    total.utilisation = busy / billed if billed else 0.0
+        _tally(total, fleet, walls, makespan, w)
     return total
 
 
@@ -467,6 +538,178 @@ def serverless_factory(cfg: ServerlessConfig) -> FleetFactory:
 
 def pod_factory(cfg: PodPoolConfig) -> FleetFactory:
     return lambda clock, seed: SimulatedPodPool(clock, cfg)
+
+
+# ------------------------------------------------------------------------------------- journal path
+
+OWNER = "gpu.simulate"
+RUNPOD_MAX_IN_FLIGHT = 16   # RunpodOptions.max_in_flight's default (tests check they agree)
+_IN_FLIGHT = {"IN_QUEUE": "in_queue", "IN_PROGRESS": "in_progress"}   # as ait_env.backends.runpod's
+
+
+def run_through_journal(api: FleetAPI, clock: SimClock, steps: list[list[Job]], gap_s: float,
+                        journal: "Journal", bill: Callable[[RunpodJob, dict[str, Any] | None], "Billing"],
+                        poll_s: float, max_in_flight: int) -> list[float]:
+    """The outer loop as the ``runpod`` backend runs it, on the simulated clock: each job is claimed in the
+    journal (key ``<job id>:0``), sent with ``api.run`` while fewer than ``max_in_flight`` are out, its id
+    attached; a sweep every ``poll_s`` simulated seconds reads ``api.status_many`` of the jobs out,
+    journals IN_QUEUE/IN_PROGRESS when they change, and records each COMPLETED result with
+    ``bill(status, result["worker"])`` (:func:`ait_env.backends.runpod.attempt_billing`). Sweeps that
+    would see no change (no event since the last one) are skipped, which changes nothing. Returns each
+    step's wall time, submit to the sweep that saw its last job end."""
+    walls = []
+    for s, batch in enumerate(steps):
+        if s:
+            clock.advance_to(clock.now + gap_s)
+        t0 = clock.now
+        pending: deque[tuple[str, dict[str, Any]]] = deque()
+        for j in batch:
+            key = f"{j.job_id}:0"
+            _, new = journal.claim(key, claimant=j.job_id, episode_id=f"step-{s:03d}", owner=OWNER)
+            if not new:
+                raise AssertionError(f"{key} was claimed before")
+            pending.append((key, {"job_id": j.job_id, "exec_s": j.exec_s, "failed": j.failed}))
+        out: dict[str, list[str]] = {}   # Runpod id -> [key, last status seen]
+        left = len(batch)
+        while True:
+            while pending and len(out) < max_in_flight:
+                key, inp = pending.popleft()
+                job_id = api.run(inp)
+                if not journal.attach(key, job_id, 1):
+                    raise AssertionError(f"{key}: attach refused")
+                out[job_id] = [key, ""]
+            if not left:
+                break
+            at = clock.next_at()
+            if at is None:
+                raise RuntimeError("simulation stalled: jobs out and no event left")
+            clock.advance_to(math.ceil(at / poll_s) * poll_s)   # the first sweep that sees the next event
+            for job_id, st in api.status_many(list(out)).items():
+                key, seen = out[job_id]
+                if st.status in _IN_FLIGHT:
+                    if st.status != seen:
+                        out[job_id][1] = st.status
+                        journal.update_status(key, _IN_FLIGHT[st.status], job_id)  # type: ignore[arg-type]
+                elif st.status == "COMPLETED":
+                    result = st.output["result"]
+                    if not journal.record_result(key, job_id, st.output, bill(st, result.get("worker")),
+                                                 str(result.get("status", ""))):
+                        raise AssertionError(f"{key}: result recorded twice")
+                    del out[job_id]
+                    left -= 1
+                else:   # the simulated server neither loses workers nor times jobs out
+                    raise RuntimeError(f"simulated job {job_id} ended {st.status}: not modelled")
+        walls.append(clock.now - t0)
+    return walls
+
+
+@dataclass
+class JournalResult:
+    """A Serverless configuration run through the journal. ``sim``: the simulator's own accounting of the
+    same runs (every worker billed start to stop, rounded up to a second: Runpod's billing rule);
+    ``jobs_usd``/``idle_usd``/``active_usd``: the journal's :meth:`Journal.run_costs`, summed over seeds;
+    the three ``*_excess_usd`` explain the difference (see :func:`simulate_journal`)."""
+
+    label: str
+    sim: FleetResult
+    rows: int = 0
+    attempts: int = 0
+    jobs_usd: float = 0.0
+    idle_usd: float = 0.0
+    active_usd: float = 0.0
+    step_wall_s: list[float] = field(default_factory=list)
+    delay_excess_usd: float = 0.0
+    idle_excess_usd: float = 0.0
+    active_jobs_usd: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def total_usd(self) -> float:
+        return self.jobs_usd + self.idle_usd + self.active_usd
+
+    @property
+    def usd_per_job(self) -> float:
+        return self.total_usd / self.rows
+
+    @property
+    def explained_usd(self) -> float:
+        """The simulator's USD plus the three excesses (equals :attr:`total_usd` up to rounding)."""
+        return self.sim.realised_usd + self.delay_excess_usd + self.idle_excess_usd + self.active_jobs_usd
+
+    def p(self, q: float) -> float:
+        xs = sorted(self.step_wall_s)
+        return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
+
+
+def simulate_journal(cfg: ServerlessConfig, w: Workload, seeds: Iterable[int], label: str = "serverless",
+                     poll_s: float | None = None, max_in_flight: int | None = None) -> JournalResult:
+    """Run the workload once per seed through the project's own code: :class:`SimulatedServerless` as the
+    Runpod client, a real :class:`ait_env.jobs.journal.Journal` (a temporary SQLite file per seed, on the
+    simulated clock), each attempt billed by :func:`ait_env.backends.runpod.attempt_billing`, the active
+    workers as a journal session. ``poll_s``/``max_in_flight``: the backend's options (None: their
+    defaults, 5 s and 16).
+
+    The journal bills every attempt ``delayTime + executionTime`` plus the idle timeout, and the active
+    workers over the session; Runpod (and the simulator) bill each worker from start to stop. The journal
+    is higher by ``delay_excess_usd`` (queue wait in ``delayTime``, less cold starts of workers no job
+    waited for), ``idle_excess_usd`` (the idle timeout charged after every attempt, less what flex workers
+    really idled) and ``active_jobs_usd`` (jobs on active workers, billed as attempts at the flex price
+    and again as active time)."""
+    from ait_env.backends.runpod import GpuPrices, RunpodOptions, attempt_billing
+    from ait_env.jobs.journal import JOURNAL_NAME, Journal, Session
+    from gpu.prices import pool_of, price_per_s
+
+    t_start = time.perf_counter()
+    poll = poll_s if poll_s is not None else RunpodOptions.model_fields["poll_interval_s"].default
+    most = max_in_flight if max_in_flight is not None else RUNPOD_MAX_IN_FLIGHT
+    prices = GpuPrices()
+    pool = pool_of(cfg.gpu_type)
+    active_per_s = cfg.workers_min * cfg.gpus * price_per_s(pool, active=cfg.active_discount)
+    flex_per_s = cost_usd(cfg.gpu_type, 1.0, cfg.gpus, "flex")
+
+    def bill(st: RunpodJob, worker: dict[str, Any] | None) -> "Billing":
+        return attempt_billing(st, worker, prices=prices, gpu_type=cfg.gpu_type, gpus_per_worker=cfg.gpus,
+                               idle_timeout_s=cfg.idle_timeout_s)
+
+    out = JournalResult(label, FleetResult(label, 0, 0.0, 0.0))
+    for seed in seeds:
+        clock = SimClock()
+        fleet = SimulatedServerless(clock, cfg, seed)
+        with tempfile.TemporaryDirectory(prefix="ait-sim-journal-") as tmp:
+            journal = Journal(Path(tmp) / JOURNAL_NAME, now=lambda: clock.now)
+            sid = f"{OWNER}:{seed}"
+            journal.open_session(Session(
+                id=sid, owner=OWNER, endpoint_id="simulated", started=clock.now, heartbeat=clock.now,
+                workers_min=cfg.workers_min, gpus_per_worker=cfg.gpus, pool=pool,
+                active_usd_per_s=active_per_s, idle_timeout_s=cfg.idle_timeout_s, source="gpu.simulate"))
+            walls = run_through_journal(fleet, clock, draw_jobs(w, seed), w.gap_s, journal, bill, poll, most)
+            makespan = clock.now
+            fleet.close()   # flex workers idle out; active ones stop with the session
+            journal.close_session(sid)
+            costs = journal.run_costs()
+            counts = journal.counts()
+            attempts = len(journal.attempt_bills())
+            journal.close()
+        _tally(out.sim, fleet, walls, makespan, w)
+        out.rows += sum(counts.values())
+        if counts != {"completed": w.steps * w.jobs_per_step} or attempts != w.steps * w.jobs_per_step:
+            raise AssertionError(f"journal rows {counts}, {attempts} attempts: not every job exactly once")
+        out.attempts += attempts
+        out.jobs_usd += costs.jobs
+        out.idle_usd += costs.idle
+        out.active_usd += costs.active
+        out.step_wall_s += walls
+        reqs = list(fleet.requests.values())
+        flex = [x for x in fleet.workers if x.kind == "flex"]
+        cold = sum((x.ready if x.ready is not None else x.started) - x.started for x in flex)
+        idled = sum((x.stopped or clock.now) - (x.ready or x.started) - x.busy_s for x in flex)
+        delay = sum(r.started - r.submitted for r in reqs if r.started is not None)
+        took = sum(r.worker is not None for r in reqs)
+        out.delay_excess_usd += (delay - cold) * flex_per_s
+        out.idle_excess_usd += (took * cfg.idle_timeout_s - idled) * flex_per_s
+        out.active_jobs_usd += sum(x.busy_s for x in fleet.workers if x.kind == "active") * flex_per_s
+    out.seconds = time.perf_counter() - t_start
+    return out
 
 
 # ----------------------------------------------------------------------------------------- sweep
@@ -546,6 +789,27 @@ def write_defaults(path: Path, chosen: Row, w: Workload, priority: list[str], co
     path.write_text(text, encoding="utf-8")
 
 
+def journal_table(pods: Row, runs: list[tuple[str, JournalResult]]) -> str:
+    """The final comparison: the pod pool (simulator only: the project has no pod client) and the pick run
+    through the journal (``runs``: (what varies, result))."""
+    head = ("| fleet | settings | bookkeeping | $/job | jobs + idle + active $/job | "
+            "Runpod's rule $/job, same runs | journal / Runpod's rule | p50 step min | p95 step min | "
+            "utilisation | journal rows | s |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|")
+    p = pods.result
+    lines = [head, f"| pods | {pods.settings} | simulator (no pod client) | {p.usd_per_job:.3f} | - | "
+                   f"{p.usd_per_job:.3f} | - | {p.p(0.5) / 60:.1f} | {p.p(0.95) / 60:.1f} | "
+                   f"{p.utilisation:.2f} | - | - |"]
+    for what, r in runs:
+        n = r.rows
+        lines.append(f"| serverless | {what} | journal run_costs() | {r.usd_per_job:.3f} | "
+                     f"{r.jobs_usd / n:.3f} + {r.idle_usd / n:.3f} + {r.active_usd / n:.3f} | "
+                     f"{r.sim.usd_per_job:.3f} | {r.total_usd / r.sim.realised_usd:.3f} | "
+                     f"{r.p(0.5) / 60:.1f} | {r.p(0.95) / 60:.1f} | {r.sim.utilisation:.2f} | {n} | "
+                     f"{r.seconds:.1f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gpu.simulate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3, help="runs per configuration (seeds 0..N-1), pooled")
@@ -567,6 +831,20 @@ def main(argv: list[str] | None = None) -> int:
     goal = "MET" if res.ratio <= 1.25 else "NOT MET"
     print(f"\nPick: serverless {chosen.settings}: ${res.usd_per_job:.3f}/job, realised/ideal {res.ratio:.3f} "
           f"(goal <= 1.25: {goal}); the seed paid $0.46/job (ideal $0.13-0.30).")
+    cfg = chosen.cfg
+    assert isinstance(cfg, ServerlessConfig)
+    pods = next(r for r in rows if r.fleet == "pods" and r.cfg == PodPoolConfig())
+    default_mif = RUNPOD_MAX_IN_FLIGHT
+    runs = [(f"{chosen.settings}, max_in_flight={m}" + (" (backend default)" if m == default_mif else ""),
+             simulate_journal(cfg, w, range(args.seeds), max_in_flight=m))
+            for m in dict.fromkeys((default_mif, cfg.workers_max))]
+    print("\nThrough the project's journal and billing (simulate_journal: SimulatedServerless as the Runpod "
+          "client, ait_env.jobs.journal.Journal on the simulated clock, runpod.attempt_billing; poll 5 s):\n")
+    print(journal_table(pods, runs))
+    for what, r in runs:
+        print(f"- {what}: journal ${r.total_usd:.2f} = Runpod's rule ${r.sim.realised_usd:.2f} + queue wait "
+              f"in delayTime ${r.delay_excess_usd:.2f} + idle bound ${r.idle_excess_usd:.2f} + jobs on "
+              f"active workers ${r.active_jobs_usd:.2f} (= ${r.explained_usd:.2f}; rest is rounding)")
     seed_gpu_s = w.median_s * w.gpus_per_job
     priority = gpu_priority({}, seed_gpu_s)
     print(f"GPU priority (flex $/job at the seed's GPU-seconds, no per-type timing): {priority}")

@@ -25,8 +25,9 @@ Contract:
   (``require_revision``, ``expected_versions``) is a "non-replica worker": retried the same way, never
   served. The worker's own verdict (``succeeded``, ``job_failed``, or its ``infra_failed``: self-check
   refusal, its time limit) is returned as it is.
-- **Costs.** Each attempt's billed seconds (``delayTime`` + ``executionTime`` of the status: queue wait
-  and cold start are counted, which over-estimates a queued job) x the dated $/GPU-second of the GPU type
+- **Costs** (:func:`attempt_billing`, the one place). Each attempt's billed seconds (``delayTime`` +
+  ``executionTime`` of the status: queue wait and cold start are counted, which over-estimates a queued
+  job) x the dated $/GPU-second of the GPU type
   that ran it (the worker's ``result.worker["gpus"]``; ``gpu_type`` when unknown; :class:`GpuPrices`:
   its pool's flex rate in :mod:`gpu.prices`) x its GPUs. The sum over
   a job's attempts is ``JobResult.cost_usd`` (the env writes it to the cost ledger). ``run_budget_usd`` /
@@ -212,6 +213,30 @@ class RunpodOptions(RunnerSettings):
     rest_base_url: str | None = None
     #: false: never read the endpoint's settings (options and the fleet defaults only)
     read_endpoint: bool = True
+
+
+def attempt_billing(st: RunpodJobStatus | None, worker: dict[str, Any] | None, *, prices: GpuPrices,
+                    gpu_type: str, gpus_per_worker: int, idle_timeout_s: float) -> Billing:
+    """The bill of one attempt, the one place it is computed (:meth:`RunpodBackend.billing` and the fleet
+    simulator, ``gpu/simulate.py``, call it): (``delayTime`` + ``executionTime``) x $/GPU-s of the GPU type
+    that ran it (``worker["gpus"]``, else ``gpu_type``) x its GPUs (else ``gpus_per_worker``), and as
+    ``idle_usd`` ``idle_timeout_s`` x the same rate when a worker took the attempt and it did not end
+    TIMED_OUT (see the module docstring, "Run costs")."""
+    gpus = [str(g).split(" (")[0] for g in (worker or {}).get("gpus") or []]
+    gpu = gpus[0] if gpus else gpu_type
+    n = len(gpus) or gpus_per_worker
+    delay = int(getattr(st, "delay_time_ms", 0) or 0) if st is not None else 0
+    execution = int(getattr(st, "execution_time_ms", 0) or 0) if st is not None else 0
+    rate = prices.price(gpu) * n
+    usd = (delay + execution) / 1000.0 * rate
+    # a worker that took the attempt idles its idle timeout afterwards (an upper bound: it may take the
+    # next job at once, or have died); not after TIMED_OUT ("the job fails and the worker stops",
+    # endpoint-configurations.mdx), nor for an attempt no worker took (still queued, cancelled there)
+    ran = bool(execution or getattr(st, "worker_id", None))
+    status = str(getattr(st, "status", "") or "")
+    idle_s = idle_timeout_s if ran and status and status != "TIMED_OUT" else 0.0
+    return Billing(delay_time_ms=delay, execution_time_ms=execution, gpu_type=gpu, gpus_per_worker=n,
+                   cost_usd=round(usd, 6), idle_usd=round(idle_s * rate, 6))
 
 
 def worker_settings(settings: BackendSettings) -> BackendSettings:
@@ -403,22 +428,11 @@ class RunpodBackend(Backend):
         return self._estimate()
 
     def billing(self, st: RunpodJobStatus | None, worker: dict[str, Any] | None = None) -> Billing:
-        """The bill of one attempt (see the module docstring)."""
-        gpus = [str(g).split(" (")[0] for g in (worker or {}).get("gpus") or []]
-        gpu_type = gpus[0] if gpus else self.options.gpu_type
-        n = len(gpus) or self.options.gpus_per_worker
-        delay = int(getattr(st, "delay_time_ms", 0) or 0) if st is not None else 0
-        execution = int(getattr(st, "execution_time_ms", 0) or 0) if st is not None else 0
-        rate = self.options.prices.price(gpu_type) * n
-        usd = (delay + execution) / 1000.0 * rate
-        # a worker that took the attempt idles its idle timeout afterwards (an upper bound: it may take the
-        # next job at once, or have died); not after TIMED_OUT ("the job fails and the worker stops",
-        # endpoint-configurations.mdx), nor for an attempt no worker took (still queued, cancelled there)
-        ran = bool(execution or getattr(st, "worker_id", None))
-        status = str(getattr(st, "status", "") or "")
-        idle_s = self.endpoint_costs.idle_timeout_s if ran and status and status != "TIMED_OUT" else 0.0
-        return Billing(delay_time_ms=delay, execution_time_ms=execution, gpu_type=gpu_type, gpus_per_worker=n,
-                       cost_usd=round(usd, 6), idle_usd=round(idle_s * rate, 6))
+        """The bill of one attempt (see the module docstring; :func:`attempt_billing`)."""
+        ec = getattr(self, "endpoint_costs", None)   # None: a backend built for its billing alone (tests)
+        o, idle = self.options, ec.idle_timeout_s if ec is not None else 0.0
+        return attempt_billing(st, worker, prices=o.prices, gpu_type=o.gpu_type,
+                               gpus_per_worker=o.gpus_per_worker, idle_timeout_s=idle)
 
     def _idle_estimate(self) -> float:
         o = self.options

@@ -26,6 +26,10 @@ Contract:
   to a job: :meth:`Journal.run_costs` sums the three (``jobs + idle + active == total``), and
   :meth:`Journal.take_run_charges` hands the idle and active USD not handed out before to exactly one
   caller (``run_charged``: a cost ledger gets them once).
+- Time: every timestamp (``created``, ``updated``, ``started``/``ended``, sessions, the ``now`` of
+  :meth:`Journal.run_costs`) comes from the journal's clock, ``now`` (default ``time.time``; the fleet
+  simulator, ``gpu/simulate.py``, injects its simulated clock). An explicit ``now`` argument wins, 0.0
+  included.
 - Nothing secret is stored: keys, ids, statuses, the worker's (scrubbed) result and billing figures.
 
 Subsumes, for backends that use it, the job result cache (:mod:`ait_env.jobs.cache`): the same key, and
@@ -41,7 +45,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -183,10 +187,12 @@ def owner_alive(owner: str) -> bool:
 
 
 class Journal:
-    """The journal file at ``path`` (see the module docstring)."""
+    """The journal file at ``path`` (see the module docstring). ``now``: the clock every timestamp the
+    journal writes or reads against comes from (wall time; the fleet simulator passes its simulated clock)."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, now: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
+        self._now = now
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         db = self._db()
@@ -218,8 +224,8 @@ class Journal:
             self._local.db = None
 
     @classmethod
-    def in_run_dir(cls, runs_dir: Path | str) -> "Journal":
-        return cls(Path(runs_dir) / JOURNAL_NAME)
+    def in_run_dir(cls, runs_dir: Path | str, now: Callable[[], float] = time.time) -> "Journal":
+        return cls(Path(runs_dir) / JOURNAL_NAME, now)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -251,7 +257,7 @@ class Journal:
         """(the row for ``key``, whether this caller claimed it and must submit it). A new key, or a row
         whose outcome says nothing about the job (see the module docstring), is claimed by exactly one
         caller; otherwise the existing row is returned (attach to it, or serve its result)."""
-        now, owner = time.time(), owner or this_owner()
+        now, owner = self._now(), owner or this_owner()
         with self._tx() as db:
             cur = db.execute("INSERT INTO jobs (key, kind, claimant, episode_id, owner, status, created, "
                              "updated) VALUES (?, ?, ?, ?, ?, 'submitted', ?, ?) ON CONFLICT(key) DO NOTHING",
@@ -285,12 +291,12 @@ class Journal:
         with self._tx() as db:
             cur = db.execute("UPDATE jobs SET owner = ?, updated = ? WHERE key = ? AND attempt = ? "
                              "AND owner = ? AND job_id IS NULL AND status = 'submitted'",
-                             (owner or this_owner(), time.time(), key, attempt, dead_owner))
+                             (owner or this_owner(), self._now(), key, attempt, dead_owner))
             return cur.rowcount == 1
 
     def attach(self, key: str, job_id: str, attempt: int | None = None) -> bool:
         """Record the remote id of the row's current attempt (``attempt``: only if it is still current)."""
-        now = time.time()
+        now = self._now()
         with self._tx() as db:
             row = self._read(db, key)
             if row is None or row.final or (attempt is not None and row.attempt != attempt):
@@ -308,7 +314,7 @@ class Journal:
         with self._tx() as db:
             q = "UPDATE jobs SET status = ?, updated = ? WHERE key = ? AND status NOT IN ('completed', " \
                 "'infra_failed', 'cancelled')"
-            args: tuple[Any, ...] = (status, time.time(), key)
+            args: tuple[Any, ...] = (status, self._now(), key)
             if job_id is not None:
                 q, args = q + " AND job_id = ?", args + (job_id,)
             if db.execute(q, args).rowcount != 1:
@@ -324,7 +330,7 @@ class Journal:
                    "gpu_type = ?, gpus_per_worker = ?, cost_usd = ?, idle_usd = ?, ended = ? "
                    "WHERE key = ? AND attempt = ?",
                    (status, error[:2000], b.delay_time_ms, b.execution_time_ms, b.gpu_type, b.gpus_per_worker,
-                    b.cost_usd, b.idle_usd, time.time(), key, attempt))
+                    b.cost_usd, b.idle_usd, self._now(), key, attempt))
         db.execute("UPDATE jobs SET delay_time_ms = delay_time_ms + ?, "
                    "execution_time_ms = execution_time_ms + ?, "
                    "gpu_type = CASE WHEN ? != '' THEN ? ELSE gpu_type END, "
@@ -338,7 +344,7 @@ class Journal:
         """End the attempt ``job_id`` (``status``: failed, timed_out, expired, ...; its bill) and open the
         next one; returns the new attempt number for exactly one caller (None: another caller already did,
         or the row is final). The caller then submits it and :meth:`attach` es its id."""
-        now = time.time()
+        now = self._now()
         with self._tx() as db:
             row = self._read(db, key)
             if row is None or row.final or row.job_id != job_id:
@@ -356,7 +362,7 @@ class Journal:
                       billing: Billing | None = None, result_status: str | None = None) -> bool:
         """Store the result of attempt ``job_id`` and close the row as ``completed``; True for the one call
         that recorded it (a second sighting changes nothing)."""
-        now = time.time()
+        now = self._now()
         with self._tx() as db:
             row = self._read(db, key)
             if row is None or row.final or row.job_id != job_id:
@@ -370,7 +376,7 @@ class Journal:
     def finish(self, key: str, job_id: str | None, status: Literal["infra_failed", "cancelled"], error: str,
                billing: Billing | None = None) -> bool:
         """Close the row without a result (retries spent, budget refused, cancelled); once."""
-        now = time.time()
+        now = self._now()
         with self._tx() as db:
             row = self._read(db, key)
             if row is None or row.final or (job_id is not None and row.job_id != job_id):
@@ -444,10 +450,10 @@ class Journal:
         """A live session's heartbeat (a session that died without :meth:`close_session` ends there)."""
         with self._tx() as db:
             db.execute("UPDATE sessions SET heartbeat = ? WHERE id = ? AND ended IS NULL",
-                       (now or time.time(), session_id))
+                       (now if now is not None else self._now(), session_id))
 
     def close_session(self, session_id: str, now: float | None = None) -> None:
-        now = now or time.time()
+        now = now if now is not None else self._now()
         with self._tx() as db:
             db.execute("UPDATE sessions SET ended = ?, heartbeat = ? WHERE id = ? AND ended IS NULL",
                        (now, now, session_id))
@@ -461,7 +467,7 @@ class Journal:
         """``(start, end, usd_per_s)`` of the active workers, overlapping sessions counted once (at the
         highest rate among them). A session still open ends ``now`` if it is in ``live`` (this process's
         own), else at its last heartbeat (an orchestrator that died)."""
-        now = now or time.time()
+        now = now if now is not None else self._now()
         spans = [(s.started, s.ended if s.ended is not None else (now if s.id in live else s.heartbeat),
                   s.active_usd_per_s) for s in self.sessions()]
         edges = sorted({t for a, b, _ in spans for t in (a, b)})

@@ -1,4 +1,6 @@
-"""gpu/simulate.py invariants on small workloads, and gpu/bench_matrix.py's dry run."""
+"""gpu/simulate.py invariants on small workloads (the simulated server as the project's Runpod client; the
+Serverless path through the real journal and billing, agreeing with the simulator's own accounting where
+nothing but cold starts waits), and gpu/bench_matrix.py's dry run."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ import yaml
 
 from gpu import bench_matrix
 from gpu.prices import PRICE_SHEET
-from gpu.simulate import (PodPoolConfig, ServerlessConfig, SimClock, SimulatedServerless, Workload, draw_jobs,
-                          pick, pod_factory, serverless_factory, simulate, sweep, write_defaults)
+from gpu.runpod_api import RunpodJob
+from gpu.simulate import (RUNPOD_MAX_IN_FLIGHT, PodPoolConfig, ServerlessConfig, SimClock,
+                          SimulatedServerless, Workload, draw_jobs, pick, pod_factory, run_through_journal,
+                          serverless_factory, simulate, simulate_journal, sweep, write_defaults)
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = Workload(steps=4, jobs_per_step=10, median_s=600.0, p90_s=900.0, gap_s=60.0)
@@ -27,29 +31,46 @@ def test_every_job_completes_exactly_once(name: str) -> None:
     clock = SimClock()
     fleet = FLEETS[name](clock, 0)
     jobs = [j for batch in draw_jobs(SMALL, 0) for j in batch]
-    for j in jobs:
-        fleet.submit({"input": {"job_id": j.job_id, "exec_s": j.exec_s, "failed": j.failed}})
+    ids = [fleet.run({"job_id": j.job_id, "exec_s": j.exec_s, "failed": j.failed}) for j in jobs]
     clock.drain()
-    assert sorted(fleet.requests) == sorted(j.job_id for j in jobs)
+    assert sorted(fleet.requests) == sorted(ids) and len(set(ids)) == len(jobs)
     assert all(r.runs == 1 and r.finished is not None for r in fleet.requests.values())
-    states = {fleet.status(j.job_id)["status"] for j in jobs}
-    assert states <= {"COMPLETED", "FAILED"}
-    assert {fleet.status(j.job_id)["status"] for j in jobs if j.failed} <= {"FAILED"}
-    with pytest.raises(ValueError, match="already"):
-        fleet.submit({"input": {"job_id": jobs[0].job_id, "exec_s": 1.0}})
+    got = fleet.status_many(ids)
+    assert {st.status for st in got.values()} == {"COMPLETED"}   # a failed job is the worker's verdict
+    verdicts = {st.output["result"]["job_id"]: st.output["result"]["status"] for st in got.values()}
+    assert verdicts == {j.job_id: "job_failed" if j.failed else "succeeded" for j in jobs}
+    again = fleet.run({"job_id": jobs[0].job_id, "exec_s": 1.0})   # Runpod: a new job, a new id
+    assert again not in ids
 
 
 def test_status_shape() -> None:
     clock = SimClock()
     sls = SimulatedServerless(clock, ServerlessConfig(workers_max=1, flashboot=False, cold_start_s=10.0))
-    a = sls.submit({"input": {"job_id": "a", "exec_s": 5.0}})
-    b = sls.submit({"input": {"job_id": "b", "exec_s": 5.0}})
-    assert sls.status(a)["status"] == "IN_QUEUE"
+    a = sls.run({"job_id": "a", "exec_s": 5.0})
+    b = sls.run({"job_id": "b", "exec_s": 5.0})
+    assert isinstance(sls.status(a), RunpodJob) and sls.status(a).status == "IN_QUEUE"
     clock.advance_to(12.0)
-    assert sls.status(a)["status"] == "IN_PROGRESS" and sls.status(b)["status"] == "IN_QUEUE"
+    assert sls.status(a).status == "IN_PROGRESS" and sls.status(b).status == "IN_QUEUE"
     clock.drain()
     st = sls.status(b)
-    assert st == {"id": "b", "status": "COMPLETED", "delayTime": 15000, "executionTime": 5000}
+    assert (st.id, st.status, st.delay_time_ms, st.execution_time_ms, st.worker_id) == (b, "COMPLETED", 15000,
+                                                                                        5000, "w0")
+    assert st.output == {"result": {"job_id": "b", "status": "succeeded",
+                                    "worker": {"gpus": ["NVIDIA RTX A5000"] * 2}}}
+    assert RunpodJob.model_validate(st.model_dump(by_alias=True)) == st   # what /status/<id> would carry
+
+
+def test_cancel_frees_the_worker() -> None:
+    clock = SimClock()
+    sls = SimulatedServerless(clock, ServerlessConfig(workers_max=1, flashboot=False, cold_start_s=10.0))
+    a, b, c = (sls.run({"job_id": x, "exec_s": 100.0}) for x in "abc")
+    sls.cancel(c)                                  # queued: never runs
+    clock.advance_to(50.0)
+    sls.cancel(a)                                  # running: stops now, b starts on the same worker
+    assert [sls.status(i).status for i in (a, b, c)] == ["CANCELLED", "IN_PROGRESS", "CANCELLED"]
+    clock.drain()
+    assert sls.status(b).delay_time_ms == 50_000 and sls.requests[c].runs == 0
+    assert sls.workers[0].busy_s == pytest.approx(40.0 + 100.0)
 
 
 @pytest.mark.parametrize("name", sorted(FLEETS))
@@ -154,3 +175,90 @@ def test_bench_matrix_live_with_a_fake_backend() -> None:
     assert [c.model for c in cells] == list(bench_matrix.MODELS)
     assert cells[0].minutes_per_job == pytest.approx(10.0)
     assert cells[0].basis.startswith("measured")
+
+
+# ------------------------------------------------------------------ the Serverless path through the journal
+def test_journal_run_completes_every_job_exactly_once_on_the_simulated_clock(tmp_path: Path) -> None:
+    from ait_env.backends.runpod import GpuPrices, attempt_billing
+    from ait_env.jobs.journal import Journal
+
+    cfg = ServerlessConfig(workers_max=4, idle_timeout_s=30.0)
+    clock = SimClock()
+    fleet = SimulatedServerless(clock, cfg, 0)
+    journal = Journal(tmp_path / "j.sqlite", now=lambda: clock.now)
+
+    def bill(st, worker):  # type: ignore[no-untyped-def]
+        return attempt_billing(st, worker, prices=GpuPrices(), gpu_type=cfg.gpu_type,
+                               gpus_per_worker=cfg.gpus, idle_timeout_s=cfg.idle_timeout_s)
+
+    steps = draw_jobs(SMALL, 0)
+    walls = run_through_journal(fleet, clock, steps, SMALL.gap_s, journal, bill, poll_s=5.0, max_in_flight=3)
+    rows = journal.rows()
+    jobs = [j for b in steps for j in b]
+    assert len(walls) == SMALL.steps and len(rows) == len(jobs) == len(fleet.requests)
+    assert sorted(r.claimant for r in rows) == sorted(j.job_id for j in jobs)
+    assert all(r.status == "completed" and r.attempt == 1 and r.job_id in fleet.requests for r in rows)
+    failed = {j.job_id for j in jobs if j.failed}
+    assert failed
+    assert all(r.result_status == ("job_failed" if r.claimant in failed else "succeeded") for r in rows)
+    assert all(0 <= r.created <= r.finished_at <= clock.now < 1e6 for r in rows)   # simulated, not wall, time
+    assert all(r.finished_at % 5.0 == 0 for r in rows)                             # seen by a 5 s sweep
+    for r in rows:
+        st = fleet.status(r.job_id)
+        assert r.cost_usd == bill(st, st.output["result"]["worker"]).cost_usd
+        assert (r.delay_time_ms, r.execution_time_ms) == (st.delay_time_ms, st.execution_time_ms)
+
+
+def test_simulate_journal_counts_each_job_once_and_explains_its_difference() -> None:
+    res = simulate_journal(ServerlessConfig(workers_max=4, idle_timeout_s=30.0, workers_min=1), SMALL, [0, 1])
+    n = 2 * SMALL.steps * SMALL.jobs_per_step
+    assert res.rows == res.attempts == res.sim.jobs == n
+    # Runpod's rule + queue wait in delayTime + the idle bound + jobs on active workers counted twice
+    assert res.total_usd == pytest.approx(res.explained_usd, rel=1e-3)
+    assert res.delay_excess_usd > 0 and res.active_jobs_usd > 0 and res.active_usd > 0
+    assert res.total_usd > 1.05 * res.sim.realised_usd    # 16 in flight on 4 workers: the journal is high
+
+
+@pytest.mark.parametrize("cfg, max_in_flight", [
+    (ServerlessConfig(workers_max=4, idle_timeout_s=5.0), 4),                 # as many out as workers
+    (ServerlessConfig(workers_max=4, idle_timeout_s=5.0, flashboot=False), 4),
+    (ServerlessConfig(workers_max=SMALL.jobs_per_step, flashboot=False), None),  # never a queue
+])
+def test_journal_usd_per_job_agrees_with_the_simulator_within_1pct(cfg: ServerlessConfig,
+                                                                    max_in_flight: int | None) -> None:
+    """Where nothing waits at Runpod but for a cold start, the journal's run_costs() (jobs + idle + active)
+    per job is the simulator's $/job (Runpod's billing rule) within 1 %."""
+    res = simulate_journal(cfg, SMALL, [0, 1], max_in_flight=max_in_flight)
+    assert res.rows == res.sim.jobs
+    assert res.usd_per_job == pytest.approx(res.sim.usd_per_job, rel=0.01)
+
+
+def test_same_defaults_as_the_backend() -> None:
+    from ait_env.backends.runpod import RunpodOptions
+
+    assert RUNPOD_MAX_IN_FLIGHT == RunpodOptions.model_fields["max_in_flight"].default
+
+
+def test_the_simulated_server_drives_the_real_backend(tmp_path: Path) -> None:
+    """The simulated server is a ServerlessClientLike: the real RunpodBackend, its poller's sweep called by
+    hand on the simulated clock, sends, polls, journals and bills a job through it."""
+    from ait_env.backends.runpod import RunpodBackend
+    from tests.backends.test_runpod_backend import settings
+
+    clock = SimClock()
+    sls = SimulatedServerless(clock, ServerlessConfig(workers_max=1, flashboot=False, cold_start_s=10.0))
+    b = RunpodBackend(settings(require_revision=None, idle_timeout_s=5, workers_min=0), tmp_path / "runs",
+                      show_progress=False, client=sls)
+    b._start_poller = lambda: None   # type: ignore[method-assign]  # the test is the poller
+    try:
+        entry = b._track("k:0", "baseline", "sim-job", None, lambda: {"job_id": "sim-job", "exec_s": 30.0})
+        assert entry.job_id in sls.requests
+        clock.drain()
+        b._sweep()
+        row = b.journal.get("k:0")
+        assert row is not None and row.status == "completed" and entry.done.is_set()
+        assert (row.delay_time_ms, row.execution_time_ms) == (10_000, 30_000)
+        st = sls.status(row.job_id)
+        assert row.cost_usd == b.billing(st, st.output["result"]["worker"]).cost_usd > 0
+    finally:
+        b.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 from pathlib import Path
 
 from ait_env.jobs.journal import Billing, Journal, JournalRow, owner_alive
@@ -103,3 +104,27 @@ def test_the_journal_is_in_the_run_dir_and_holds_no_secret(tmp_path, monkeypatch
     j.claim("a", claimant="job-1")
     assert Path(j.path) == tmp_path / "runpod_journal.sqlite"
     assert b"rp-secret" not in j.path.read_bytes()
+
+
+def test_the_clock_is_wall_time_by_default_and_injectable(tmp_path):
+    from ait_env.jobs.journal import Session
+
+    before = time.time()
+    j = Journal(tmp_path / "wall.sqlite")
+    row, _ = j.claim("k", claimant="job")
+    assert before <= row.created <= time.time()                     # default: time.time, as before
+
+    t = [100.0]
+    sim = Journal(tmp_path / "sim.sqlite", now=lambda: t[0])
+    sim.open_session(Session(id="s", owner="o", started=0.0, heartbeat=0.0, active_usd_per_s=0.5))
+    row, _ = sim.claim("k", claimant="job")
+    t[0] = 160.0
+    sim.attach("k", "r1")
+    t[0] = 220.0
+    assert sim.record_result("k", "r1", {"status": "succeeded"}, Billing(cost_usd=1.0))
+    row = sim.get("k", history=True)
+    assert (row.created, row.submitted_at, row.finished_at, row.history[0]["ended"]) == (100.0, 160.0, 220.0,
+                                                                                         220.0)
+    assert sim.run_costs(live=frozenset({"s"})).active == 0.5 * 220.0   # an open session ends at its now()
+    sim.close_session("s", now=0.0)                                      # an explicit 0.0 is honoured
+    assert sim.sessions()[0].ended == 0.0
