@@ -543,7 +543,9 @@ def pod_factory(cfg: PodPoolConfig) -> FleetFactory:
 # ------------------------------------------------------------------------------------- journal path
 
 OWNER = "gpu.simulate"
-RUNPOD_MAX_IN_FLIGHT = 16   # RunpodOptions.max_in_flight's default (tests check they agree)
+#: jobs out at once when the backend is left to its default (RunpodOptions.max_in_flight None: the
+#: endpoint's workers_max); a fixed figure above it shows what sending more than there are workers bills
+OVER_SENT_MAX_IN_FLIGHT = 16
 _IN_FLIGHT = {"IN_QUEUE": "in_queue", "IN_PROGRESS": "in_progress"}   # as ait_env.backends.runpod's
 
 
@@ -647,7 +649,7 @@ def simulate_journal(cfg: ServerlessConfig, w: Workload, seeds: Iterable[int], l
     Runpod client, a real :class:`ait_env.jobs.journal.Journal` (a temporary SQLite file per seed, on the
     simulated clock), each attempt billed by :func:`ait_env.backends.runpod.attempt_billing`, the active
     workers as a journal session. ``poll_s``/``max_in_flight``: the backend's options (None: their
-    defaults, 5 s and 16).
+    defaults, 5 s and the endpoint's ``workers_max``).
 
     The journal bills every attempt ``delayTime + executionTime`` plus the idle timeout, and the active
     workers over the session; Runpod (and the simulator) bill each worker from start to stop. The journal
@@ -661,7 +663,7 @@ def simulate_journal(cfg: ServerlessConfig, w: Workload, seeds: Iterable[int], l
 
     t_start = time.perf_counter()
     poll = poll_s if poll_s is not None else RunpodOptions.model_fields["poll_interval_s"].default
-    most = max_in_flight if max_in_flight is not None else RUNPOD_MAX_IN_FLIGHT
+    most = max_in_flight if max_in_flight is not None else cfg.workers_max
     prices = GpuPrices()
     pool = pool_of(cfg.gpu_type)
     active_per_s = cfg.workers_min * cfg.gpus * price_per_s(pool, active=cfg.active_discount)
@@ -834,10 +836,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = chosen.cfg
     assert isinstance(cfg, ServerlessConfig)
     pods = next(r for r in rows if r.fleet == "pods" and r.cfg == PodPoolConfig())
-    default_mif = RUNPOD_MAX_IN_FLIGHT
+    default_mif = cfg.workers_max
     runs = [(f"{chosen.settings}, max_in_flight={m}" + (" (backend default)" if m == default_mif else ""),
              simulate_journal(cfg, w, range(args.seeds), max_in_flight=m))
-            for m in dict.fromkeys((default_mif, cfg.workers_max))]
+            for m in dict.fromkeys((default_mif, OVER_SENT_MAX_IN_FLIGHT))]
     print("\nThrough the project's journal and billing (simulate_journal: SimulatedServerless as the Runpod "
           "client, ait_env.jobs.journal.Journal on the simulated clock, runpod.attempt_billing; poll 5 s):\n")
     print(journal_table(pods, runs))

@@ -121,6 +121,7 @@ class EndpointCosts(BaseModel):
 
     idle_timeout_s: float
     workers_min: int
+    workers_max: int
     gpus_per_worker: int
     pool: str
     active_usd_per_gpu_s: float
@@ -175,8 +176,10 @@ class RunpodOptions(RunnerSettings):
     executor_options: dict[str, Any] = Field(default_factory=dict)
     #: seconds between two sweeps of the poller over the jobs in flight
     poll_interval_s: float = Field(5.0, gt=0)
-    #: jobs sent to Runpod at once (more wait locally, in order); the endpoint's max workers is its own
-    max_in_flight: int = Field(16, ge=1)
+    #: jobs sent to Runpod at once (more wait locally, in order). None: the endpoint's ``workers_max`` (read
+    #: like the run costs' settings): a job sent beyond it waits in Runpod's queue, and that wait is in its
+    #: ``delayTime``, which the bill counts although Runpod does not charge it (docs/fleet.md)
+    max_in_flight: int | None = Field(None, ge=1)
     #: the worker's limit for one job (None: the job's wall-clock bound plus its eval allowance)
     job_timeout_s: float | None = Field(None, gt=0)
     #: an attempt without a result this long after it was sent is cancelled and retried (None: Runpod's
@@ -285,6 +288,8 @@ class RunpodBackend(Backend):
         finally:
             if made is not None:
                 made.close()
+        #: jobs out at once: the option, else the endpoint's max workers (see RunpodOptions.max_in_flight)
+        self.max_in_flight = self.options.max_in_flight or self.endpoint_costs.workers_max
         self._session_id = f"{this_owner()}:{uuid.uuid4().hex[:8]}"
         self._beat_at = time.monotonic()
         now = time.time()
@@ -360,6 +365,7 @@ class RunpodBackend(Backend):
         idle = float(pick("idle_timeout_s", o.idle_timeout_s, workers.get("idleTimeout"),
                           fleet["idle_timeout_s"]))
         wmin = int(pick("workers_min", o.workers_min, workers.get("min"), fleet["workers_min"]))
+        wmax = int(pick("workers_max", None, workers.get("max"), fleet["workers_max"]))
         gpus = int(gpu.get("count") or o.gpus_per_worker)
         pools = list(gpu.get("pools") or [])
         pool = pools[0] if pools else (prices.pool_for_gpu(o.gpu_type, o.prices.pools) or "")
@@ -368,8 +374,8 @@ class RunpodBackend(Backend):
         except KeyError:
             active = max(prices.FLEX_USD_PER_S.values())
             _log.warning("no active price for pool %r: active workers billed at the dearest flex rate", pool)
-        return EndpointCosts(idle_timeout_s=idle, workers_min=wmin, gpus_per_worker=gpus, pool=pool,
-                             active_usd_per_gpu_s=active, source="; ".join(sources))
+        return EndpointCosts(idle_timeout_s=idle, workers_min=wmin, workers_max=wmax, gpus_per_worker=gpus,
+                             pool=pool, active_usd_per_gpu_s=active, source="; ".join(sources))
 
     def _make_client(self) -> ServerlessClientLike:
         endpoint = self.options.endpoint_id or os.environ.get("RUNPOD_ENDPOINT_ID")
@@ -573,7 +579,7 @@ class RunpodBackend(Backend):
         """Send queued jobs while fewer than ``max_in_flight`` are out (any thread may call it)."""
         while True:
             with self._lock:
-                if not self._pending or len(self._sent) >= self.options.max_in_flight:
+                if not self._pending or len(self._sent) >= self.max_in_flight:
                     return
                 entry = self._entries[self._pending.popleft()]
                 if entry.state != "pending":

@@ -93,6 +93,7 @@ def test_settings_come_from_the_endpoint_else_the_options_else_the_fleet_default
                    "gpu": {"pools": ["ADA_24"], "count": 1}})
     with backend(tmp_path / "ep", fake, ep, endpoint_id="ep-1") as b:
         c = b.endpoint_costs
+        assert b.max_in_flight == 4          # no more jobs out than workers: Runpod's queue wait is not billed
     assert ep.calls == 1
     assert (c.idle_timeout_s, c.workers_min, c.gpus_per_worker, c.pool) == (11, 2, 1, "ADA_24")
     assert c.active_usd_per_gpu_s == prices.price_per_s("ADA_24", active=True)
@@ -108,6 +109,7 @@ def test_settings_come_from_the_endpoint_else_the_options_else_the_fleet_default
             c = b.endpoint_costs
         assert (c.idle_timeout_s, c.workers_min) == (fleet["idle_timeout_s"], fleet["workers_min"])
         assert "gpu/fleet_defaults.yaml" in c.source and (c.pool, c.gpus_per_worker) == ("AMPERE_24", 2)
+        assert b.max_in_flight == fleet["workers_max"]
         with backend(tmp_path / f"o{bool(mgmt)}", fake, mgmt, endpoint_id="ep-1", idle_timeout_s=3) as b:
             c3 = b.endpoint_costs
         assert c3.idle_timeout_s == 3 and "idle_timeout_s: options" in c3.source

@@ -13,7 +13,7 @@ import yaml
 from gpu import bench_matrix
 from gpu.prices import PRICE_SHEET
 from gpu.runpod_api import RunpodJob
-from gpu.simulate import (RUNPOD_MAX_IN_FLIGHT, PodPoolConfig, ServerlessConfig, SimClock,
+from gpu.simulate import (PodPoolConfig, ServerlessConfig, SimClock,
                           SimulatedServerless, Workload, draw_jobs, pick, pod_factory, run_through_journal,
                           serverless_factory, simulate, simulate_journal, sweep, write_defaults)
 
@@ -210,7 +210,8 @@ def test_journal_run_completes_every_job_exactly_once_on_the_simulated_clock(tmp
 
 
 def test_simulate_journal_counts_each_job_once_and_explains_its_difference() -> None:
-    res = simulate_journal(ServerlessConfig(workers_max=4, idle_timeout_s=30.0, workers_min=1), SMALL, [0, 1])
+    res = simulate_journal(ServerlessConfig(workers_max=4, idle_timeout_s=30.0, workers_min=1), SMALL, [0, 1],
+                           max_in_flight=16)   # more out than workers: the queue wait lands in delayTime
     n = 2 * SMALL.steps * SMALL.jobs_per_step
     assert res.rows == res.attempts == res.sim.jobs == n
     # Runpod's rule + queue wait in delayTime + the idle bound + jobs on active workers counted twice
@@ -234,9 +235,11 @@ def test_journal_usd_per_job_agrees_with_the_simulator_within_1pct(cfg: Serverle
 
 
 def test_same_defaults_as_the_backend() -> None:
+    """Left to its default, the backend keeps no more jobs out than the endpoint has workers, as the
+    simulator does."""
     from ait_env.backends.runpod import RunpodOptions
 
-    assert RUNPOD_MAX_IN_FLIGHT == RunpodOptions.model_fields["max_in_flight"].default
+    assert RunpodOptions.model_fields["max_in_flight"].default is None
 
 
 def test_the_simulated_server_drives_the_real_backend(tmp_path: Path) -> None:
