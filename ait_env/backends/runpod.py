@@ -27,7 +27,8 @@ Contract:
   refusal, its time limit) is returned as it is.
 - **Costs** (:func:`attempt_billing`, the one place). Each attempt's billed seconds (``delayTime`` +
   ``executionTime`` of the status: queue wait and cold start are counted, which over-estimates a queued
-  job) x the dated $/GPU-second of the GPU type
+  job; so ``max_in_flight`` defaults to the endpoint's ``workers_max``, where no sent job waits for a
+  worker) x the dated $/GPU-second of the GPU type
   that ran it (the worker's ``result.worker["gpus"]``; ``gpu_type`` when unknown; :class:`GpuPrices`:
   its pool's flex rate in :mod:`gpu.prices`) x its GPUs. The sum over
   a job's attempts is ``JobResult.cost_usd`` (the env writes it to the cost ledger). ``run_budget_usd`` /
