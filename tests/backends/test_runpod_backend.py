@@ -199,6 +199,19 @@ def test_an_expired_result_is_resubmitted_within_the_budget(tmp_path):
     assert row.history[0]["status"] == "expired" and "expired before it was read" in row.history[0]["error"]
 
 
+def test_a_job_stuck_in_the_queue_past_its_deadline_is_cancelled_and_sent_again(tmp_path):
+    fake = FakeServerlessClient(plan=lambda inp, n: "stuck" if n == 1 else "ok")
+    with backend(tmp_path, fake, deadline_s=0.5) as b:
+        (job,) = bundles(tmp_path, 1)
+        h = b.submit(job)
+        r = b.wait(h, timeout=30)
+        row = b.journal.get(h.meta["key"], history=True)
+    assert r.status == "succeeded", r.error
+    assert [a["status"] for a in row.history] == ["timed_out", "completed"]
+    assert fake.calls["cancel"] == 1 and fake.total_runs() == 2
+    assert r.timings["runpod_attempts"] == 2
+
+
 def test_a_non_replica_worker_is_infra_failed_and_never_served(tmp_path):
     fake = FakeServerlessClient(plan=lambda inp, n: "non_replica")
     (job,) = bundles(tmp_path, 1)

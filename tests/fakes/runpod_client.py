@@ -10,7 +10,8 @@ n)`` (``n``: how many times a bundle with that job id was sent so far, from 1):
   real handler (:func:`gpu.worker.handle_input`) in a pool of ``workers`` local processes;
 - ``job_failed``: COMPLETED, the worker says the job failed; ``lost``: FAILED without output (a worker
   lost); ``timed_out``: TIMED_OUT; ``expired``: COMPLETED, but every status call answers 404
-  (:class:`ResultExpired`); ``non_replica``: COMPLETED by a worker of another image revision.
+  (:class:`ResultExpired`); ``non_replica``: COMPLETED by a worker of another image revision; ``stuck``:
+  IN_QUEUE until cancelled (no worker ever takes it).
 
 ``errors["run"]`` (or ``"status"``, ``"cancel"``): the HTTP statuses the next such calls answer, past the
 client's retries (e.g. ``[429, 503]``; 0: no connection); a 5xx on ``run`` is :class:`SubmitUncertain`, as
@@ -37,7 +38,7 @@ from typing import Any, Literal
 
 from gpu.runpod_api import ResultExpired, RunpodAPIError, RunpodJob, SubmitUncertain
 
-Outcome = Literal["ok", "job_failed", "lost", "timed_out", "expired", "non_replica"]
+Outcome = Literal["ok", "job_failed", "lost", "timed_out", "expired", "non_replica", "stuck"]
 GPUS = ["NVIDIA RTX A5000 (24564 MiB)", "NVIDIA RTX A5000 (24564 MiB)"]
 DELAY_MS, EXECUTION_MS = 2_000, 60_000
 
@@ -174,6 +175,8 @@ class FakeServerlessClient:
             return RunpodJob.model_validate({**base, "status": "CANCELLED"})
         future = self._futures.get(job_id)
         running = future is not None and not future.done()
+        if job["outcome"] == "stuck":
+            return RunpodJob.model_validate({"id": job_id, "status": "IN_QUEUE"})
         if job["polls"] < self.polls_to_finish or running:
             status = "IN_QUEUE" if job["polls"] == 1 and not running else "IN_PROGRESS"
             return RunpodJob.model_validate({**base, "status": status})
