@@ -402,6 +402,12 @@ class JobWritingEnv(gym.Env[str, str]):
             return ToolOutcome("submit_job", False, f"The validation sandbox failed ({exc}); this is our fault, "
                                "not yours. The episode ends unscored.", ends_episode=True)
         self._any_parsable = self._any_parsable or report.parsable
+        ours = [f for f in report.failures if f.code == "backend_config"]
+        if ours:   # the backend cannot run what it offers: our configuration, never the agent's fault
+            self._drop(f"backend configuration: {ours[0].message}")
+            return ToolOutcome("submit_job", False, f"Your job could not be run because of our configuration "
+                               f"({ours[0].message}); this is not counted against you. The episode ends "
+                               "unscored.", ends_episode=True)
         if job is None:
             left = max_attempts - self._job_attempts
             text = report.render()

@@ -120,6 +120,17 @@ EXECUTORS: dict[str, str] = {"local": "ait_env.local.executor:LocalExecutor",
                              "gpu": "gpu.primerl_executor:PrimeRLExecutor"}
 
 
+def executor_renderers(executor: str | None, models: list[str]) -> dict[str, str]:
+    """The chat renderer each of ``models`` gets from the trainer ``executor`` (model -> renderer name) where
+    prime-rl's own map (:func:`ait_env.jobs.primerl.renderer_for`) does not decide: the local executor serves
+    every model with its tokenizer's own chat template ("default"); prime-rl (``gpu``) uses its map alone.
+    Validation takes the map of the executor the backend will run (:meth:`ait_env.backends.base.Backend.
+    model_renderers`), so a job is judged by what will train it."""
+    if executor == "local":
+        return {m: "default" for m in models}
+    return {}
+
+
 def executor_factory(backend: str) -> Callable[..., TrainerExecutor]:
     if backend not in EXECUTORS:
         raise ValueError(f"the runner has no trainer executor for backend {backend!r} (known: {', '.join(EXECUTORS)})")

@@ -25,8 +25,13 @@ Kind = Literal["flex", "active", "pod"]
 SERVERLESS_DOCS = ("runpod/docs `snippets/serverless-gpu-pricing-table.mdx` "
                    "(docs.runpod.io/serverless/pricing), commit e5571ba1 of 2026-06-08: flex $/s")
 ACTIVE_DOCS = ("runpod/docs `snippets/serverless-gpu-pricing-table.mdx` before commit d1accc4b (version of "
-               "2025-08-25): active $/s; the current page (2026-07-20) says active discounts come 'through "
-               "sales inquiry'")
+               "2025-08-25): active $/s, a 2025 figure kept for the simulator's what-if only; d1accc4b of "
+               "2026-05-13 ('unified pricing for flex and active workers') removed the column, and the "
+               "current page (2026-07-20) says active discounts come 'through sales inquiry'")
+#: the date Runpod's docs unified the flex and active prices (runpod/docs commit d1accc4b, 2026-05-13:
+#: "Both worker types are billed at the same per-second rate"): since then an active worker costs the flex
+#: rate unless a discount was negotiated with Runpod's sales (then pass it as ``negotiated``)
+UNIFIED_SINCE = "2026-05-13"
 SKYPILOT = ("SkyPilot catalog v8 runpod/vms.csv (commit 01acdfd4, undated; notes/runpod.md §3): "
             "Secure Cloud $/GPU-h")
 DATARECEIPTS = ("datareceipts 109-gpu-pricing vendors.json, runpod.io/pricing read on 2026-11-09: "
@@ -52,9 +57,10 @@ FLEX_USD_PER_S: dict[str, float] = {
     "HOPPER_141": 0.00155,      # H200 PRO (141 GB)
     "BLACKWELL_180": 0.00240,   # B200 (180 GB); pool id mapping assumed
 }
-#: $/s per GPU of an **active** (always-on) worker, by pool id: ACTIVE_DOCS (the 2025 table; the current
-#: page publishes none); a pool missing here is billed at its flex rate (an upper bound)
-ACTIVE_USD_PER_S: dict[str, float] = {"AMPERE_24": 0.00013, "ADA_24": 0.00021, "ADA_48_PRO": 0.00037,
+#: $/s per GPU of an **active** (always-on) worker in the **2025** table (ACTIVE_DOCS), by pool id. Stale since
+#: UNIFIED_SINCE: only the fleet simulator's what-if (``active_discount``) reads it; bills use
+#: :func:`price_per_s` (the flex rate, or a negotiated one)
+ACTIVE_2025_USD_PER_S: dict[str, float] = {"AMPERE_24": 0.00013, "ADA_24": 0.00021, "ADA_48_PRO": 0.00037,
                                       "AMPERE_80": 0.00060, "ADA_80_PRO": 0.00093}
 #: GPU name as a worker reports it (``nvidia-smi``; the longest matching prefix wins) -> its pool
 GPU_POOLS: dict[str, str] = {
@@ -104,7 +110,7 @@ class PriceSheet:
 
 def _gpu(pool: str, pod_usd_h: float, vram_gb: int, tier: str, sources: tuple[str, ...]) -> GpuPrice:
     """A sheet entry whose Serverless prices are its pool's (one table: :data:`FLEX_USD_PER_S`)."""
-    return GpuPrice(FLEX_USD_PER_S[pool], ACTIVE_USD_PER_S.get(pool, FLEX_USD_PER_S[pool]), pod_usd_h,
+    return GpuPrice(FLEX_USD_PER_S[pool], ACTIVE_2025_USD_PER_S.get(pool, FLEX_USD_PER_S[pool]), pod_usd_h,
                     vram_gb, tier, sources, pool)
 
 
@@ -152,13 +158,22 @@ def pool_of(gpu_type: str) -> str:
         raise KeyError(f"no price for GPU type {gpu_type!r}; known: {sorted(PRICE_SHEET.gpus)}") from None
 
 
-def price_per_s(pool: str, active: bool = False) -> float:
-    """$/s for one GPU of Serverless ``pool`` (flex, or active: the 2025 figure where there is one, else the
-    flex rate); ``KeyError`` naming the known pools for another id."""
+def price_per_s(pool: str, active: bool = False, negotiated: float | None = None) -> float:
+    """$/s for one GPU of Serverless ``pool``: the flex rate, for active workers too (one price since
+    :data:`UNIFIED_SINCE`), unless ``active`` and a ``negotiated`` active rate (a sales discount) is given.
+    ``KeyError`` naming the known pools for another id."""
     if pool not in FLEX_USD_PER_S:
         raise KeyError(f"no price for GPU pool {pool!r} (known: {sorted(FLEX_USD_PER_S)}); add it to "
                        "gpu/prices.py from GET /v2/catalog/gpus (price.serverless)")
-    return ACTIVE_USD_PER_S.get(pool, FLEX_USD_PER_S[pool]) if active else FLEX_USD_PER_S[pool]
+    if active and negotiated is not None:
+        return negotiated
+    return FLEX_USD_PER_S[pool]
+
+
+def active_2025_per_s(pool: str) -> float:
+    """The 2025 active-worker $/s of ``pool`` (:data:`ACTIVE_2025_USD_PER_S`; its flex rate where that table
+    has none): the fleet simulator's what-if of a discount like 2025's, never a bill."""
+    return ACTIVE_2025_USD_PER_S.get(pool, price_per_s(pool))
 
 
 def cost_per_hour(pools: list[str], gpu_count: int, workers: int, active: bool) -> tuple[float, str]:
@@ -171,7 +186,7 @@ def cost_per_hour(pools: list[str], gpu_count: int, workers: int, active: bool) 
             continue
         note = f"{pool} at ${rate:.5f}/GPU-s (gpu/prices.py, flex table of {AS_OF})"
         if active:
-            note += ("; active rate assumed: the docs' 2025 figure where there is one, else the flex rate "
-                     "(the current page publishes none)")
+            note += (f"; active workers at the flex rate (one price since {UNIFIED_SINCE}; a negotiated "
+                     "discount is not known here)")
         return workers * gpu_count * rate * 3600, note
     return float("nan"), f"no price known for {pools}: add it to gpu/prices.py"

@@ -268,10 +268,13 @@ class ServerlessClient:
 
     def __init__(self, endpoint_id: str, api_key: str, base_url: str | None = None, *,
                  retry: RetryPolicy | None = None, timeout_s: float = 10.0, max_connections: int = 64,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, job_retry: RetryPolicy | None = None) -> None:
+        """``retry``: the policy of every call; ``job_retry``: the one of ``status``/``stream``/``cancel``/
+        ``retry`` when given (a caller that backs off by itself keeps them short)."""
         if not endpoint_id or "/" in endpoint_id:
             raise ValueError(f"endpoint id {endpoint_id!r}: expected an id as gpu.endpoint status shows it")
         self.endpoint_id = endpoint_id
+        self._job_retry = job_retry
         base = base_url or os.environ.get(JOB_BASE_ENV) or DEFAULT_JOB_BASE_URL
         self._http = _Http(f"{base.rstrip('/')}/{endpoint_id}", api_key, retry or RetryPolicy(), timeout_s,
                            max_connections, transport)
@@ -305,7 +308,7 @@ class ServerlessClient:
 
     def _job(self, method: str, route: str, job_id: str) -> httpx.Response:
         try:
-            return self._http.request(method, f"/{route}/{job_id}")
+            return self._http.request(method, f"/{route}/{job_id}", retry=self._job_retry)
         except RunpodAPIError as e:
             if e.status == 404:
                 raise ResultExpired(f"job {job_id}: 404 on /{route} — its result expired (kept "

@@ -162,8 +162,9 @@ class FleetAPI(Protocol):
     :class:`ait_env.backends.runpod.ServerlessClientLike` (``run``, ``status``, ``cancel``) plus
     ``status_many``, which :class:`gpu.runpod_api.ServerlessClient` and the backend's poller use."""
 
-    def run(self, input: dict[str, Any]) -> str:  # noqa: A002 - the client's name
-        """Queue a job (Runpod ``POST /run``); return its id."""
+    def run(self, input: dict[str, Any], *, execution_timeout_s: float | None = None,  # noqa: A002
+            ttl_s: float | None = None) -> str:
+        """Queue a job (Runpod ``POST /run``, its ``policy``: not modelled); return its id."""
 
     def status(self, job_id: str) -> RunpodJob:
         """The job as Runpod ``GET /status/<id>`` returns it (times in ms on the simulated clock)."""
@@ -241,7 +242,8 @@ class _QueueFleet:
         self._ids = itertools.count()
 
     # -- API (FleetAPI: the project's Runpod client interface)
-    def run(self, input: dict[str, Any]) -> str:  # noqa: A002 - the client's name
+    def run(self, input: dict[str, Any], *, execution_timeout_s: float | None = None,  # noqa: A002
+            ttl_s: float | None = None) -> str:
         job_id = f"sim-{next(self._ids)}"
         req = _Request(job_id, float(input["exec_s"]), bool(input.get("failed", False)), self.clock.now,
                        client_job_id=str(input.get("job_id", "")), gpus=(self.gpu_type,) * self.gpus)
@@ -659,14 +661,15 @@ def simulate_journal(cfg: ServerlessConfig, w: Workload, seeds: Iterable[int], l
     and again as active time)."""
     from ait_env.backends.runpod import GpuPrices, RunpodOptions, attempt_billing
     from ait_env.jobs.journal import JOURNAL_NAME, Journal, Session
-    from gpu.prices import pool_of, price_per_s
+    from gpu.prices import active_2025_per_s, pool_of, price_per_s
 
     t_start = time.perf_counter()
     poll = poll_s if poll_s is not None else RunpodOptions.model_fields["poll_interval_s"].default
     most = max_in_flight if max_in_flight is not None else cfg.workers_max
     prices = GpuPrices()
     pool = pool_of(cfg.gpu_type)
-    active_per_s = cfg.workers_min * cfg.gpus * price_per_s(pool, active=cfg.active_discount)
+    active_per_s = cfg.workers_min * cfg.gpus * (active_2025_per_s(pool) if cfg.active_discount
+                                                 else price_per_s(pool))
     flex_per_s = cost_usd(cfg.gpu_type, 1.0, cfg.gpus, "flex")
 
     def bill(st: RunpodJob, worker: dict[str, Any] | None) -> "Billing":

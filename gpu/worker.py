@@ -545,6 +545,9 @@ class HandlerInput(BaseModel):
     baselines: list[BaselineEntry] = Field(default_factory=list)
     require_revision: str | None = None
     timeout_s: float | None = None
+    #: the orchestrator's tag of this attempt (its journal recorded it before sending: ``/run`` has no
+    #: idempotency key); the worker does not use it
+    tag: str | None = None
 
 
 _WORKERS: dict[str | None, Worker] = {}

@@ -72,6 +72,38 @@ def load_reference_environment(family: str, model: str, folder: Path, args: dict
     return V.load_environment(V.import_env_package(folder / "pkgs", env_id), args)
 
 
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reaches a host but this one over httpx (the Runpod client's transport): a key a test sets
+    never leaves 127.0.0.1, and a code path that would call Runpod's real hosts fails loudly here instead of
+    timing out or reaching them (issue 32, item 9)."""
+    try:
+        import httpx
+    except ImportError:   # a venv without httpx sends nothing through it
+        return
+
+    def guard(request: Any) -> None:
+        if request.url.host not in _LOOPBACK:
+            raise AssertionError(f"a test tried to reach {request.url.scheme}://{request.url.host}: tests talk "
+                                 "to fakes on 127.0.0.1 only (point base_url / rest_base_url at the fake)")
+
+    sync_send, async_send = httpx.HTTPTransport.handle_request, httpx.AsyncHTTPTransport.handle_async_request
+
+    def handle(self: Any, request: Any) -> Any:
+        guard(request)
+        return sync_send(self, request)
+
+    async def handle_async(self: Any, request: Any) -> Any:
+        guard(request)
+        return await async_send(self, request)
+
+    monkeypatch.setattr(httpx.HTTPTransport, "handle_request", handle)
+    monkeypatch.setattr(httpx.AsyncHTTPTransport, "handle_async_request", handle_async)
+
+
 @pytest.fixture
 def runs_dir(tmp_path: Path) -> Path:
     return tmp_path / "runs"

@@ -150,9 +150,19 @@ class Backend(abc.ABC):
         baseline recorded on other weights is then flagged to the agent (the job re-measures it)."""
         return ""
 
+    @property
+    def executor(self) -> str | None:
+        """The trainer executor this backend's jobs run on (``options.executor`` where the backend has one;
+        None: it trains nothing itself, e.g. the stub)."""
+        return getattr(self.options, "executor", None)
+
     def model_renderers(self) -> dict[str, str]:
-        """Chat renderers for models prime-rl's renderer map does not know (model -> renderer name)."""
-        return {}
+        """Chat renderers for models prime-rl's renderer map does not know (model -> renderer name): those
+        of the executor the backend runs (:func:`ait_env.runner.executor_renderers`), so what validation
+        accepts is what will train."""
+        from ait_env.runner import executor_renderers
+
+        return executor_renderers(self.executor, [m.name for m in self.catalog()])
 
     def token_counter(self) -> TokenCounter | None:
         """Counts prompt tokens with the models' own tokenizers (None: the probe estimates them)."""

@@ -66,10 +66,11 @@ class LocalBackend(Backend):
 
         return weights_hash(model)
 
-    def model_renderers(self) -> dict[str, str]:
-        # The tiny models carry their own chat template (served by our endpoint, or vLLM with
-        # the tokenizer's template); prime-rl's renderer map does not know them.
-        return {m.name: "default" for m in self.catalog()}
+    @property
+    def executor(self) -> str:
+        # The tiny models carry their own chat template (served by our endpoint, or vLLM with the
+        # tokenizer's template); prime-rl's renderer map does not know them (executor_renderers).
+        return "local"
 
     def token_counter(self) -> TokenCounter | None:
         """Prompt tokens under the built models' own tokenizer and chat template (unbuilt models: None,

@@ -1,39 +1,64 @@
 """The ``runpod`` backend: job bundles run by the GPU worker (``gpu/worker.py``) on a Runpod Serverless
 queue-based endpoint, through :class:`gpu.runpod_api.ServerlessClient`.
 
-Contract:
+Contract (docs/fleet.md, "Guarantees under faults", states each guarantee with the test that shows it):
 
 - **One instance per run, shared by every episode.** :meth:`RunpodBackend.submit` returns at once (the
-  job is claimed in the journal and sent, or queued locally while ``max_in_flight`` jobs are out);
-  :meth:`RunpodBackend.wait` blocks only its caller. ONE poller thread dispatches queued jobs and polls
-  every job in flight, and wakes each waiter when its job ends.
+  job is claimed in the journal, its budget reserved, and queued locally); :meth:`RunpodBackend.wait`
+  blocks only its caller, by default at most :meth:`RunpodBackend.wait_bound_s` (derived from the job's
+  wall clock). **Submitter threads** (``submit_threads``) pack and send queued jobs while fewer than
+  ``max_in_flight`` are out; **one poller thread** reads the status of every job in flight, checks every
+  deadline on every sweep (also while status reads fail), cancels, and wakes each waiter when its job ends.
+  The poller never sends, packs or sleeps on a ``Retry-After``: a slow ``/run`` delays no status read.
 - **Durable, never paid twice** (:mod:`ait_env.jobs.journal`, ``<runs_dir>/runpod_journal.sqlite``): a job's
   key is its content hash (:func:`ait_env.jobs.cache.job_key` over the bundle and the worker's settings)
   plus a nonce (``"0"``; ``rerun: true`` uses the bundle's job id, so a deliberate re-run is a new key).
   An identical job already finished is served from the journal (``cache_hit``, $0); one in flight, here
-  or in another orchestrator on the same run dir, is attached to, not sent again. A restarted orchestrator
-  re-attaches every job in flight by its Runpod id at start, and records each result the moment it is
-  seen (Runpod keeps ``/run`` results 30 minutes). A job's cost is handed to exactly one waiter.
-- **Failures.** Runpod-side failures (FAILED without a result from our handler, i.e. a lost worker;
-  TIMED_OUT; a result expired before it was read; status calls failing past the client's own retries,
-  e.g. 429/5xx, ``status_error_budget`` times in a row; a run call that surely queued nothing, e.g. a
-  429 or no connection, past the client's retries; no result within ``deadline_s``) are retried as new
-  attempts (journaled) up to ``retry_budget`` times, then end ``infra_failed``. A run call without a
-  clear answer (:class:`gpu.runpod_api.SubmitUncertain`: a job may be queued unseen) is not resent, since
-  that could pay twice: the job ends ``infra_failed`` at once; so does a 4xx that is ours (key, endpoint,
-  payload). A result from a worker whose image revision or versions differ from the pins
-  (``require_revision``, ``expected_versions``) is a "non-replica worker": retried the same way, never
-  served. The worker's own verdict (``succeeded``, ``job_failed``, or its ``infra_failed``: self-check
-  refusal, its time limit) is returned as it is.
+  or in another orchestrator on the same run dir, is attached to, not sent again. **Each attempt is
+  recorded before it is sent**, with a client-generated tag that also goes in the request's input (``/run``
+  has no idempotency key). Every row in flight has an owner, this orchestrator's journal session, that is
+  alive *and* polling (its heartbeat); a row whose owner closed, died or stopped polling is adopted by
+  whichever orchestrator on the run dir sees it first (at start, then every ``owner_stale_s / 2``).
+  Results are recorded the moment they are seen (Runpod keeps ``/run`` results 30 minutes).
+- **Every attempt has a bound**, sent to Runpod as the request's ``policy``: ``executionTimeout`` (the
+  worker's own limit plus :data:`WORKER_OVERHEAD_S`) and ``ttl`` (the deadline plus ``ttl_margin_s``:
+  "Total lifespan of the job ... When TTL expires, the job is deleted regardless of state",
+  runpod/docs a900806e ``serverless/endpoints/send-requests.mdx``). No attempt can bill more than its
+  ``ttl`` (:attr:`Limits.bound_s`) x the dearest rate of the endpoint's GPU pools x its GPUs.
+- **Failures.** A status that cannot be read is not a lost job: its reads back off (``poll_interval_s``
+  doubling up to ``status_backoff_max_s``) until the attempt's deadline (``deadline_s``, by default
+  ``startup_allowance_s`` + the execution timeout). At the deadline the attempt is **cancelled before
+  anything is sent again** (the cancel is retried with backoff until Runpod confirms it or the attempt's
+  ttl has passed, when the job cannot run any more). Runpod-side failures (FAILED without a result from our
+  handler, i.e. a lost worker; TIMED_OUT; CANCELLED by Runpod; a result expired before it was read (404);
+  the deadline; a run call that surely queued nothing, e.g. a 429 or no connection, past the client's
+  retries) are retried as new attempts (journaled) up to ``retry_budget`` times, then end
+  ``infra_failed``. A run call without a clear answer (:class:`gpu.runpod_api.SubmitUncertain`: a job may
+  be queued unseen, and without its id it cannot be cancelled) is not resent: the job ends
+  ``infra_failed`` at once; so does a 4xx that is ours (key, endpoint, payload). A result from a worker
+  whose image revision or versions differ from the pins (``require_revision``, ``expected_versions``) is
+  **deterministic** (another endpoint image answers the same): the job ends ``infra_failed`` once with the
+  reason, never retried at full cost and never served. The worker's own verdict (``succeeded``,
+  ``job_failed``, or its ``infra_failed``: self-check refusal, its time limit) is returned as it is.
 - **Costs** (:func:`attempt_billing`, the one place). Each attempt's billed seconds (``delayTime`` +
-  ``executionTime`` of the status: queue wait and cold start are counted, which over-estimates a queued
-  job; so ``max_in_flight`` defaults to the endpoint's ``workers_max``, where no sent job waits for a
-  worker) x the dated $/GPU-second of the GPU type
-  that ran it (the worker's ``result.worker["gpus"]``; ``gpu_type`` when unknown; :class:`GpuPrices`:
-  its pool's flex rate in :mod:`gpu.prices`) x its GPUs. The sum over
-  a job's attempts is ``JobResult.cost_usd`` (the env writes it to the cost ledger). ``run_budget_usd`` /
-  ``episode_budget_usd`` (over the journal's bills) stop dispatch: the job ends ``infra_failed`` with the
-  budget's message (never charged to the agent), as a :class:`ait_env.ledger.BudgetExceeded` would.
+  ``executionTime`` of the status, rounded up to a whole second as Runpod rounds: queue wait and worker
+  initialization are counted, which is an upper bound: see docs/fleet.md) x the dated $/GPU-second of the
+  GPU type that ran it (the worker's ``result.worker["gpus"]``; ``gpu_type`` when unknown;
+  :class:`GpuPrices`: its pool's flex rate in :mod:`gpu.prices`) x its GPUs. **An attempt that may have
+  run and whose bill cannot be read** (status unreadable up to its end, result expired, the run call's
+  answer lost, the orchestrator died between sending and recording the id) is charged at its upper bound:
+  the time from its send to when it surely ended (a confirmed cancel, a 404) or else its ttl, x the
+  dearest pool's rate x GPUs, plus the idle bound, marked ``estimated`` in the journal;
+  ``python -m gpu.reconcile --correct`` replaces an estimate by the bill it can read later. The sum over a
+  job's attempts is ``JobResult.cost_usd`` (the env writes it to the cost ledger).
+- **Budgets** (one mechanism with the env's ledger, :mod:`ait_env.ledger`): each job **reserves its
+  bound** (:meth:`RunpodBackend.estimate_cost_usd`: ttl x rate x GPUs, plus the idle bound) in the
+  journal when it is accepted (:meth:`Journal.reserve`, atomic across orchestrators), the reservation is
+  re-checked when the job leaves the local queue (a retry reserves its new attempt there), and its bill
+  replaces it when it ends. ``run_budget_usd`` counts jobs + idle + active + every open reservation;
+  ``episode_budget_usd`` one episode's jobs + their reservations. A refused job ends ``infra_failed`` with
+  the budget's message (never charged to the agent), as a :class:`ait_env.ledger.BudgetExceeded` would.
+  The budget can then be passed only by the error of bounds already held.
 - **Run costs** (not the agent's: never in ``JobResult.cost_usd``). Runpod bills a worker "from when a
   worker starts until it fully stops" and its idle timeout after each request ("You're billed during idle
   time", runpod/docs ``serverless/pricing.mdx`` and ``serverless/endpoints/endpoint-configurations.mdx``,
@@ -41,23 +66,24 @@ Contract:
   (a) **idle**: each attempt a worker took (it reports a worker id or an execution time), unless it
   ended TIMED_OUT ("the job fails and the worker stops", ``endpoint-configurations.mdx``), is charged
   the endpoint's idle timeout x the attempt's $/GPU-s x its GPUs, journaled as the attempt's ``idle_usd``.
-  It is an **upper bound**: a worker that takes the next queued job at once does not idle. Nothing we see
-  tells that reliably (``/health`` is sampled at poll time, not when the job ended, and a queued job may
-  go to another, cold worker), so the bound is kept. (b) **active**: ``workers_min`` x GPUs per worker x
-  the pool's active $/GPU-s (:func:`gpu.prices.price_per_s`) over each orchestrator session's wall time
-  (journal ``sessions``: opened at start, closed by :meth:`RunpodBackend.close`, a crashed one ends at its
-  last heartbeat; overlapping sessions count once). :meth:`RunpodBackend.run_costs` returns jobs, idle,
+  It is an **upper bound**: a worker that takes the next queued job at once does not idle. (b)
+  **active**: ``workers_min`` x GPUs per worker x the pool's active $/GPU-s over each orchestrator
+  session's wall time (journal ``sessions``; overlapping sessions count once). The active rate is the
+  flex rate (Runpod's docs unified the two on 2026-05-13, :data:`gpu.prices.UNIFIED_SINCE`) unless
+  ``active_usd_per_gpu_s`` gives a negotiated one. :meth:`RunpodBackend.run_costs` returns jobs, idle,
   active and total USD; :meth:`RunpodBackend.charge_run_costs` puts idle and active into the env's cost
-  ledger once (``gpu_idle``/``gpu_active`` records). ``run_budget_usd`` counts all three;
-  ``episode_budget_usd`` counts the jobs only (the agent's charges). The idle timeout, ``workers_min``,
-  GPUs per worker and the first pool are read from the endpoint (REST v2 ``GET /serverless/<id>``:
-  ``workers.idleTimeout``, ``workers.min``, ``gpu.count``, ``gpu.pools``: what Runpod bills by) when this
-  backend built its own client, else from ``options`` (``idle_timeout_s``, ``workers_min``), else from
-  ``gpu/fleet_defaults.yaml``. ``python -m gpu.reconcile``
-  compares the journal with Runpod's billing.
+  ledger once (``gpu_idle``/``gpu_active`` records). The idle timeout, ``workers_min``, GPUs per worker and
+  the pools are read from the endpoint (REST v2 ``GET /serverless/<id>``: ``workers.idleTimeout``,
+  ``workers.min``, ``gpu.count``, ``gpu.pools``: what Runpod bills by) when this backend built its own
+  client, else from ``options``, else from ``gpu/fleet_defaults.yaml``. The REST base URL follows the job
+  API's: ``rest_base_url``, else ``$AIT_RUNPOD_REST_BASE_URL``, else ``base_url`` when that was
+  overridden (a fake's, a proxy's), else Runpod's. ``python -m gpu.reconcile`` compares the journal with
+  Runpod's billing.
 - **Baselines.** :meth:`RunpodBackend.measure_baseline` sends a ``kind: "baseline"`` request through the
   same handler and journal (``python scripts/seed_baselines.py backend=runpod``); baselines a job measured
   come back in the handler's output and go to this backend's user store.
+- **Renderers.** :meth:`RunpodBackend.model_renderers` is the map of the executor the workers run
+  (:func:`ait_env.runner.executor_renderers`).
 - **Secrets.** The API key comes from ``$RUNPOD_API_KEY`` only; it is never logged, journaled or put in a
   result.
 
@@ -69,6 +95,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import sys
 import threading
@@ -86,7 +113,7 @@ from ait_env.backends.base import Backend, BackendSettings, JobHandle, JobResult
 from ait_env.baselines import BaselineEntry
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.cache import job_key
-from ait_env.jobs.journal import Billing, Journal, JournalRow, RunCosts, Session, owner_alive, this_owner
+from ait_env.jobs.journal import Billing, Journal, JournalRow, RunCosts, Session, this_owner
 from ait_env.runner import RunnerSettings
 
 from gpu.runpod_api import ResultExpired, RunpodAPIError, SubmitUncertain
@@ -97,6 +124,12 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 _IN_FLIGHT = {"IN_QUEUE": "in_queue", "IN_PROGRESS": "in_progress"}
+#: what a worker spends on a request besides the job's own limit (self-check, unpacking the bundle, killing
+#: what the job left, packing the result): added to the worker's limit for Runpod's executionTimeout
+WORKER_OVERHEAD_S = 300.0
+#: Runpod's per-request policy limits (runpod/docs a900806e, send-requests.mdx: executionTimeout "Min 5
+#: sec, max 7 days", ttl "Min 10 sec, max 7 days")
+_EXEC_MIN_S, _TTL_MIN_S, _POLICY_MAX_S = 5.0, 10.0, 7 * 86400.0
 
 
 class RunpodJobStatus(Protocol):
@@ -127,12 +160,16 @@ class EndpointCosts(BaseModel):
     pool: str
     active_usd_per_gpu_s: float
     source: str
+    #: every pool the endpoint may place a worker on (the bound of an unread attempt takes the dearest)
+    pools: list[str] = Field(default_factory=list)
 
 
 class ServerlessClientLike(Protocol):
-    """The part of ``gpu.runpod_api.ServerlessClient`` this backend uses."""
+    """The part of ``gpu.runpod_api.ServerlessClient`` this backend uses (``status_many`` is used when
+    present)."""
 
-    def run(self, input: dict[str, Any]) -> str: ...  # noqa: A002 - the client's name
+    def run(self, input: dict[str, Any], *, execution_timeout_s: float | None = None,  # noqa: A002
+            ttl_s: float | None = None) -> str: ...
 
     def status(self, job_id: str) -> RunpodJobStatus: ...
 
@@ -169,7 +206,8 @@ class RunpodOptions(RunnerSettings):
 
     #: the queue-based endpoint (else ``$RUNPOD_ENDPOINT_ID``); the API key is read from ``$RUNPOD_API_KEY``
     endpoint_id: str | None = None
-    #: the API's base URL (None: the client's default, https://api.runpod.ai/v2); a fake's in tests
+    #: the API's base URL (None: the client's default, https://api.runpod.ai/v2); a fake's in tests. The
+    #: REST API (the endpoint's settings) follows it unless rest_base_url says otherwise
     base_url: str | None = None
     #: the worker's trainer executor: "gpu" (prime-rl), "local" (the tiny CPU models: tests)
     executor: str = "gpu"
@@ -177,19 +215,28 @@ class RunpodOptions(RunnerSettings):
     executor_options: dict[str, Any] = Field(default_factory=dict)
     #: seconds between two sweeps of the poller over the jobs in flight
     poll_interval_s: float = Field(5.0, gt=0)
+    #: a status that cannot be read is read again after poll_interval_s, doubling up to this
+    status_backoff_max_s: float = Field(60.0, gt=0)
     #: jobs sent to Runpod at once (more wait locally, in order). None: the endpoint's ``workers_max`` (read
     #: like the run costs' settings): a job sent beyond it waits in Runpod's queue, and that wait is in its
     #: ``delayTime``, which the bill counts although Runpod does not charge it (docs/fleet.md)
     max_in_flight: int | None = Field(None, ge=1)
+    #: threads that pack and send queued jobs (the poller never does)
+    submit_threads: int = Field(4, ge=1)
     #: the worker's limit for one job (None: the job's wall-clock bound plus its eval allowance)
     job_timeout_s: float | None = Field(None, gt=0)
-    #: an attempt without a result this long after it was sent is cancelled and retried (None: Runpod's
-    #: execution timeout alone)
+    #: Runpod's executionTimeout per request (None: the worker's limit + WORKER_OVERHEAD_S)
+    execution_timeout_s: float | None = Field(None, gt=0)
+    #: queue wait and cold start allowed to an attempt on top of its execution timeout
+    startup_allowance_s: float = Field(600.0, ge=0)
+    #: an attempt without a result this long after it was sent is cancelled and retried (None:
+    #: startup_allowance_s + the execution timeout)
     deadline_s: float | None = Field(None, gt=0)
+    #: Runpod's ttl per request is the deadline plus this: the job's hard end even if a cancel cannot reach
+    #: Runpod (and the bound an attempt is charged at when its bill cannot be read)
+    ttl_margin_s: float = Field(300.0, ge=0)
     #: Runpod-side failures retried per job (new attempts) before it ends infra_failed
     retry_budget: int = Field(2, ge=0)
-    #: consecutive failed status calls (after the client's own retries) before an attempt counts as lost
-    status_error_budget: int = Field(5, ge=1)
     #: true: a new key per bundle (an identical job trains again); false: identical jobs are served
     rerun: bool = False
     #: the pins a result must carry: the image revision ($AIT_IMAGE_REVISION, also sent to the worker's
@@ -200,30 +247,36 @@ class RunpodOptions(RunnerSettings):
     gpu_type: str = "NVIDIA RTX A5000"
     gpus_per_worker: int = Field(2, ge=1)
     prices: GpuPrices = Field(default_factory=GpuPrices)
-    #: seconds a job is expected to bill (estimate_cost_usd: the env's budget check before dispatch)
-    estimated_job_s: float = Field(900.0, gt=0)
-    #: USD over this run's journal (every attempt) / one episode's jobs; None = no limit
+    #: USD over this run's journal (every attempt, idle, active workers, the bounds of jobs in flight) / one
+    #: episode's jobs; None = no limit
     run_budget_usd: float | None = Field(None, ge=0)
     episode_budget_usd: float | None = Field(None, ge=0)
-    #: a claim another host made and never sent is taken over after this many seconds
-    claim_stale_s: float = Field(300.0, gt=0)
+    #: an orchestrator whose journal heartbeat is older than this (or whose session closed, or whose
+    #: process is gone) no longer owns its rows: another one adopts them
+    owner_stale_s: float = Field(120.0, gt=0)
+    #: wait()'s default limit (None: (retry_budget + 1) attempts' bounds plus the status backoff)
+    wait_timeout_s: float | None = Field(None, gt=0)
     #: close(): cancel the jobs still in flight (false: they keep running; a restart re-attaches them)
     cancel_on_close: bool = False
     #: run costs: the endpoint's idle timeout and active workers, used when the endpoint's own settings
     #: cannot be read (None: gpu/fleet_defaults.yaml); the REST v2 base URL they are read from (None:
-    #: $AIT_RUNPOD_REST_BASE_URL or https://api.runpod.io/v2)
+    #: $AIT_RUNPOD_REST_BASE_URL, else base_url when set, else https://api.runpod.io/v2)
     idle_timeout_s: float | None = Field(None, ge=0)
     workers_min: int | None = Field(None, ge=0)
     rest_base_url: str | None = None
     #: false: never read the endpoint's settings (options and the fleet defaults only)
     read_endpoint: bool = True
+    #: a negotiated active-worker rate in $/GPU-s (None: the flex rate, Runpod's one published price since
+    #: 2026-05-13; gpu/prices.py UNIFIED_SINCE)
+    active_usd_per_gpu_s: float | None = Field(None, gt=0)
 
 
 def attempt_billing(st: RunpodJobStatus | None, worker: dict[str, Any] | None, *, prices: GpuPrices,
                     gpu_type: str, gpus_per_worker: int, idle_timeout_s: float) -> Billing:
     """The bill of one attempt, the one place it is computed (:meth:`RunpodBackend.billing` and the fleet
-    simulator, ``gpu/simulate.py``, call it): (``delayTime`` + ``executionTime``) x $/GPU-s of the GPU type
-    that ran it (``worker["gpus"]``, else ``gpu_type``) x its GPUs (else ``gpus_per_worker``), and as
+    simulator, ``gpu/simulate.py``, call it): (``delayTime`` + ``executionTime``, rounded up to a whole
+    second: Runpod bills "rounded up to the nearest second", ``serverless/pricing.mdx``) x $/GPU-s of the GPU
+    type that ran it (``worker["gpus"]``, else ``gpu_type``) x its GPUs (else ``gpus_per_worker``), and as
     ``idle_usd`` ``idle_timeout_s`` x the same rate when a worker took the attempt and it did not end
     TIMED_OUT (see the module docstring, "Run costs")."""
     gpus = [str(g).split(" (")[0] for g in (worker or {}).get("gpus") or []]
@@ -232,7 +285,7 @@ def attempt_billing(st: RunpodJobStatus | None, worker: dict[str, Any] | None, *
     delay = int(getattr(st, "delay_time_ms", 0) or 0) if st is not None else 0
     execution = int(getattr(st, "execution_time_ms", 0) or 0) if st is not None else 0
     rate = prices.price(gpu) * n
-    usd = (delay + execution) / 1000.0 * rate
+    usd = math.ceil((delay + execution) / 1000.0 - 1e-9) * rate
     # a worker that took the attempt idles its idle timeout afterwards (an upper bound: it may take the
     # next job at once, or have died); not after TIMED_OUT ("the job fails and the worker stops",
     # endpoint-configurations.mdx), nor for an attempt no worker took (still queued, cancelled there)
@@ -251,9 +304,29 @@ def worker_settings(settings: BackendSettings) -> BackendSettings:
     return settings.model_copy(update={"options": {**runner, **opts.executor_options}, "job_cache": False})
 
 
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """An attempt's time limits (seconds) and what it can cost at most (USD): ``execution_s`` (Runpod's
+    executionTimeout), ``deadline_s`` (cancelled and retried after it), ``bound_s`` (Runpod's ttl: the
+    attempt cannot bill longer), ``job_usd`` (``bound_s`` x the dearest pool's rate x GPUs) and ``idle_usd``
+    (the idle bound after it)."""
+
+    execution_s: float
+    deadline_s: float
+    bound_s: float
+    job_usd: float
+    idle_usd: float
+
+
 @dataclass
 class _Entry:
-    """One key tracked by this orchestrator."""
+    """One key tracked by this orchestrator. States: ``pending`` (in the local queue), ``sending`` (a
+    submitter has it), ``sent`` (ours, polled), ``cancelling`` (ours, a cancel is due or being retried),
+    ``foreign`` (another live orchestrator owns the row: followed through the journal), ``done``."""
 
     key: str
     kind: str
@@ -263,10 +336,16 @@ class _Entry:
     job_id: str | None = None
     attempt: int = 1
     first_attempt: int = 1                  # the claim's first attempt: retries are counted from it
-    state: Literal["pending", "sent", "foreign", "done"] = "pending"
-    sent_at: float = 0.0
+    state: Literal["pending", "sending", "sent", "cancelling", "foreign", "done"] = "pending"
+    sent_at: float = 0.0                    # the journal's clock when the current attempt was sent
+    next_poll: float = 0.0
     seen: str = ""
-    status_errors: int = 0
+    status_errors: int = 0                  # status reads failed in a row (the backoff's exponent)
+    last_error: str = ""
+    cancel_status: Literal["failed", "timed_out"] = "timed_out"
+    cancel_why: str = ""
+    cancel_next: float = 0.0
+    cancel_tries: int = 0
     done: threading.Event = field(default_factory=threading.Event)
     body: dict[str, Any] | None = None      # what make() built (kept for retries)
 
@@ -275,13 +354,18 @@ class RunpodBackend(Backend):
     Options = RunpodOptions
 
     def __init__(self, settings: BackendSettings, runs_dir: Path | str = "runs", show_progress: bool = True,
-                 client: ServerlessClientLike | None = None,
-                 management: ManagementLike | None = None) -> None:
+                 client: ServerlessClientLike | None = None, management: ManagementLike | None = None, *,
+                 clock: Callable[[], float] = time.time, threads: bool = True) -> None:
+        """``client``/``management``: stand-ins for Runpod (tests, the simulator); ``clock``: the wall clock
+        every deadline, heartbeat and journal time is read from; ``threads=False``: no submitter or poller
+        thread is started, the caller drives them with :meth:`pump` (a simulated clock)."""
         super().__init__(settings, runs_dir)
         self.options: RunpodOptions
         self.show_progress = show_progress
+        self._clock = clock
+        self._threads_on = threads
         self.client = client if client is not None else self._make_client()
-        self.journal = Journal.in_run_dir(self.runs_dir)
+        self.journal = Journal.in_run_dir(self.runs_dir, now=clock)
         made = self._make_management() if management is None and client is None and \
             self.options.read_endpoint else None
         try:
@@ -291,9 +375,12 @@ class RunpodBackend(Backend):
                 made.close()
         #: jobs out at once: the option, else the endpoint's max workers (see RunpodOptions.max_in_flight)
         self.max_in_flight = self.options.max_in_flight or self.endpoint_costs.workers_max
+        # this orchestrator's session: the owner of every row it acts on (alive while it beats)
         self._session_id = f"{this_owner()}:{uuid.uuid4().hex[:8]}"
-        self._beat_at = time.monotonic()
-        now = time.time()
+        self._owner = self._session_id
+        now = self._clock()
+        self._beat_at = now
+        self._adopt_at = now + self.options.owner_stale_s / 2
         ec = self.endpoint_costs
         self.journal.open_session(Session(
             id=self._session_id, owner=this_owner(), endpoint_id=self._endpoint_id() or "", started=now,
@@ -304,20 +391,30 @@ class RunpodBackend(Backend):
         self._worker_json = self.worker_settings.model_dump(mode="json")
         self._entries: dict[str, _Entry] = {}
         self._pending: deque[str] = deque()
-        self._sent: set[str] = set()
+        self._out: set[str] = set()          # our keys holding a slot (sending, sent, cancelling)
         self._lock = threading.RLock()
+        self._cv = threading.Condition(self._lock)   # submitters wait on it for a queued job and a slot
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
+        self._submitters: list[threading.Thread] = []
         self._cancelled: set[str] = set()
         self._set_hashes: dict[str, str] = {}
-        self._owner = f"{this_owner()}:{uuid.uuid4().hex[:8]}"   # host:pid:instance
         self._adopt()
 
     # ------------------------------------------------------------------ setup
     def _endpoint_id(self) -> str | None:
         return getattr(self.client, "endpoint_id", None) or self.options.endpoint_id or \
             os.environ.get("RUNPOD_ENDPOINT_ID")
+
+    def rest_base_url(self) -> str:
+        """Where the REST v2 API (the endpoint's settings) is read: ``rest_base_url``, else
+        ``$AIT_RUNPOD_REST_BASE_URL``, else the job API's base URL when it was overridden (``base_url`` or
+        ``$RUNPOD_ENDPOINT_BASE_URL``: a fake or a proxy serves both), else Runpod's REST host."""
+        from gpu.runpod_api import DEFAULT_REST_BASE_URL, JOB_BASE_ENV, REST_BASE_ENV
+
+        return (self.options.rest_base_url or os.environ.get(REST_BASE_ENV) or self.options.base_url
+                or os.environ.get(JOB_BASE_ENV) or DEFAULT_REST_BASE_URL)
 
     def _make_management(self) -> "ManagementClient | None":
         key = os.environ.get("RUNPOD_API_KEY")
@@ -326,11 +423,11 @@ class RunpodBackend(Backend):
         from gpu.runpod_api import ManagementClient, RetryPolicy
 
         # one GET at start: a short retry budget, the defaults stand in when it fails
-        return ManagementClient(key, base_url=self.options.rest_base_url, timeout_s=10.0,
+        return ManagementClient(key, base_url=self.rest_base_url(), timeout_s=10.0,
                                 retry=RetryPolicy(attempts=2, max_seconds=5.0))
 
     def _endpoint_costs(self, management: ManagementLike | None) -> EndpointCosts:
-        """The idle timeout, active workers, GPUs and pool the run costs are computed with: the endpoint's
+        """The idle timeout, active workers, GPUs and pools the run costs are computed with: the endpoint's
         own settings (REST v2: what Runpod bills by), else ``options``, else ``gpu/fleet_defaults.yaml``
         (see the module docstring)."""
         from gpu import prices
@@ -368,15 +465,20 @@ class RunpodBackend(Backend):
         wmin = int(pick("workers_min", o.workers_min, workers.get("min"), fleet["workers_min"]))
         wmax = int(pick("workers_max", None, workers.get("max"), fleet["workers_max"]))
         gpus = int(gpu.get("count") or o.gpus_per_worker)
-        pools = list(gpu.get("pools") or [])
-        pool = pools[0] if pools else (prices.pool_for_gpu(o.gpu_type, o.prices.pools) or "")
+        pools = [str(p) for p in gpu.get("pools") or []]
+        if not pools:
+            first = prices.pool_for_gpu(o.gpu_type, o.prices.pools)
+            pools = [first] if first else []
+        pool = pools[0] if pools else ""
         try:
-            active = prices.price_per_s(pool, active=True)
+            active = prices.price_per_s(pool, active=True, negotiated=o.active_usd_per_gpu_s)
         except KeyError:
-            active = max(prices.FLEX_USD_PER_S.values())
-            _log.warning("no active price for pool %r: active workers billed at the dearest flex rate", pool)
+            active = o.active_usd_per_gpu_s or max(prices.FLEX_USD_PER_S.values())
+            _log.warning("no price for pool %r: active workers billed at the dearest flex rate", pool)
+        sources.append("active rate: " + ("negotiated (options)" if o.active_usd_per_gpu_s is not None else
+                                          f"flex (one price since {prices.UNIFIED_SINCE})"))
         return EndpointCosts(idle_timeout_s=idle, workers_min=wmin, workers_max=wmax, gpus_per_worker=gpus,
-                             pool=pool, active_usd_per_gpu_s=active, source="; ".join(sources))
+                             pool=pool, active_usd_per_gpu_s=active, source="; ".join(sources), pools=pools)
 
     def _make_client(self) -> ServerlessClientLike:
         endpoint = self.options.endpoint_id or os.environ.get("RUNPOD_ENDPOINT_ID")
@@ -387,35 +489,48 @@ class RunpodBackend(Backend):
             raise ValueError(f"backend runpod needs {missing}: export RUNPOD_API_KEY=<key> and "
                              "RUNPOD_ENDPOINT_ID=<id> (or backend.options.endpoint_id=<id>); the endpoint is "
                              "created by the gpu endpoint tooling (gpu/README.md)")
-        from gpu.runpod_api import ServerlessClient
+        from gpu.runpod_api import RetryPolicy, ServerlessClient
 
-        return ServerlessClient(endpoint, key, base_url=self.options.base_url)
+        # status and cancel: a short retry budget; the backend backs off and retries them itself, so one
+        # status outage never holds the poller for the client's minute of retries
+        return ServerlessClient(endpoint, key, base_url=self.options.base_url,
+                                job_retry=RetryPolicy(attempts=2, max_seconds=5.0))
 
     def _adopt(self) -> None:
-        """Track every job the journal has in flight (a restart: re-attach by id, never resend)."""
+        """Track every job the journal has in flight at start: a row whose owner is alive is followed, one
+        whose owner closed or died is adopted (re-attached by id, never resent blind)."""
         rows = self.journal.in_flight()
         for row in rows:
             self._entries[row.key] = _Entry(key=row.key, kind=row.kind, claimant=row.claimant, make=None,
                                             episode_id=row.episode_id, job_id=row.job_id, attempt=row.attempt,
-                                            first_attempt=row.first_attempt, state="foreign",
-                                            sent_at=time.monotonic())
+                                            first_attempt=row.first_attempt, state="foreign")
         if rows:
             self._say(f"re-attaching {len(rows)} job(s) in flight from the journal "
                       f"({sum(r.job_id is not None for r in rows)} with a Runpod id)")
-            self._start_poller()
+            for row in rows:
+                self._follow(self._entries[row.key])
+            self._start_threads()
 
     def _say(self, msg: str) -> None:
         _log.info(msg)
         if self.show_progress:
             print(f"[{time.strftime('%H:%M:%S')}] runpod: {msg}", file=sys.stderr, flush=True)
 
-    def _start_poller(self) -> None:
+    def _start_threads(self) -> None:
+        if not self._threads_on or self._stop.is_set():
+            return
         with self._lock:
             if self._poller is None or not self._poller.is_alive():
                 self._poller = threading.Thread(target=self._poll_loop, name="runpod-poller", daemon=True)
                 self._poller.start()
+            self._submitters = [t for t in self._submitters if t.is_alive()]
+            while len(self._submitters) < self.options.submit_threads:
+                t = threading.Thread(target=self._submit_loop, name=f"runpod-submit-{len(self._submitters)}",
+                                     daemon=True)
+                t.start()
+                self._submitters.append(t)
 
-    # ------------------------------------------------------------------ keys and prices
+    # ------------------------------------------------------------------ keys, limits and prices
     def _key(self, bundle: JobBundle) -> str:
         from ait_env.secrets import hidden_set_hash
 
@@ -427,12 +542,52 @@ class RunpodBackend(Backend):
             self._set_hashes[family] = hidden_set_hash(family)
         return f"{job_key(bundle, worker, '', self._set_hashes[family])}:{nonce}"
 
-    def _estimate(self) -> float:
+    def _bound_rate(self) -> float:
+        """$/s of one worker at the dearest rate it may be billed: the dearest of the endpoint's pools (or
+        of ``gpu_type``) x GPUs per worker."""
+        from gpu import prices
+
         o = self.options
-        return o.estimated_job_s * o.prices.price(o.gpu_type) * o.gpus_per_worker
+        rates = [o.prices.price(o.gpu_type)]
+        rates += [prices.FLEX_USD_PER_S[p] for p in self.endpoint_costs.pools if p in prices.FLEX_USD_PER_S]
+        return max(rates) * max(self.endpoint_costs.gpus_per_worker, o.gpus_per_worker)
+
+    def limits(self, kind: str = "job") -> Limits:
+        """The time limits and bounds of one attempt of a ``kind`` request (see :class:`Limits`): the
+        worker's limit is ``job_timeout_s``, else the bounds' wall clock plus the evals' allowance (a
+        baseline: the allowance), as ``gpu/worker.py`` applies it."""
+        cache: dict[str, Limits] = self.__dict__.setdefault("_limits", {})
+        if kind not in cache:
+            cache[kind] = self._make_limits(kind)
+        return cache[kind]
+
+    def _make_limits(self, kind: str) -> Limits:
+        from gpu.worker import EVAL_ALLOWANCE_S
+
+        o = self.options
+        worker = o.job_timeout_s or (EVAL_ALLOWANCE_S if kind == "baseline" else
+                                     self.settings.bounds.wall_clock_minutes * 60 + EVAL_ALLOWANCE_S)
+        execution = o.execution_timeout_s or worker + WORKER_OVERHEAD_S
+        deadline = o.deadline_s or o.startup_allowance_s + execution
+        bound = deadline + o.ttl_margin_s
+        rate = self._bound_rate()
+        return Limits(execution_s=execution, deadline_s=deadline, bound_s=bound,
+                      job_usd=round(math.ceil(bound) * rate, 6),
+                      idle_usd=round(self.endpoint_costs.idle_timeout_s * rate, 6))
 
     def estimate_cost_usd(self, bundle: JobBundle) -> float:  # noqa: ARG002
-        return self._estimate()
+        """The job's bound: what one attempt can bill at most (its ttl x the dearest pool's rate x GPUs)
+        plus the idle bound after it. A budget reserves it (the env's ledger, this backend's journal)."""
+        lim = self.limits("job")
+        return round(lim.job_usd + lim.idle_usd, 6)
+
+    def wait_bound_s(self, kind: str = "job") -> float:
+        """:meth:`wait`'s default limit: every attempt the retry budget allows at its bound, plus the status
+        backoff and a minute (the option ``wait_timeout_s`` overrides it)."""
+        o = self.options
+        if o.wait_timeout_s is not None:
+            return o.wait_timeout_s
+        return (o.retry_budget + 1) * (self.limits(kind).bound_s + 2 * o.status_backoff_max_s) + 60.0
 
     def billing(self, st: RunpodJobStatus | None, worker: dict[str, Any] | None = None) -> Billing:
         """The bill of one attempt (see the module docstring; :func:`attempt_billing`)."""
@@ -441,15 +596,36 @@ class RunpodBackend(Backend):
         return attempt_billing(st, worker, prices=o.prices, gpu_type=o.gpu_type,
                                gpus_per_worker=o.gpus_per_worker, idle_timeout_s=idle)
 
-    def _idle_estimate(self) -> float:
-        o = self.options
-        return self.endpoint_costs.idle_timeout_s * o.prices.price(o.gpu_type) * o.gpus_per_worker
+    def _bound_bill(self, entry: _Entry, until: float | None) -> Billing:
+        """The upper bound of an attempt whose bill cannot be read, marked ``estimated``: from its send to
+        ``until`` (when it surely ended: a confirmed cancel, a 404), or to its ttl when nothing says it ended,
+        x the dearest rate x GPUs, plus the idle bound."""
+        lim = self.limits(entry.kind)
+        sent = entry.sent_at or self._clock()
+        seconds = lim.bound_s if until is None else min(max(0.0, until - sent), lim.bound_s)
+        seconds = math.ceil(seconds - 1e-9)
+        rate = self._bound_rate()
+        gpus = max(self.endpoint_costs.gpus_per_worker, self.options.gpus_per_worker)
+        return Billing(execution_time_ms=int(seconds * 1000), gpu_type=self.options.gpu_type,
+                       gpus_per_worker=gpus, cost_usd=round(seconds * rate, 6),
+                       idle_usd=lim.idle_usd, estimated=True)
+
+    def _bill(self, entry: _Entry, st: RunpodJobStatus | None, worker: dict[str, Any] | None = None) -> Billing:
+        """The bill of a final status; a worker took the attempt but no execution time is reported: its
+        bound up to now (estimated)."""
+        if st is not None and st.execution_time_ms is None and getattr(st, "worker_id", None) and \
+                st.status in ("FAILED", "TIMED_OUT", "CANCELLED"):
+            return self._bound_bill(entry, self._clock())
+        return self.billing(st, worker)
 
     def run_costs(self) -> RunCosts:
         """This run dir's costs so far: jobs (the agents' charges), idle (upper bound), active workers over
-        the sessions' wall time (this one up to now while open), and their total, in USD."""
-        live = frozenset() if self.closed else frozenset({self._session_id})
-        return self.journal.run_costs(live=live)
+        the sessions' wall time (this one up to now while open), and their total, in USD; ``estimated``:
+        what of it is charged at bounds; ``reserved``: the bounds of jobs in flight."""
+        return self.journal.run_costs(live=self._live())
+
+    def _live(self) -> frozenset[str]:
+        return frozenset() if self.closed else frozenset({self._session_id})
 
     def charge_run_costs(self, ledger: CostLedger) -> RunCosts:
         """Append to the env's cost ``ledger`` the idle and active USD of this run dir not charged before
@@ -466,26 +642,23 @@ class RunpodBackend(Backend):
                     "backend": self.name, "journal": str(self.journal.path), "run_total_usd": costs.total}))
         return costs
 
-    def _over_budget(self, episode_id: str | None) -> str:
-        """Why one more attempt may not be sent ("" when it may)."""
-        o, est = self.options, self._estimate()
-        if o.run_budget_usd is not None:
-            costs = self.run_costs()
-            with self._lock:
-                out = len(self._sent)
-            each = est + self._idle_estimate()
-            if costs.total + (out + 1) * each > o.run_budget_usd:
-                return (f"run budget exceeded: spent ${costs.total:.2f} (jobs ${costs.jobs:.2f}, idle "
-                        f"${costs.idle:.2f}, active workers ${costs.active:.2f}) + {out} job(s) in flight "
-                        f"and this one at ~${each:.2f} each > ${o.run_budget_usd:.2f} (journal "
-                        f"{self.journal.path}). Raise backend.options.run_budget_usd or start a new run dir.")
-        if o.episode_budget_usd is not None and episode_id is not None:
-            spent = self.journal.spent_usd(episode_id)
-            if spent + est > o.episode_budget_usd:
-                return (f"episode budget exceeded: episode {episode_id} spent ${spent:.2f} + this job "
-                        f"~${est:.2f} > ${o.episode_budget_usd:.2f}. Raise "
-                        "backend.options.episode_budget_usd.")
-        return ""
+    def _reserve(self, entry: _Entry) -> str:
+        """Hold the current attempt's bound in the journal, or re-check the one it holds; why it may not be
+        sent ("" when it may). Nothing is held when no budget is set."""
+        o = self.options
+        if o.run_budget_usd is None and o.episode_budget_usd is None:
+            return ""
+        lim = self.limits(entry.kind)
+        why = self.journal.reserve(entry.key, entry.attempt, lim.job_usd, lim.idle_usd,
+                                   run_limit=o.run_budget_usd,
+                                   episode_limit=o.episode_budget_usd if entry.episode_id else None,
+                                   live=self._live())
+        if not why:
+            return ""
+        fix = ("Raise backend.options.run_budget_usd or start a new run dir" if why.startswith("run")
+               else "Raise backend.options.episode_budget_usd")
+        return (f"{why.replace(' budget:', ' budget exceeded:', 1)} (journal {self.journal.path}; a job "
+                f"in flight holds its bound, ${lim.job_usd + lim.idle_usd:.4f}, until it ends). {fix}.")
 
     # ------------------------------------------------------------------ submit / wait
     def _payload(self, bundle: JobBundle) -> dict[str, Any]:
@@ -503,8 +676,9 @@ class RunpodBackend(Backend):
 
     def _track(self, key: str, kind: str, claimant: str, episode_id: str | None,
                payload: Callable[[], dict[str, Any]] | None) -> _Entry:
-        """Claim ``key`` (or join it) and track it; sends it at once when a slot is free. ``payload()``
-        builds what to send (called when it is sent; None: this caller cannot resend it)."""
+        """Claim ``key`` (or join it) and track it: a new claim reserves its bound and is queued for a
+        submitter. ``payload()`` builds what to send (called when it is sent; None: this caller cannot
+        resend it)."""
         if self.closed:
             raise RuntimeError("the runpod backend is closed; build a new one")
         with self._lock:  # one claim per key and process at a time (two episodes, one identical job)
@@ -525,9 +699,9 @@ class RunpodBackend(Backend):
                           f"{row.result_status or row.status})")
                 return entry
             if not new:
-                entry.state, entry.sent_at = "foreign", time.monotonic()
+                entry.state = "foreign"
                 self._say(f"{claimant}: already in flight as {row.job_id or '(being sent)'}; attached")
-            elif why := self._over_budget(episode_id):
+            elif why := self._reserve(entry):
                 self.journal.finish(key, None, "infra_failed", f"dispatch refused: {why}")
                 entry.state = "done"
                 entry.done.set()
@@ -535,11 +709,16 @@ class RunpodBackend(Backend):
                 return entry
             else:
                 self._pending.append(key)
-        self._dispatch()
-        self._start_poller()
+                self._cv.notify()
+        if entry.state == "foreign":
+            self._follow(entry)
+        self._start_threads()
         return entry
 
     def wait(self, handle: JobHandle, timeout: float | None = None) -> JobResult:
+        """The job's result, once it ended. ``timeout``: raise ``TimeoutError`` after that many seconds (the
+        job keeps running); None: at most :meth:`wait_bound_s`, after which the job is ended here
+        (cancelled, charged at its bound, ``infra_failed``): no waiter blocks forever."""
         key = handle.meta["key"]
         with self._lock:
             entry = self._entries.get(key)
@@ -548,18 +727,40 @@ class RunpodBackend(Backend):
             if row is None:
                 raise KeyError(f"job {handle.job_id} ({key}) is not in the journal {self.journal.path}")
             entry = self._track(key, row.kind, handle.job_id, row.episode_id, None)
-        if not entry.done.wait(timeout):
-            raise TimeoutError(f"runpod job {handle.job_id} did not finish within {timeout} s (it keeps "
-                               "running; wait again, or a restarted orchestrator re-attaches it)")
+        limit = timeout if timeout is not None else self.wait_bound_s(entry.kind)
+        if not entry.done.wait(limit):
+            if timeout is not None:
+                raise TimeoutError(f"runpod job {handle.job_id} did not finish within {timeout} s (it keeps "
+                                   "running; wait again, or a restarted orchestrator re-attaches it)")
+            self._give_up(entry, f"no end within wait()'s bound of {limit:.0f} s (wait_bound_s: every "
+                                 "attempt's ttl plus the status backoff)")
         row = self.journal.get(key)
         assert row is not None
         return self._result(handle.job_id, row)
+
+    def _give_up(self, entry: _Entry, why: str) -> None:
+        """End a job nothing else ended in time: cancel its attempt (best effort), charge the attempt at its
+        bound, finish it ``infra_failed``."""
+        row = self.journal.get(entry.key)
+        if row is not None and not row.final:
+            sent = self.journal.attempt_row(entry.key, row.attempt) or {}
+            bill = None
+            if row.job_id:
+                self._cancel(row.job_id)
+            if row.job_id or sent.get("sent_at") is not None:
+                entry.sent_at = float(sent.get("sent_at") or row.submitted_at or entry.sent_at or 0.0)
+                bill = self._bound_bill(entry, None)
+            if self.journal.finish(entry.key, row.job_id, "infra_failed", why, bill):
+                self._say(f"{entry.claimant}: infra_failed ({why})")
+        self._done(entry)
 
     def _result(self, job_id: str, row: JournalRow) -> JobResult:
         charge = self.journal.take_charge(row.key)
         timings = {"runpod_delay_s": row.delay_time_ms / 1000,
                    "runpod_execution_s": row.execution_time_ms / 1000,
                    "runpod_attempts": float(row.attempt - row.first_attempt + 1)}
+        if row.estimated_usd:
+            timings["runpod_estimated_usd"] = row.estimated_usd
         if row.status == "completed" and row.result is not None and row.kind == "job":
             res = JobResult.model_validate(row.result["result"])
             served = charge is None
@@ -575,145 +776,199 @@ class RunpodBackend(Backend):
         return JobResult(job_id=job_id, backend=self.name, status="infra_failed", error=error,
                          cost_usd=charge or 0.0, timings=timings)
 
-    # ------------------------------------------------------------------ dispatch
-    def _dispatch(self) -> None:
-        """Send queued jobs while fewer than ``max_in_flight`` are out (any thread may call it)."""
-        while True:
-            with self._lock:
-                if not self._pending or len(self._sent) >= self.max_in_flight:
-                    return
-                entry = self._entries[self._pending.popleft()]
-                if entry.state != "pending":
+    # ------------------------------------------------------------------ submitters
+    def _submit_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if not self._send_next(block=True):
                     continue
-                self._sent.add(entry.key)
-                entry.state = "sent"
-            self._send(entry)
+            except Exception:  # noqa: BLE001 - a submitter must outlive one bad send
+                _log.exception("runpod submitter failed; going on")
+
+    def _send_next(self, block: bool = False) -> bool:
+        """Take the next queued job if a slot is free and send it; False when there was none."""
+        with self._cv:
+            while True:
+                while self._pending and self._entries[self._pending[0]].state != "pending":
+                    self._pending.popleft()
+                if self._pending and len(self._out) < self.max_in_flight:
+                    break
+                if not block or self._stop.is_set():
+                    return False
+                self._cv.wait(1.0)
+                if self._stop.is_set():
+                    return False
+            entry = self._entries[self._pending.popleft()]
+            entry.state = "sending"
+            self._out.add(entry.key)
+        self._send(entry)
+        return True
 
     def _send(self, entry: _Entry) -> None:
-        assert entry.make is not None
-        if entry.attempt > entry.first_attempt:
-            why = self._over_budget(entry.episode_id)
-            if why:
-                self._end(entry, None, f"retry refused: {why}")
-                return
+        """Send the entry's current attempt: re-check its budget, pack it, record it (tag, time), run it."""
+        why = self._reserve(entry)   # the budget, re-checked as the job leaves the local queue
+        if why:
+            self._end(entry, None, f"dispatch refused: {why}")
+            return
         try:
             if entry.body is None:
+                assert entry.make is not None
                 entry.body = entry.make()
         except (OSError, ValueError) as exc:   # e.g. a bundle over the /run payload limit
             self._end(entry, None, f"the job could not be packed for Runpod: {exc}")
             return
+        tag = uuid.uuid4().hex
+        lim = self.limits(entry.kind)
+        if not self.journal.mark_sending(entry.key, entry.attempt, tag, owner=self._owner,
+                                         hard_end=self._clock() + lim.bound_s + 1.0):
+            with self._lock:   # the row moved on meanwhile (adopted elsewhere, or final)
+                self._out.discard(entry.key)
+                entry.state = "foreign"
+            self._follow(entry)
+            return
+        a = self.journal.attempt_row(entry.key, entry.attempt) or {}
+        entry.sent_at = float(a.get("sent_at") or self._clock())
         try:
-            job_id = self.client.run(entry.body)
+            job_id = self.client.run({**entry.body, "tag": tag},
+                                     execution_timeout_s=min(max(lim.execution_s, _EXEC_MIN_S), _POLICY_MAX_S),
+                                     ttl_s=min(max(lim.bound_s, _TTL_MIN_S), _POLICY_MAX_S))
         except SubmitUncertain as exc:
-            # No idempotency key exists on /run and no route lists jobs: a job may have been queued (and
-            # billed) unseen. Resending could pay twice, so the job ends infra_failed (never the agent's).
+            # /run has no idempotency key and no route lists an endpoint's jobs: a job may be queued (and
+            # billed) unseen, and without its id it cannot be cancelled. It is charged at its bound (its
+            # ttl caps its life) and not resent, which could run it twice.
             self._end(entry, None, f"the run call got no clear answer ({exc}); not resent, since a job may "
-                                   "have been queued unseen (look at the endpoint's health before retrying)")
+                                   f"have been queued unseen (tag {tag}): charged at its bound, estimated; the "
+                                   f"same job is not sent again before {_utc(entry.sent_at + lim.bound_s)}",
+                      self._bound_bill(entry, None))
             return
         except RunpodAPIError as exc:
             status = getattr(exc, "status", 0) or 0
             if status and status < 500 and status != 429:  # ours: bad key, payload too large, no endpoint
                 self._end(entry, None, f"Runpod refused the job ({exc}); check RUNPOD_API_KEY, the endpoint "
-                                       "id and the payload size (10 MB for /run)")
-            else:
-                self._attempt_failed(entry, "failed",
-                                     f"the run call failed after the client's retries: {exc}")
+                                       "id and the payload size (10 MB for /run)", Billing())
+            else:   # surely not queued (429, no connection: gpu.runpod_api raises SubmitUncertain otherwise)
+                self._attempt_failed(entry, "failed", f"the run call failed after the client's retries: {exc}",
+                                     Billing())
             return
         except OSError as exc:
-            self._attempt_failed(entry, "failed", f"the run call failed: {type(exc).__name__}: {exc}")
+            self._attempt_failed(entry, "failed", f"the run call failed: {type(exc).__name__}: {exc}", Billing())
             return
-        entry.job_id, entry.sent_at, entry.seen, entry.status_errors = job_id, time.monotonic(), "", 0
         if not self.journal.attach(entry.key, job_id, entry.attempt):
-            self._cancel(job_id)  # the row moved on meanwhile (another orchestrator): ours is surplus
+            self._cancel(job_id)   # the row moved on meanwhile (adopted and ended elsewhere): ours is surplus
             with self._lock:
-                self._sent.discard(entry.key)
+                self._out.discard(entry.key)
                 entry.job_id, entry.state = None, "foreign"
             self._follow(entry)
             return
+        with self._lock:
+            entry.job_id, entry.seen, entry.status_errors = job_id, "", 0
+            entry.next_poll = self._clock()
+            if entry.state == "sending":
+                entry.state = "sent"
         self._say(f"{entry.claimant}: submitted as {job_id}"
                   + (f" (attempt {entry.attempt})" if entry.attempt > 1 else ""))
         self._wake.set()
 
-    def _cancel(self, job_id: str) -> None:
+    def _cancel(self, job_id: str) -> bool:
+        """Cancel a job on Runpod; True when Runpod answered (it is cancelled, or already gone: 404)."""
         try:
             self.client.cancel(job_id)
-        except Exception as exc:  # noqa: BLE001 - best effort
+        except ResultExpired:
+            return True
+        except Exception as exc:  # noqa: BLE001 - the caller retries
             _log.warning("could not cancel Runpod job %s: %s", job_id, exc)
+            return False
+        return True
 
     # ------------------------------------------------------------------ the poller
+    def pump(self) -> None:
+        """One turn of the submitters and the poller, on the caller's thread (``threads=False``: a test
+        or simulator drives the backend on its own clock)."""
+        while self._send_next(block=False):
+            pass
+        self._sweep()
+
     def _poll_loop(self) -> None:
         while not self._stop.is_set():
             try:
                 self._sweep()
-                if time.monotonic() - self._beat_at > 30:   # a crashed session ends at its last beat
-                    self._beat_at = time.monotonic()
-                    self.journal.beat(self._session_id)
             except Exception:  # noqa: BLE001 - the poller must outlive one bad sweep
                 _log.exception("runpod poller sweep failed; retrying")
             self._wake.wait(self.options.poll_interval_s)
             self._wake.clear()
 
     def _sweep(self) -> None:
-        self._dispatch()
-        with self._lock:  # a "sent" entry without an id is being sent right now
-            live = [e for e in self._entries.values()
-                    if e.state == "foreign" or (e.state == "sent" and e.job_id is not None)]
-        ids = [e.job_id for e in live if e.job_id is not None]
-        many = getattr(self.client, "status_many", None)
-        answers: dict[str, Any] = many(ids) if many is not None and len(ids) > 1 else {}
-        for entry in live:
+        """Beat; adopt rows whose owner is gone; read the statuses that are due (backing off the unreadable
+        ones); check every deadline; push every cancel that is due; follow rows others own."""
+        o, now = self.options, self._clock()
+        if now - self._beat_at >= o.owner_stale_s / 4:
+            self._beat_at = now
+            self.journal.beat(self._session_id)
+        if now >= self._adopt_at:
+            self._adopt_at = now + o.owner_stale_s / 2
+            self._adopt_orphans()
+        with self._lock:
+            own = [e for e in self._entries.values() if e.state in ("sent", "cancelling") and e.job_id]
+            foreign = [e for e in self._entries.values() if e.state == "foreign"]
+        due = [e for e in own if e.state == "sent" and e.next_poll <= now]
+        answers = self._statuses([e.job_id for e in due if e.job_id])
+        for entry in due:
             if self._stop.is_set():
                 return
-            if entry.job_id is None:
-                self._follow(entry)
-            else:
-                self._poll(entry, answers.get(entry.job_id))
+            if entry.state == "sent" and entry.job_id in answers:
+                self._poll(entry, answers[entry.job_id])
+        now = self._clock()
+        for entry in own:   # deadlines: on every sweep, whatever the status reads did
+            if entry.state == "sent" and now >= entry.sent_at + self.limits(entry.kind).deadline_s:
+                limit = self.limits(entry.kind).deadline_s
+                seen = f" (status unreadable {entry.status_errors} time(s): {entry.last_error[:200]})" \
+                    if entry.status_errors else ""
+                self._begin_cancel(entry, "timed_out", f"no result from {entry.job_id} within its deadline of "
+                                                       f"{limit:.0f} s{seen}")
+            elif entry.state == "cancelling" and now >= entry.cancel_next:
+                self._try_cancel(entry)
+        for entry in foreign:
+            self._follow(entry)
 
-    def _follow(self, entry: _Entry) -> None:
-        """An entry whose current attempt another orchestrator owns: take its id, or its end, from the
-        journal; take over a claim whose owner died before sending it."""
-        row = self.journal.get(entry.key)
-        if row is None:
-            return
-        if row.final:
-            self._done(entry)
-            return
-        if row.job_id is not None:
-            entry.job_id, entry.attempt, entry.state = row.job_id, row.attempt, "foreign"
-            return
-        stale = (row.owner != self._owner and
-                 (not owner_alive(row.owner) or time.time() - row.updated > self.options.claim_stale_s))
-        if stale:
-            if entry.make is None:
-                self.journal.finish(entry.key, None, "infra_failed",
-                                    "the orchestrator that claimed this job died before sending it, and "
-                                    "this one has not got its bundle; submit the job again")
-                self._done(entry)
-            elif self.journal.take_over(entry.key, row.attempt, row.owner, owner=self._owner):
-                with self._lock:
-                    self._sent.discard(entry.key)
-                    entry.state, entry.attempt, entry.job_id = "pending", row.attempt, None
-                    self._pending.append(entry.key)
-
-    def _poll(self, entry: _Entry, answer: Any = None) -> None:
-        """Act on the status of ``entry``'s attempt (``answer``: already fetched, a status or an error)."""
-        job_id = entry.job_id
-        assert job_id is not None
+    def _statuses(self, ids: list[str]) -> dict[str, Any]:
+        """The status of each id, or the error its read raised."""
+        if not ids:
+            return {}
+        many = getattr(self.client, "status_many", None)
         try:
-            if isinstance(answer, Exception):
-                raise answer
-            st = answer if answer is not None else self.client.status(job_id)
-        except ResultExpired:
+            if many is not None and len(ids) > 1:
+                return dict(many(ids))
+        except Exception as exc:  # noqa: BLE001 - every id gets the error
+            return {i: exc for i in ids}
+        out: dict[str, Any] = {}
+        for i in ids:
+            try:
+                out[i] = self.client.status(i)
+            except Exception as exc:  # noqa: BLE001
+                out[i] = exc
+        return out
+
+    def _poll(self, entry: _Entry, answer: Any) -> None:
+        """Act on the status of ``entry``'s attempt (``answer``: a status or the error its read raised)."""
+        job_id, o, now = entry.job_id, self.options, self._clock()
+        assert job_id is not None
+        if isinstance(answer, ResultExpired):
+            # the job is gone (its result expired, or its ttl ran out): it may have run up to now
             self._attempt_failed(entry, "expired", f"the result of {job_id} expired before it was read "
-                                                   "(Runpod keeps /run results 30 minutes)")
+                                                   "(Runpod keeps /run results 30 minutes); charged at its "
+                                                   "bound, estimated", self._bound_bill(entry, now))
             return
-        except (RunpodAPIError, OSError) as exc:
+        if isinstance(answer, Exception):
             entry.status_errors += 1
-            if entry.status_errors >= self.options.status_error_budget:
-                self._attempt_failed(entry, "failed", f"the status of {job_id} could not be read "
-                                                      f"{entry.status_errors} times in a row: {exc}")
+            entry.last_error = f"{type(answer).__name__}: {answer}"
+            entry.next_poll = now + min(o.status_backoff_max_s, o.poll_interval_s * 2 ** entry.status_errors)
+            if entry.status_errors in (1, 4) or entry.status_errors % 10 == 0:
+                _log.warning("status of Runpod job %s unreadable (%d in a row; next read in %.1f s; its "
+                             "deadline decides): %s", job_id, entry.status_errors, entry.next_poll - now,
+                             entry.last_error[:300])
             return
-        entry.status_errors = 0
+        st = answer
+        entry.status_errors, entry.next_poll = 0, now + o.poll_interval_s
         if st.status in _IN_FLIGHT:
             if st.status != entry.seen:
                 entry.seen = st.status
@@ -721,41 +976,80 @@ class RunpodBackend(Backend):
                 where = "in queue" if st.status == "IN_QUEUE" else "running"
                 self._say(f"{entry.claimant}: {where} ({job_id}"
                           + (f" on worker {st.worker_id})" if st.worker_id else ")"))
-            limit = self.options.deadline_s
-            if limit is not None and time.monotonic() - entry.sent_at > limit:
-                self._cancel(job_id)
-                self._attempt_failed(entry, "timed_out",
-                                     f"no result from {job_id} within deadline_s={limit:.0f} s",
-                                     self.billing(st))
             return
+        self._final(entry, st)
+
+    def _final(self, entry: _Entry, st: RunpodJobStatus) -> None:
+        """Act on a final status of the current attempt."""
+        job_id = entry.job_id
         if st.status == "COMPLETED":
             self._completed(entry, st)
         elif st.status == "CANCELLED" and job_id in self._cancelled:
-            self._end(entry, job_id, "cancelled by this orchestrator (close)", self.billing(st), "cancelled")
+            self._end(entry, job_id, "cancelled by this orchestrator (close)", self._bill(entry, st), "cancelled")
         elif st.status in ("FAILED", "TIMED_OUT", "CANCELLED"):
             what = {"FAILED": "failed without a result from our handler (worker lost, image pull, out of "
                               "GPUs)",
-                    "TIMED_OUT": "timed out on Runpod (the endpoint's execution timeout)",
+                    "TIMED_OUT": "timed out on Runpod (the request's execution timeout)",
                     "CANCELLED": "was cancelled on Runpod's side"}[st.status]
             detail = f": {str(st.error)[:300]}" if st.error else ""
             self._attempt_failed(entry, "timed_out" if st.status == "TIMED_OUT" else "failed",
-                                 f"Runpod job {job_id} {what}{detail}", self.billing(st))
+                                 f"Runpod job {job_id} {what}{detail}", self._bill(entry, st))
         else:
             _log.warning("Runpod job %s has an unknown status %r; polling on", job_id, st.status)
+
+    def _begin_cancel(self, entry: _Entry, status: Literal["failed", "timed_out"], why: str) -> None:
+        with self._lock:
+            if entry.state != "sent":
+                return
+            entry.state, entry.cancel_status, entry.cancel_why = "cancelling", status, why
+            entry.cancel_tries, entry.cancel_next = 0, self._clock()
+        self._try_cancel(entry)
+
+    def _try_cancel(self, entry: _Entry) -> None:
+        """Cancel the attempt; once Runpod confirms (or its ttl passed: it cannot run any more), bill it and
+        retry or end the job. Until then nothing is sent again; the cancel is retried with backoff."""
+        job_id, o, now = entry.job_id, self.options, self._clock()
+        assert job_id is not None
+        confirmed = self._cancel(job_id)
+        lim = self.limits(entry.kind)
+        if not confirmed:
+            entry.cancel_tries += 1
+            if now < entry.sent_at + lim.bound_s:
+                entry.cancel_next = now + min(o.status_backoff_max_s, o.poll_interval_s * 2 ** entry.cancel_tries)
+                return
+            why = f"{entry.cancel_why}; the cancel was not confirmed, but its ttl of {lim.bound_s:.0f} s has passed"
+            self._attempt_failed(entry, entry.cancel_status, why + "; charged at its bound, estimated",
+                                 self._bound_bill(entry, None))
+            return
+        try:   # its final bill (or a result that came just before the cancel)
+            st = self.client.status(job_id)
+        except (RunpodAPIError, OSError):
+            st = None
+        if st is not None and st.status == "COMPLETED":
+            self._completed(entry, st)
+            return
+        if st is None or st.status not in ("CANCELLED", "FAILED", "TIMED_OUT"):
+            bill = self._bound_bill(entry, now)   # cancelled by now, its bill unread
+            why = entry.cancel_why + "; cancelled, its bill unread: charged up to the cancel, estimated"
+        else:
+            bill, why = self._bill(entry, st), entry.cancel_why + "; cancelled"
+        self._attempt_failed(entry, entry.cancel_status, why, bill)
 
     def _completed(self, entry: _Entry, st: RunpodJobStatus) -> None:
         job_id = entry.job_id
         out = st.output
         if not (isinstance(out, dict) and isinstance(out.get("result"), dict)):
             self._attempt_failed(entry, "failed", f"Runpod job {job_id} completed without our handler's "
-                                                  f"result (output {str(out)[:200]!r})", self.billing(st))
+                                                  f"result (output {str(out)[:200]!r})", self._bill(entry, st))
             return
         result = out["result"]
         worker = result.get("worker") or {}
         bill = self.billing(st, worker)
         problem = self._non_replica(worker)
-        if problem:
-            self._attempt_failed(entry, "failed", f"non-replica worker: {problem}", bill)
+        if problem:   # deterministic: the endpoint's workers run another image or versions than pinned
+            self._end(entry, job_id, f"non-replica worker: {problem}. Not retried: every worker of this "
+                                     "endpoint would answer the same; deploy the pinned image (python -m "
+                                     "gpu.endpoint up) or change require_revision/expected_versions", bill)
             return
         if entry.kind == "job":
             try:
@@ -767,13 +1061,13 @@ class RunpodBackend(Backend):
             if measured:
                 self.baselines.put(measured)
         if self.journal.record_result(entry.key, job_id, out, bill, str(result.get("status", ""))):
-            billed_s = (bill.delay_time_ms + bill.execution_time_ms) / 1000
+            billed_s = math.ceil((bill.delay_time_ms + bill.execution_time_ms) / 1000 - 1e-9)
             self._say(f"{entry.claimant}: done ({job_id}: {result.get('status')}, {bill.gpus_per_worker}x "
-                      f"{bill.gpu_type}, {billed_s:.0f} s billed, ${bill.cost_usd:.4f}; idle <= "
+                      f"{bill.gpu_type}, {billed_s} s billed, ${bill.cost_usd:.4f}; idle <= "
                       f"${bill.idle_usd:.4f} to the run)")
             self._done(entry)
         else:  # another orchestrator recorded it, or moved the row on
-            self._follow(entry)
+            self._to_foreign(entry)
 
     def _non_replica(self, worker: dict[str, Any]) -> str:
         """Why the worker that produced a result is not the pinned one ("" when it is)."""
@@ -785,14 +1079,88 @@ class RunpodBackend(Backend):
                      if versions.get(k) != v]
         return "; ".join(problems)
 
+    # ------------------------------------------------------------------ owners: follow and adopt
+    def _follow(self, entry: _Entry) -> None:
+        """An entry whose row another orchestrator owns: take its end from the journal; adopt the row when
+        its owner closed, died or stopped polling."""
+        row = self.journal.get(entry.key)
+        if row is None:
+            return
+        if row.final:
+            self._done(entry)
+            return
+        if row.owner == self._owner:
+            self._own(entry, row)
+            return
+        if not self.journal.owner_live(row.owner, self.options.owner_stale_s):
+            adopted = self.journal.adopt(entry.key, row.owner, self._owner)
+            if adopted is not None:
+                self._say(f"{entry.claimant}: adopted from {row.owner} (closed, gone or not polling)")
+                self._own(entry, adopted)
+            return
+        entry.job_id, entry.attempt = row.job_id, row.attempt
+
+    def _own(self, entry: _Entry, row: JournalRow) -> None:
+        """Act on a row this orchestrator now owns, by where its current attempt is."""
+        a = self.journal.attempt_row(entry.key, row.attempt) or {}
+        with self._lock:
+            entry.attempt, entry.first_attempt = row.attempt, row.first_attempt
+            entry.sent_at = float(a.get("sent_at") or row.submitted_at or self._clock())
+            if row.job_id is not None:                      # sent and recorded: poll it
+                entry.job_id, entry.state, entry.next_poll = row.job_id, "sent", self._clock()
+                entry.status_errors, entry.seen = 0, ""
+                self._out.add(entry.key)
+                self._wake.set()
+                return
+            entry.job_id = None
+        if a.get("sent_at") is not None:                    # sent, its id never recorded
+            until = a.get("hard_end") or entry.sent_at + self.limits(entry.kind).bound_s
+            self._end(entry, None, f"attempt {row.attempt} was sent (tag {a.get('tag')}) but its Runpod id was "
+                                   "never recorded (the orchestrator that sent it ended first, or the answer was "
+                                   "lost): it may run unseen and cannot be cancelled without its id; charged at "
+                                   f"its bound, estimated, and not sent again before {_utc(float(until))}",
+                      self._bound_bill(entry, None))
+        elif entry.make is not None:                        # claimed, never sent: send it
+            with self._cv:
+                entry.state = "pending"
+                self._pending.append(entry.key)
+                self._cv.notify()
+            self._start_threads()
+        else:
+            self._end(entry, None, "the orchestrator that claimed this job ended before sending it, and this "
+                                   "one has not got its bundle; submit the job again")
+
+    def _to_foreign(self, entry: _Entry) -> None:
+        with self._lock:
+            self._out.discard(entry.key)
+            entry.state = "foreign"
+        self._follow(entry)
+
+    def _adopt_orphans(self) -> None:
+        """Rows in flight whose owner is gone (closed, dead, not polling): this orchestrator adopts them."""
+        live: dict[str, bool] = {}
+        for row in self.journal.in_flight():
+            if row.owner == self._owner:
+                continue
+            if row.owner not in live:
+                live[row.owner] = self.journal.owner_live(row.owner, self.options.owner_stale_s)
+            if live[row.owner]:
+                continue
+            with self._lock:
+                entry = self._entries.get(row.key)
+                if entry is None or entry.state == "done":
+                    entry = _Entry(key=row.key, kind=row.kind, claimant=row.claimant, make=None,
+                                   episode_id=row.episode_id, state="foreign")
+                    self._entries[row.key] = entry
+            if entry.state == "foreign":
+                self._follow(entry)
+
+    # ------------------------------------------------------------------ attempts end
     def _attempt_failed(self, entry: _Entry, status: Literal["failed", "timed_out", "expired"], why: str,
                         bill: Billing | None = None) -> None:
-        """A Runpod-side failure of the current attempt: retry within the budget, else infra_failed."""
+        """A Runpod-side failure of the current attempt (already over: cancelled, gone, or never queued):
+        retry within the budget, else infra_failed."""
         budget, used = self.options.retry_budget, entry.attempt - entry.first_attempt + 1
-        if entry.make is None and entry.state == "foreign":
-            row = self.journal.get(entry.key)
-            if row is not None and row.owner != self._owner and owner_alive(row.owner):
-                return  # its live owner has the bundle and retries it; we follow the journal
         if used > budget or entry.make is None:
             tail = (f"; gave up after {used} attempt(s) (retry_budget={budget})" if entry.make
                     else "; not resent (this orchestrator re-attached it after a restart and has not got its "
@@ -800,18 +1168,15 @@ class RunpodBackend(Backend):
             self._end(entry, entry.job_id, why + tail, bill)
             return
         attempt = self.journal.next_attempt(entry.key, entry.job_id, status, why, bill, owner=self._owner)
-        with self._lock:
-            self._sent.discard(entry.key)
         if attempt is None:  # another orchestrator moved it on
-            entry.job_id = None
-            entry.state = "foreign"
-            self._follow(entry)
+            self._to_foreign(entry)
             return
         self._say(f"{entry.claimant}: attempt {entry.attempt} lost ({why}); retrying")
-        with self._lock:
-            entry.job_id, entry.attempt, entry.state = None, attempt, "pending"
+        with self._cv:
+            self._out.discard(entry.key)
+            entry.job_id, entry.attempt, entry.state, entry.sent_at = None, attempt, "pending", 0.0
             self._pending.append(entry.key)
-        self._wake.set()
+            self._cv.notify()
 
     def _end(self, entry: _Entry, job_id: str | None, why: str, bill: Billing | None = None,
              status: Literal["infra_failed", "cancelled"] = "infra_failed") -> None:
@@ -819,13 +1184,14 @@ class RunpodBackend(Backend):
             self._say(f"{entry.claimant}: {status} ({why})")
             self._done(entry)
         else:
-            self._follow(entry)
+            self._to_foreign(entry)
 
     def _done(self, entry: _Entry) -> None:
-        with self._lock:
-            self._sent.discard(entry.key)
+        with self._cv:
+            self._out.discard(entry.key)
             entry.state = "done"
             entry.make = entry.body = None
+            self._cv.notify()
         entry.done.set()
         self._wake.set()
 
@@ -842,7 +1208,9 @@ class RunpodBackend(Backend):
                    "settings": spec["settings"], "require_revision": self.options.require_revision,
                    "timeout_s": self.options.job_timeout_s}
         entry = self._track(key, "baseline", f"baseline-{family}-{model}", None, lambda: payload)
-        entry.done.wait()
+        limit = self.wait_bound_s("baseline")
+        if not entry.done.wait(limit):
+            self._give_up(entry, f"no end within the bound of {limit:.0f} s")
         row = self.journal.get(key)
         assert row is not None
         self.journal.take_charge(key)
@@ -858,22 +1226,32 @@ class RunpodBackend(Backend):
         return self.journal.spent_usd()
 
     def close(self) -> None:
-        """Stop the poller. Jobs in flight keep running on Runpod (a restart re-attaches them) unless
+        """Stop the submitters and the poller and close this orchestrator's session: its jobs in flight keep
+        running on Runpod and any backend on this run dir adopts them (a new one at start), unless
         ``cancel_on_close``."""
         if self.closed:
             return
         if self.options.cancel_on_close:
             with self._lock:
-                live = [e for e in self._entries.values() if e.state == "sent" and e.job_id]
+                live = [e for e in self._entries.values() if e.state in ("sent", "cancelling") and e.job_id]
             for e in live:
                 assert e.job_id is not None
                 self._cancelled.add(e.job_id)
                 self._cancel(e.job_id)
-                self._end(e, e.job_id, "cancelled by this orchestrator (close)", None, "cancelled")
+                try:
+                    st = self.client.status(e.job_id)
+                except (RunpodAPIError, OSError):
+                    st = None
+                bill = self._bill(e, st) if st is not None and st.status != "IN_PROGRESS" and \
+                    st.status != "IN_QUEUE" else self._bound_bill(e, self._clock())
+                self._end(e, e.job_id, "cancelled by this orchestrator (close)", bill, "cancelled")
         self._stop.set()
+        with self._cv:
+            self._cv.notify_all()
         self._wake.set()
-        if self._poller is not None:
-            self._poller.join(timeout=30)
+        for t in [self._poller, *self._submitters]:
+            if t is not None:
+                t.join(timeout=30)
         with self._lock:   # wake every waiter: its job is no longer tracked here
             waiting = [e for e in self._entries.values() if not e.done.is_set()]
         for e in waiting:
@@ -881,6 +1259,8 @@ class RunpodBackend(Backend):
         self.journal.close_session(self._session_id)
         super().close()
         c = self.run_costs()
+        est = f"; ${c.estimated:.4f} of it estimated at bounds (python -m gpu.reconcile --correct)" \
+            if c.estimated else ""
         self._say(f"run costs so far: ${c.total:.4f} (jobs ${c.jobs:.4f}, idle <= ${c.idle:.4f}, active "
-                  f"workers ${c.active:.4f} over {c.wall_s:.0f} s); check them: python -m gpu.reconcile "
+                  f"workers ${c.active:.4f} over {c.wall_s:.0f} s{est}); check them: python -m gpu.reconcile "
                   f"--runs-dir {self.runs_dir}")

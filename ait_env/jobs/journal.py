@@ -15,7 +15,8 @@ Contract:
 - :meth:`Journal.claim` is atomic (``INSERT ... ON CONFLICT DO NOTHING``): of two orchestrators (threads
   or processes) claiming one key, exactly one gets ``new=True`` and submits; the other attaches to the
   row. A row whose outcome says nothing about the job (``infra_failed``, ``cancelled``, or a result whose
-  own status is ``infra_failed``) is re-claimed by the next claim, again by exactly one caller.
+  own status is ``infra_failed``) is re-claimed by the next claim, again by exactly one caller, unless one
+  of its attempts was sent without a remote id and may still run (before that attempt's ``hard_end``).
 - :meth:`Journal.attach` records the remote id of the claimed attempt; :meth:`Journal.next_attempt`
   moves a row to a new attempt (a retry) for exactly one caller; :meth:`Journal.record_result` and
   :meth:`Journal.finish` write the final state once (later calls change nothing and return False).
@@ -26,6 +27,23 @@ Contract:
   to a job: :meth:`Journal.run_costs` sums the three (``jobs + idle + active == total``), and
   :meth:`Journal.take_run_charges` hands the idle and active USD not handed out before to exactly one
   caller (``run_charged``: a cost ledger gets them once).
+- **An attempt is recorded before it is sent** (:meth:`Journal.mark_sending`: a client-generated ``tag``,
+  also put in the request's input, and ``sent_at``), so an attempt whose remote id never came back (a 5xx
+  on a non-idempotent submit, a crash between the submit and :meth:`Journal.attach`) is still known: its
+  owner (or whoever adopts it) charges it at its bound.
+- **Every attempt that may have run is charged.** An attempt whose bill cannot be read is charged at its
+  upper bound with ``Billing.estimated`` (column ``attempts.estimated``; :meth:`Journal.estimated_attempts`),
+  and :meth:`Journal.correct_attempt` replaces the estimate when the bill is read later
+  (``python -m gpu.reconcile --correct``).
+- **Budgets reserve** (:meth:`Journal.reserve`): an attempt holds its bound (``reserved_usd`` + its idle
+  bound ``reserved_idle_usd``) from when it is accepted until it ends, when its bill replaces it. A
+  reservation is granted only while everything committed (the run costs plus every open reservation, or one
+  episode's jobs plus its reservations) stays within the limit, inside one write transaction: of any
+  number of orchestrators on the run dir, none can pass a budget but by the error of bounds already held.
+- **Owners.** A row's ``owner`` is the orchestrator session that acts on it (:meth:`open_session`'s id).
+  :meth:`Journal.owner_live` says whether that session is alive *and* polling (not closed, heartbeat newer
+  than ``stale_s``, its process alive); a row whose owner is not is taken over by exactly one caller of
+  :meth:`Journal.adopt`.
 - Time: every timestamp (``created``, ``updated``, ``started``/``ended``, sessions, the ``now`` of
   :meth:`Journal.run_costs`) comes from the journal's clock, ``now`` (default ``time.time``; the fleet
   simulator, ``gpu/simulate.py``, injects its simulated clock). An explicit ``now`` argument wins, 0.0
@@ -52,7 +70,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-RowStatus = Literal["submitted", "in_queue", "in_progress", "completed", "failed", "cancelled", "timed_out",
+RowStatus = Literal["submitted", "sending", "in_queue", "in_progress", "completed", "failed", "cancelled", "timed_out",
                     "expired", "infra_failed"]
 #: statuses after which a row no longer changes unless re-claimed
 FINAL: frozenset[str] = frozenset({"completed", "infra_failed", "cancelled"})
@@ -86,12 +104,21 @@ CREATE TABLE IF NOT EXISTS run_charged (part TEXT PRIMARY KEY, usd REAL NOT NULL
 """
 #: columns added after the first release: (table, column, declaration); added to an older file on open
 _ADDED = (("jobs", "idle_usd", "REAL NOT NULL DEFAULT 0"),
-          ("attempts", "idle_usd", "REAL NOT NULL DEFAULT 0"))
+          ("attempts", "idle_usd", "REAL NOT NULL DEFAULT 0"),
+          # issue 32: record before sending, reserve bounds, mark estimates
+          ("jobs", "estimated_usd", "REAL NOT NULL DEFAULT 0"),
+          ("attempts", "tag", "TEXT"),
+          ("attempts", "sent_at", "REAL"),
+          ("attempts", "estimated", "INTEGER NOT NULL DEFAULT 0"),
+          ("attempts", "reserved_usd", "REAL NOT NULL DEFAULT 0"),
+          ("attempts", "reserved_idle_usd", "REAL NOT NULL DEFAULT 0"),
+          ("attempts", "hard_end", "REAL"))
 
 
 class Billing(BaseModel):
     """What one attempt was billed: delay (queue and cold start) and execution, on which GPUs, in USD
-    (``cost_usd``, the job's own bill); ``idle_usd``: the worker's idle time after it, a run cost."""
+    (``cost_usd``, the job's own bill); ``idle_usd``: the worker's idle time after it, a run cost.
+    ``estimated``: the figures are the attempt's upper bound, not read from the remote (it could not be)."""
 
     delay_time_ms: int = 0
     execution_time_ms: int = 0
@@ -99,6 +126,7 @@ class Billing(BaseModel):
     gpus_per_worker: int = 0
     cost_usd: float = 0.0
     idle_usd: float = 0.0
+    estimated: bool = False
 
 
 class Session(BaseModel):
@@ -122,13 +150,17 @@ class Session(BaseModel):
 class RunCosts(BaseModel):
     """What a run dir cost, in USD: ``jobs`` (every attempt's delay + execution: what the agent is
     charged), ``idle`` (workers idling after attempts, an upper bound), ``active`` (active workers over the
-    sessions' wall time, overlapping sessions counted once); ``total`` is their sum."""
+    sessions' wall time, overlapping sessions counted once); ``total`` is their sum. ``estimated``: the part
+    of jobs + idle charged at attempts' bounds (unread bills); ``reserved``: the bounds open attempts hold
+    (not spent, not in ``total``)."""
 
     jobs: float = 0.0
     idle: float = 0.0
     active: float = 0.0
     total: float = 0.0
     wall_s: float = 0.0
+    estimated: float = 0.0
+    reserved: float = 0.0
 
 
 class JournalRow(BaseModel):
@@ -150,6 +182,7 @@ class JournalRow(BaseModel):
     gpus_per_worker: int = 0
     cost_usd: float = 0.0
     idle_usd: float = 0.0
+    estimated_usd: float = 0.0          # the part of cost_usd charged at bounds (attempts not read)
     charged: bool = False
     created: float = 0.0
     updated: float = 0.0
@@ -193,6 +226,7 @@ class Journal:
     def __init__(self, path: Path | str, now: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
         self._now = now
+        self.now = now
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         db = self._db()
@@ -270,12 +304,12 @@ class Journal:
                 return row, True
             row = self._read(db, key)
             assert row is not None
-            if row.final and not row.reusable:
+            if row.final and not row.reusable and not self._unseen_may_run(db, key, now):
                 attempt = row.attempt + 1
                 db.execute("UPDATE jobs SET claimant = ?, episode_id = ?, owner = ?, job_id = NULL, "
                            "status = 'submitted', attempt = ?, first_attempt = ?, result = NULL, "
                            "result_status = NULL, error = '', charged = 0, delay_time_ms = 0, "
-                           "execution_time_ms = 0, cost_usd = 0, idle_usd = 0, updated = ?, "
+                           "execution_time_ms = 0, cost_usd = 0, idle_usd = 0, estimated_usd = 0, updated = ?, "
                            "submitted_at = NULL, finished_at = NULL WHERE key = ?",
                            (claimant, episode_id, owner, attempt, attempt, now, key))
                 db.execute("INSERT INTO attempts (key, attempt, status, started) "
@@ -284,6 +318,15 @@ class Journal:
                 assert row is not None
                 return row, True
             return row, False
+
+    @staticmethod
+    def _unseen_may_run(db: sqlite3.Connection, key: str, now: float) -> bool:
+        """Whether an attempt of ``key`` was sent, never identified (no remote id) and may still run: such a
+        row is not claimed again before that attempt's ``hard_end`` (it cannot be cancelled without its id,
+        and a second copy would run beside it)."""
+        r = db.execute("SELECT MAX(hard_end) FROM attempts WHERE key = ? AND sent_at IS NOT NULL AND job_id IS "
+                       "NULL AND estimated = 1", (key,)).fetchone()
+        return r[0] is not None and float(r[0]) > now
 
     def take_over(self, key: str, attempt: int, dead_owner: str, owner: str | None = None) -> bool:
         """Take a claimed, never attached attempt of an orchestrator that died (``dead_owner``) before it
@@ -307,6 +350,35 @@ class Journal:
                        (job_id, key, row.attempt))
             return True
 
+    def mark_sending(self, key: str, attempt: int, tag: str, owner: str | None = None,
+                     hard_end: float | None = None) -> bool:
+        """Record, before the submit, that attempt ``attempt`` of ``key`` is about to be sent with the
+        client-generated ``tag`` (also in the request's input) at the journal's now (``sent_at``);
+        ``hard_end``: when it surely cannot run any more (its ttl). False (send nothing) when the attempt is no
+        longer current, already sent, the row final, or owned by another than ``owner``."""
+        now = self._now()
+        with self._tx() as db:
+            row = self._read(db, key)
+            if row is None or row.final or row.attempt != attempt or row.job_id is not None or \
+                    (owner is not None and row.owner != owner):
+                return False
+            cur = db.execute("UPDATE attempts SET tag = ?, sent_at = ?, hard_end = ?, status = 'sending' WHERE "
+                             "key = ? AND attempt = ? AND sent_at IS NULL AND ended IS NULL",
+                             (tag, now, hard_end, key, attempt))
+            if cur.rowcount != 1:
+                return False
+            db.execute("UPDATE jobs SET status = 'sending', updated = ? WHERE key = ?", (now, key))
+            return True
+
+    def attempt_row(self, key: str, attempt: int) -> dict[str, Any] | None:
+        """One attempt's row (``tag``, ``sent_at``, ``job_id``, ``reserved_usd``, ``estimated``, ...)."""
+        r = self._db().execute("SELECT * FROM attempts WHERE key = ? AND attempt = ?", (key, attempt)).fetchone()
+        return dict(r) if r is not None else None
+
+    def attempts(self) -> list[dict[str, Any]]:
+        """Every attempt of every row, in the order they were opened."""
+        return [dict(r) for r in self._db().execute("SELECT * FROM attempts ORDER BY started, key, attempt")]
+
     def update_status(self, key: str, status: RowStatus, job_id: str | None = None) -> bool:
         """Set the status of a row still in flight (of the attempt with ``job_id`` when given)."""
         if status in FINAL:
@@ -325,19 +397,21 @@ class Journal:
     # ------------------------------------------------------------------ attempts and outcomes
     def _bill(self, db: sqlite3.Connection, key: str, attempt: int, status: str, billing: Billing | None,
               error: str = "") -> None:
+        """End attempt ``attempt`` with its bill (its reservation is released: the bill replaces it)."""
         b = billing or Billing()
         db.execute("UPDATE attempts SET status = ?, error = ?, delay_time_ms = ?, execution_time_ms = ?, "
-                   "gpu_type = ?, gpus_per_worker = ?, cost_usd = ?, idle_usd = ?, ended = ? "
-                   "WHERE key = ? AND attempt = ?",
+                   "gpu_type = ?, gpus_per_worker = ?, cost_usd = ?, idle_usd = ?, estimated = ?, "
+                   "reserved_usd = 0, reserved_idle_usd = 0, ended = ? WHERE key = ? AND attempt = ?",
                    (status, error[:2000], b.delay_time_ms, b.execution_time_ms, b.gpu_type, b.gpus_per_worker,
-                    b.cost_usd, b.idle_usd, self._now(), key, attempt))
+                    b.cost_usd, b.idle_usd, int(b.estimated), self._now(), key, attempt))
         db.execute("UPDATE jobs SET delay_time_ms = delay_time_ms + ?, "
                    "execution_time_ms = execution_time_ms + ?, "
                    "gpu_type = CASE WHEN ? != '' THEN ? ELSE gpu_type END, "
                    "gpus_per_worker = CASE WHEN ? > 0 THEN ? ELSE gpus_per_worker END, "
-                   "cost_usd = cost_usd + ?, idle_usd = idle_usd + ? WHERE key = ?",
+                   "cost_usd = cost_usd + ?, idle_usd = idle_usd + ?, estimated_usd = estimated_usd + ? "
+                   "WHERE key = ?",
                    (b.delay_time_ms, b.execution_time_ms, b.gpu_type, b.gpu_type, b.gpus_per_worker,
-                    b.gpus_per_worker, b.cost_usd, b.idle_usd, key))
+                    b.gpus_per_worker, b.cost_usd, b.idle_usd, b.cost_usd if b.estimated else 0.0, key))
 
     def next_attempt(self, key: str, job_id: str | None, status: RowStatus, error: str,
                      billing: Billing | None = None, owner: str | None = None) -> int | None:
@@ -395,6 +469,100 @@ class Journal:
             db.execute("UPDATE jobs SET charged = 1 WHERE key = ?", (key,))
             return row.cost_usd
 
+    def correct_attempt(self, key: str, attempt: int, billing: Billing) -> bool:
+        """Replace the estimated bill of an ended attempt with one read later (``billing``, not estimated);
+        the row's sums follow. False when the attempt is not an ended estimate."""
+        with self._tx() as db:
+            a = db.execute("SELECT * FROM attempts WHERE key = ? AND attempt = ? AND estimated = 1 AND "
+                           "ended IS NOT NULL", (key, attempt)).fetchone()
+            if a is None:
+                return False
+            b = billing
+            db.execute("UPDATE attempts SET delay_time_ms = ?, execution_time_ms = ?, gpu_type = ?, "
+                       "gpus_per_worker = ?, cost_usd = ?, idle_usd = ?, estimated = 0 WHERE key = ? AND "
+                       "attempt = ?", (b.delay_time_ms, b.execution_time_ms, b.gpu_type or a["gpu_type"],
+                                       b.gpus_per_worker or a["gpus_per_worker"], b.cost_usd, b.idle_usd, key,
+                                       attempt))
+            db.execute("UPDATE jobs SET delay_time_ms = delay_time_ms + ?, execution_time_ms = "
+                       "execution_time_ms + ?, cost_usd = cost_usd + ?, idle_usd = idle_usd + ?, "
+                       "estimated_usd = MAX(0, estimated_usd - ?) WHERE key = ? AND first_attempt <= ?",
+                       (b.delay_time_ms - a["delay_time_ms"], b.execution_time_ms - a["execution_time_ms"],
+                        b.cost_usd - a["cost_usd"], b.idle_usd - a["idle_usd"], a["cost_usd"], key, attempt))
+            return True
+
+    def estimated_attempts(self) -> list[dict[str, Any]]:
+        """Ended attempts charged at their bound (``key, attempt, job_id, tag, sent_at, ended, cost_usd,
+        idle_usd, gpu_type, gpus_per_worker``): what :meth:`correct_attempt` may correct."""
+        return [dict(r) for r in self._db().execute(
+            "SELECT key, attempt, job_id, tag, sent_at, ended, cost_usd, idle_usd, gpu_type, gpus_per_worker "
+            "FROM attempts WHERE estimated = 1 AND ended IS NOT NULL ORDER BY ended")]
+
+    # ------------------------------------------------------------------ budgets (reservations)
+    def reserve(self, key: str, attempt: int, usd: float, idle_usd: float = 0.0, *,
+                run_limit: float | None = None, episode_limit: float | None = None,
+                live: frozenset[str] = frozenset()) -> str:
+        """Make attempt ``attempt`` of ``key`` hold its bound (``usd`` for the job, ``idle_usd`` for the idle
+        time after it) if everything committed stays within the limits; if it already holds one, re-check
+        that everything committed still does. Returns "" when it may be sent, else why not (then it holds
+        nothing new). Committed: the run's costs (jobs + idle + active, ``live`` as :meth:`run_costs`) plus
+        every open attempt's bound, against ``run_limit``; the episode's jobs plus its open attempts' job
+        bounds, against ``episode_limit``. One write transaction: atomic across orchestrators."""
+        with self._tx() as db:
+            a = db.execute("SELECT a.reserved_usd, a.reserved_idle_usd, a.ended, j.episode_id FROM attempts a "
+                           "JOIN jobs j ON a.key = j.key WHERE a.key = ? AND a.attempt = ?",
+                           (key, attempt)).fetchone()
+            if a is None or a["ended"] is not None:
+                return ""
+            held = a["reserved_usd"] + a["reserved_idle_usd"] > 0
+            new_job, new_idle = (0.0, 0.0) if held else (max(0.0, usd), max(0.0, idle_usd))
+            if run_limit is not None:
+                c = self.run_costs(live=live)
+                committed = c.total + c.reserved
+                if committed + new_job + new_idle > run_limit + 1e-9:
+                    this = "" if held else f" + this job's bound ${new_job + new_idle:.4f}"
+                    return (f"run budget: committed ${committed:.4f} (spent ${c.total:.4f}: jobs ${c.jobs:.4f}, "
+                            f"idle ${c.idle:.4f}, active workers ${c.active:.4f}; bounds of jobs in flight "
+                            f"${c.reserved:.4f}){this} > ${run_limit:.4f}")
+            if episode_limit is not None and a["episode_id"] is not None:
+                ep = a["episode_id"]
+                spent = db.execute("SELECT COALESCE(SUM(a.cost_usd), 0), COALESCE(SUM(CASE WHEN a.ended IS "
+                                   "NULL THEN a.reserved_usd ELSE 0 END), 0) FROM attempts a JOIN jobs j ON "
+                                   "a.key = j.key WHERE j.episode_id = ?", (ep,)).fetchone()
+                committed = float(spent[0]) + float(spent[1])
+                if committed + new_job > episode_limit + 1e-9:
+                    this = "" if held else f" + this job's bound ${new_job:.4f}"
+                    return (f"episode budget: episode {ep} committed ${committed:.4f} (spent ${spent[0]:.4f}, "
+                            f"bounds of its jobs in flight ${spent[1]:.4f}){this} > ${episode_limit:.4f}")
+            if not held:
+                db.execute("UPDATE attempts SET reserved_usd = ?, reserved_idle_usd = ? WHERE key = ? AND "
+                           "attempt = ?", (new_job, new_idle, key, attempt))
+            return ""
+
+    def reserved_usd(self) -> float:
+        """USD the open attempts hold (their bounds, jobs and idle)."""
+        return float(self._db().execute("SELECT COALESCE(SUM(reserved_usd + reserved_idle_usd), 0) FROM "
+                                        "attempts WHERE ended IS NULL").fetchone()[0])
+
+    # ------------------------------------------------------------------ owners
+    def owner_live(self, owner: str, stale_s: float) -> bool:
+        """Whether ``owner`` (a session id, :meth:`open_session`) is alive and polling: its session is open,
+        its heartbeat at most ``stale_s`` old and its process alive. An owner with no session (an older
+        journal's ``host:pid``) is judged by its process alone (:func:`owner_alive`)."""
+        r = self._db().execute("SELECT owner, heartbeat, ended FROM sessions WHERE id = ?", (owner,)).fetchone()
+        if r is None:
+            return owner_alive(owner)
+        if r["ended"] is not None or self._now() - float(r["heartbeat"]) > stale_s:
+            return False
+        return owner_alive(str(r["owner"]))
+
+    def adopt(self, key: str, dead_owner: str, owner: str) -> JournalRow | None:
+        """Make ``owner`` the owner of a row still in flight whose owner was ``dead_owner``; the row for
+        exactly one caller, None for the others (or when the row moved on)."""
+        with self._tx() as db:
+            cur = db.execute("UPDATE jobs SET owner = ?, updated = ? WHERE key = ? AND owner = ? AND status NOT "
+                             "IN ('completed', 'infra_failed', 'cancelled')", (owner, self._now(), key, dead_owner))
+            return self._read(db, key) if cur.rowcount == 1 else None
+
     # ------------------------------------------------------------------ reads
     def get(self, key: str, history: bool = False) -> JournalRow | None:
         return self._read(self._db(), key, history)
@@ -430,10 +598,11 @@ class Journal:
 
     def attempt_bills(self) -> list[dict[str, Any]]:
         """Every ended attempt's bill: ``key, attempt, job_id, status, ended, delay_time_ms,
-        execution_time_ms, cost_usd, idle_usd`` (what ``python -m gpu.reconcile`` buckets by time)."""
+        execution_time_ms, cost_usd, idle_usd, estimated`` (what ``python -m gpu.reconcile`` buckets by
+        time)."""
         return [dict(r) for r in self._db().execute(
             "SELECT key, attempt, job_id, status, ended, delay_time_ms, execution_time_ms, cost_usd, "
-            "idle_usd FROM attempts WHERE ended IS NOT NULL ORDER BY ended")]
+            "idle_usd, estimated FROM attempts WHERE ended IS NOT NULL ORDER BY ended")]
 
     # ------------------------------------------------------------------ sessions (active workers)
     def open_session(self, session: Session) -> None:
@@ -485,8 +654,10 @@ class Journal:
         jobs, idle = round(self.spent_usd(), 6), round(self.idle_usd(), 6)
         active = round(sum((b - a) * r for a, b, r in periods), 6)
         wall = sum(b - a for a, b, _ in periods)
+        estimated = float(self._db().execute("SELECT COALESCE(SUM(cost_usd + idle_usd), 0) FROM attempts "
+                                             "WHERE estimated = 1").fetchone()[0])
         return RunCosts(jobs=jobs, idle=idle, active=active, total=round(jobs + idle + active, 6),
-                        wall_s=round(wall, 3))
+                        wall_s=round(wall, 3), estimated=round(estimated, 6), reserved=round(self.reserved_usd(), 6))
 
     def take_run_charges(self, costs: RunCosts) -> dict[str, float]:
         """The part of ``costs.idle`` and ``costs.active`` not handed out before (``{"idle": usd, "active":

@@ -21,7 +21,7 @@ import sys
 import threading
 from pathlib import Path
 
-from ait_env.jobs.primerl import PRIME_RL_ENV_MODULES, config_rules
+from ait_env.jobs.primerl import PRIME_RL_ENV_MODULES, PRIME_RL_TAG, config_rules, renderer_for
 from ait_env.jobs.schema import Job, check_bounds, load_toml, validate_job
 from ait_env.probe.report import ProbeFailure
 from ait_env.workspace import WorkspaceQuota
@@ -183,7 +183,18 @@ def run_static(root: Path, bounds: Bounds, family: str,
             if raw is not None:  # prime-rl's own rules, reported together with the schema's issues
                 model = raw["job"].get("base_model") if isinstance(raw.get("job"), dict) else None
                 override = bounds.model_renderers.get(model) if isinstance(model, str) else None
+                ours = isinstance(model, str) and model in bounds.base_models and override is None \
+                    and renderer_for(model) is None
+                if ours:   # a model the backend offers and its executor cannot render: our configuration
+                    failures.append(_fail(
+                        "backend_config", "job.toml: job.base_model",
+                        f"the backend offers base_model {model!r}, but the trainer executor it runs has no chat "
+                        f"renderer for it (prime-rl {PRIME_RL_TAG}'s map does not know it and the backend "
+                        "names none): a configuration error on our side, not in your job",
+                        "Nothing to fix in your job; the episode is dropped, not scored."))
                 for iss in config_rules(raw, renderer_override=override):
+                    if ours and iss.where == "job.toml: job.base_model":
+                        continue
                     if not any(f.where == iss.where and f.code in ("bounds", "schema") for f in failures):
                         failures.append(_fail("prime_rl", iss.where, iss.message, iss.fix))
 

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from ait_env.backends.base import BackendSettings, JobResult
 from ait_env.backends.runpod import RunpodBackend
 from ait_env.config import load_group
 from ait_env.jobs.bundle import JobBundle
-from ait_env.jobs.journal import Journal
+from ait_env.jobs.journal import Billing, Journal
 from conftest import make_bundle
 from tests.fakes.runpod_client import (DELAY_MS, EXECUTION_MS, FakeServerlessClient, bundle_job_id,
                                       instant_output)
@@ -71,7 +72,7 @@ def test_options_are_typed_and_a_missing_key_says_what_to_set(tmp_path, monkeypa
         make_backend(settings(), tmp_path)
     monkeypatch.setenv("RUNPOD_API_KEY", "rp-secret-key-123")
     monkeypatch.setenv("RUNPOD_ENDPOINT_ID", "ep123")
-    with make_backend(settings(), tmp_path) as b:   # the real client, never called here
+    with make_backend(settings(read_endpoint=False), tmp_path) as b:   # the real client, never called here
         assert type(b.client).__name__ == "ServerlessClient"
     journal = (tmp_path / "runpod_journal.sqlite").read_bytes()
     assert b"rp-secret-key-123" not in journal
@@ -131,7 +132,7 @@ from pathlib import Path
 from ait_env.backends.base import BackendSettings
 from ait_env.backends.runpod import RunpodBackend
 from ait_env.jobs.bundle import JobBundle
-from ait_env.jobs.journal import Journal
+from ait_env.jobs.journal import Billing, Journal
 from tests.fakes.runpod_client import FakeServerlessClient
 
 settings = BackendSettings.model_validate_json(Path(sys.argv[1]).read_text())
@@ -212,19 +213,25 @@ def test_a_job_stuck_in_the_queue_past_its_deadline_is_cancelled_and_sent_again(
     assert r.timings["runpod_attempts"] == 2
 
 
-def test_a_non_replica_worker_is_infra_failed_and_never_served(tmp_path):
+def test_a_non_replica_worker_fails_once_with_the_reason_and_is_never_retried_or_served(tmp_path):
+    """Issue 32, item 10: a result from a worker that fails require_revision / expected_versions is
+    deterministic (the endpoint's image answers the same every time): one attempt, charged once, then
+    infra_failed with the reason; never retried at full cost, never served."""
     fake = FakeServerlessClient(plan=lambda inp, n: "non_replica")
     (job,) = bundles(tmp_path, 1)
-    with backend(tmp_path, fake, retry_budget=1) as b:
+    with backend(tmp_path, fake, retry_budget=2) as b:
         r = b.run(job)
         assert r.status == "infra_failed" and "non-replica worker: image revision 'other-image'" in r.error
-        assert fake.total_runs() == 2
+        assert "Not retried" in r.error and "gpu.endpoint up" in r.error
+        assert fake.total_runs() == 1 and r.cost_usd == pytest.approx(PER_JOB)   # one attempt, paid once
+        assert r.timings["runpod_attempts"] == 1
         b.run(job)                                       # an infra_failed row is claimed again, not served
-        assert fake.total_runs() == 4
+        assert fake.total_runs() == 2
     pinned = FakeServerlessClient()
-    with backend(tmp_path / "v", pinned, expected_versions={"train:verifiers": "0.3.0"}, retry_budget=0) as b:
+    with backend(tmp_path / "v", pinned, expected_versions={"train:verifiers": "0.3.0"}, retry_budget=2) as b:
         r = b.run(job)
     assert r.status == "infra_failed" and "train:verifiers 0.2.0, pinned 0.3.0" in r.error
+    assert pinned.total_runs() == 1
 
 
 def test_a_job_that_fails_by_itself_is_job_failed_and_not_retried(tmp_path):
@@ -254,12 +261,15 @@ def test_429_and_5xx_past_the_clients_retries_are_retried_and_a_401_is_not(tmp_p
     assert fake.calls["run"] == 6 and fake.total_runs() == 2
 
 
+#: limits whose bound is exactly one instant job's bill: deadline 2 + 60 s, no ttl margin, no idle
+EXACT_BOUND = {"execution_timeout_s": 60, "startup_allowance_s": 2, "ttl_margin_s": 0, "idle_timeout_s": 0}
+
+
 def test_budgets_stop_dispatch_with_a_clear_message(tmp_path):
     fake = FakeServerlessClient()
     jobs = bundles(tmp_path, 4)
-    estimate_s = (DELAY_MS + EXECUTION_MS) / 1000     # the estimate equals an instant job's bill
-    with backend(tmp_path, fake, estimated_job_s=estimate_s, run_budget_usd=2.5 * PER_JOB) as b:
-        assert b.estimate_cost_usd(jobs[0]) == pytest.approx(PER_JOB)
+    with backend(tmp_path, fake, run_budget_usd=2.5 * PER_JOB, **EXACT_BOUND) as b:
+        assert b.estimate_cost_usd(jobs[0]) == pytest.approx(PER_JOB)   # the bound: 62 s x $/s x 2 GPUs
         done = [b.run(j) for j in jobs[:3]]
     assert [r.status for r in done] == ["succeeded", "succeeded", "infra_failed"]
     assert "run budget exceeded" in done[2].error and "backend.options.run_budget_usd" in done[2].error
@@ -267,10 +277,44 @@ def test_budgets_stop_dispatch_with_a_clear_message(tmp_path):
     fake2 = FakeServerlessClient()
     for j in jobs:
         j.manifest.episode_id = "ep-1"
-    with backend(tmp_path / "ep", fake2, estimated_job_s=estimate_s, episode_budget_usd=1.5 * PER_JOB) as b:
+    with backend(tmp_path / "ep", fake2, episode_budget_usd=1.5 * PER_JOB, **EXACT_BOUND) as b:
         first, second = b.run(jobs[0]), b.run(jobs[1])
     assert first.status == "succeeded" and second.status == "infra_failed"
     assert "episode budget exceeded: episode ep-1" in second.error and fake2.total_runs() == 1
+
+
+def test_the_run_budget_reserves_each_jobs_bound_including_the_local_queue(tmp_path):
+    """Issue 32, item 3: six jobs submitted at once with max_in_flight=1 against a budget of 2.5 bounds: the
+    queued ones count (each reserves its bound when accepted), so exactly two run and spending stays within
+    the budget; the refused ones say why and cost nothing."""
+    fake = FakeServerlessClient(polls_to_finish=3)
+    jobs = bundles(tmp_path, 6)
+    with backend(tmp_path, fake, max_in_flight=1, run_budget_usd=2.5 * PER_JOB, **EXACT_BOUND) as b:
+        handles = [b.submit(j) for j in jobs]
+        assert b.run_costs().reserved == pytest.approx(2 * PER_JOB)      # two bounds held, nothing spent
+        results = [b.wait(h, timeout=30) for h in handles]
+        costs = b.run_costs()
+    assert [r.status for r in results] == ["succeeded"] * 2 + ["infra_failed"] * 4
+    assert all("run budget exceeded" in r.error and r.cost_usd == 0 for r in results[2:])
+    assert fake.total_runs() == 2 and costs.total <= 2.5 * PER_JOB and costs.reserved == 0
+
+
+def test_a_job_leaving_the_local_queue_is_checked_again(tmp_path):
+    """The reservation is re-checked when a job leaves the local queue: spending that its bound did not
+    foresee (here another orchestrator's job on the same run dir, billed meanwhile) stops the queued job."""
+    fake = FakeServerlessClient(polls_to_finish=10**9)
+    jobs = bundles(tmp_path, 2)
+    with backend(tmp_path, fake, max_in_flight=1, run_budget_usd=2.5 * PER_JOB, **EXACT_BOUND) as b:
+        first, second = b.submit(jobs[0]), b.submit(jobs[1])      # both accepted: 2 bounds <= 2.5
+        while b.journal.get(first.meta["key"]).job_id is None:    # the first one is out
+            time.sleep(0.01)
+        other = Journal.in_run_dir(tmp_path / "runs")
+        other.claim("elsewhere", claimant="x", owner="another-host:1:s")
+        other.finish("elsewhere", None, "infra_failed", "billed", Billing(cost_usd=PER_JOB))
+        fake.polls_to_finish = 1
+        r1, r2 = b.wait(first, timeout=30), b.wait(second, timeout=30)
+    assert r1.status == "succeeded" and r2.status == "infra_failed" and "run budget exceeded" in r2.error
+    assert fake.total_runs() == 1
 
 
 # ---------------------------------------------------------------------------------------------- baselines

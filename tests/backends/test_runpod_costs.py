@@ -24,7 +24,7 @@ from tests.backends.test_runpod_backend import PER_JOB, bundles, settings
 from tests.fakes.runpod_client import FakeServerlessClient
 
 A5000_X2 = prices.FLEX_USD_PER_S["AMPERE_24"] * 2          # $/s of one 2-GPU A5000 worker (flex)
-ACTIVE_X2 = prices.ACTIVE_USD_PER_S["AMPERE_24"] * 2       # ... active
+ACTIVE_X2 = prices.price_per_s("AMPERE_24", active=True) * 2   # ... active: the flex rate (one price)
 
 
 def backend(tmp_path: Path, fake: FakeServerlessClient, management: Any = None,
@@ -118,19 +118,20 @@ def test_settings_come_from_the_endpoint_else_the_options_else_the_fleet_default
 
 def test_the_run_budget_counts_idle_and_active_and_the_episode_budget_does_not(tmp_path):
     jobs = bundles(tmp_path, 3)
-    estimate_s = 62.0                                              # an instant job's bill, as in the fake
+    bound = {"execution_timeout_s": 60, "startup_allowance_s": 2, "ttl_margin_s": 0}   # = an instant job's bill
     idle = 600 * A5000_X2                                          # a long idle timeout: idle >> the job
     fake = FakeServerlessClient()
-    with backend(tmp_path / "run", fake, idle_timeout_s=600, estimated_job_s=estimate_s,
-                 run_budget_usd=PER_JOB + idle + 0.05) as b:
+    with backend(tmp_path / "run", fake, idle_timeout_s=600, run_budget_usd=PER_JOB + idle + 0.05,
+                 **bound) as b:
+        assert b.estimate_cost_usd(jobs[0]) == pytest.approx(PER_JOB + idle)   # a job reserves its idle too
         first, second = b.run(jobs[0]), b.run(jobs[1])
     assert first.status == "succeeded" and second.status == "infra_failed" and fake.total_runs() == 1
-    assert "run budget exceeded" in second.error and f"idle ${idle:.2f}" in second.error
+    assert "run budget exceeded" in second.error and f"idle ${idle:.4f}" in second.error
     for j in jobs:
         j.manifest.episode_id = "ep-1"
     fake2 = FakeServerlessClient()
-    with backend(tmp_path / "episode", fake2, idle_timeout_s=600, estimated_job_s=estimate_s,
-                 episode_budget_usd=2.5 * PER_JOB) as b:            # idle counted, the 2nd would be refused
+    with backend(tmp_path / "episode", fake2, idle_timeout_s=600, episode_budget_usd=2.5 * PER_JOB,
+                 **bound) as b:                                     # idle counted, the 2nd would be refused
         done = [b.run(j) for j in jobs[:2]]
     assert [r.status for r in done] == ["succeeded", "succeeded"] and fake2.total_runs() == 2
     # active workers: an earlier session of this run dir kept 1000 s of them running at $0.001/s
@@ -139,7 +140,7 @@ def test_the_run_budget_counts_idle_and_active_and_the_episode_budget_does_not(t
     Journal.in_run_dir(runs).open_session(Session(id="earlier", owner="elsewhere:1", started=now - 1000,
                                                   heartbeat=now, active_usd_per_s=0.001, workers_min=1))
     fake3 = FakeServerlessClient()
-    with RunpodBackend(settings(estimated_job_s=estimate_s, idle_timeout_s=0, run_budget_usd=0.5), runs,
+    with RunpodBackend(settings(idle_timeout_s=0, run_budget_usd=0.5, **bound), runs,
                        show_progress=False, client=fake3) as b:
         r = b.run(jobs[2])
         assert b.run_costs().active == pytest.approx(1.0, abs=0.01)

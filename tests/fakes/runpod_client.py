@@ -18,6 +18,21 @@ client's retries (e.g. ``[429, 503]``; 0: no connection); a 5xx on ``run`` is :c
 the real client raises it.
 State is in memory, or in a SQLite file (``path``) that several processes share (an orchestrator killed
 and restarted against one "Runpod").
+
+**Time mode** (``clock=``, a function of the current time; the property tests pass a simulated one): a job
+is no longer advanced by polls but by time, as Runpod's are. It waits ``delay`` (queue and cold start;
+``timing(input, n) -> (delay_s, execution_s)``, default ``delay_ms``/``execution_ms``), runs
+``execution`` and ends by its outcome (``lost``: the worker dies ``lost_at`` of the way through, FAILED;
+``expired``: its result is gone at once). A request's ``policy`` is honoured: past ``executionTimeout``
+it is TIMED_OUT, past ``ttl`` it is gone (404, and it stops: send-requests.mdx "TTL vs. execution
+timeout"). A finished result is kept ``result_ttl_s`` (Runpod: 30 min for ``/run``), then 404. Faults:
+``outage(route, start, end)`` (every ``status``/``cancel``/``run`` call in ``[start, end)`` answers 503;
+a ``run`` then queues nothing), ``lose_answers(n)`` (the next ``n`` run calls **queue the job** and then
+raise :class:`SubmitUncertain`, a 5xx whose job is queued unseen), ``lost`` (worker death). **Billing**
+(:meth:`bill`, :meth:`bills`) is Runpod's rule: a job a worker took is billed from its creation (the delay
+is billed whole, as if it were all cold start: the journal's own figure) to its end, cancel or ttl, rounded
+up to a whole second, plus the idle timeout unless it TIMED_OUT, x ``rate_usd_per_s``; a job cancelled or
+deleted before a worker took it costs nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +46,7 @@ import sqlite3
 import tarfile
 import threading
 import uuid
+import math
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
@@ -126,11 +142,25 @@ class FakeServerlessClient:
     def __init__(self, path: Path | None = None, *, mode: Literal["instant", "real"] = "instant",
                  plan: Callable[[dict[str, Any], int], Outcome] | None = None, polls_to_finish: int = 1,
                  revision: str = "rev-1", workers: int = 2, delay_ms: int = DELAY_MS,
-                 execution_ms: int = EXECUTION_MS, store_input: bool = True) -> None:
+                 execution_ms: int = EXECUTION_MS, store_input: bool = True,
+                 clock: Callable[[], float] | None = None,
+                 timing: Callable[[dict[str, Any], int], tuple[float, float]] | None = None,
+                 result_ttl_s: float = 1800.0, idle_timeout_s: float = 5.0, lost_at: float = 0.5,
+                 rate_usd_per_s: float = 0.00019 * 2) -> None:
         self.store = _Store(path)
         self.mode, self.plan, self.polls_to_finish = mode, plan, polls_to_finish
         self.revision, self.delay_ms, self.execution_ms = revision, delay_ms, execution_ms
         self.store_input = store_input
+        self.clock, self.timing, self.result_ttl_s = clock, timing, result_ttl_s
+        self.idle_timeout_s, self.lost_at, self.rate_usd_per_s = idle_timeout_s, lost_at, rate_usd_per_s
+        #: time mode: (route, start, end) windows in which that route answers 503
+        self.outages: list[tuple[str, float, float]] = []
+        #: run calls left that queue the job and then lose the answer (SubmitUncertain)
+        self.lost_answers = 0
+        #: per call, seconds the next calls take before answering (a Retry-After the client sleeps out; cut
+        #: short by release())
+        self.delays: dict[str, list[float]] = {"run": [], "status": [], "cancel": []}
+        self._released = threading.Event()
         #: per call ("run", "status", "cancel"): the HTTP statuses the next calls raise (past the client's
         #: retries)
         self.errors: dict[str, list[int]] = {"run": [], "status": [], "cancel": []}
@@ -141,37 +171,144 @@ class FakeServerlessClient:
         self._futures: dict[str, Future[dict[str, Any]]] = {}
         self._payloads: dict[str, dict[str, Any]] = {}
 
+    # ------------------------------------------------------------------ fault knobs (time mode)
+    def outage(self, route: str, start: float, end: float) -> None:
+        """``route`` ("status", "cancel", "run") answers 503 from ``start`` to ``end`` (the fake's clock)."""
+        self.outages.append((route, start, end))
+
+    def release(self) -> None:
+        """End every pause of ``delays`` now (a test's clean-up)."""
+        self._released.set()
+
+    def lose_answers(self, count: int = 1) -> None:
+        """The next ``count`` run calls queue their job, then raise SubmitUncertain (the answer is lost)."""
+        self.lost_answers += count
+
     def _maybe_error(self, what: str) -> None:
         with self._lock:
             self.calls[what] += 1
             status = self.errors[what].pop(0) if self.errors[what] else None
+            pause = self.delays[what].pop(0) if self.delays[what] else 0.0
+        if pause:
+            self._released.wait(pause)
+        if status is None and self.clock is not None:
+            now = self.clock()
+            if any(r == what and a <= now < b for r, a, b in self.outages):
+                status = 503
         if status is not None:
             # as gpu.runpod_api does: a 5xx on /run may have queued a job (SubmitUncertain)
             cls = SubmitUncertain if what == "run" and status >= 500 else RunpodAPIError
             raise cls(f"{what}: HTTP {status} (fake, past the client's retries)", status, "fake")
 
     # ------------------------------------------------------------------ the client interface
-    def run(self, input: dict[str, Any]) -> str:  # noqa: A002 - the client's name
+    def run(self, input: dict[str, Any], *, execution_timeout_s: float | None = None,  # noqa: A002
+            ttl_s: float | None = None) -> str:
         self._maybe_error("run")
         bundle = bundle_job_id(input)
-        sent = sum(1 for j in self.store.all() if j["bundle"] == bundle) + 1 if self.plan else 1
+        sent = sum(1 for j in self.store.all() if j["bundle"] == bundle) + 1 if self.plan or self.timing else 1
         outcome: Outcome = self.plan(input, sent) if self.plan else "ok"
         job_id = f"fake-{uuid.uuid4().hex[:16]}"
-        self.store.put({"id": job_id, "bundle": bundle, "outcome": outcome, "polls": 0, "cancelled": False,
-                        "input": input if self.store_input and self.mode == "instant" else None})
+        job: dict[str, Any] = {"id": job_id, "bundle": bundle, "outcome": outcome, "polls": 0,
+                               "cancelled": False, "tag": input.get("tag"),
+                               "input": input if self.store_input and self.mode == "instant" else None}
+        if self.clock is not None:
+            delay, execution = (self.timing(input, sent) if self.timing else
+                                (self.delay_ms / 1000, self.execution_ms / 1000))
+            now = self.clock()
+            job.update(created=now, delay=delay, execution=execution, cancel_at=None,
+                       exec_timeout=execution_timeout_s, ttl=ttl_s)
+        self.store.put(job)
         if self._pool is not None and outcome == "ok":
             self._futures[job_id] = self._pool.submit(_real_handler, input)
+        with self._lock:
+            lose = self.lost_answers > 0
+            self.lost_answers -= int(lose)
+        if lose:
+            raise SubmitUncertain("run: HTTP 502 after the job was queued (fake: the answer was lost)", 502,
+                                  "fake")
         return job_id
+
+    # ------------------------------------------------------------------ time mode
+    def _life(self, job: dict[str, Any]) -> tuple[str, float | None, float, float]:
+        """(state, started, ended, gone) of a time-mode job: its state now (one of Runpod's, or "GONE"),
+        when a worker took it (None: none did), when it stopped running (or now) and when its record goes.
+        ``job["terminal"]`` is set to the state it ended in (before its record went)."""
+        assert self.clock is not None
+        now, t0 = self.clock(), job["created"]
+        start = t0 + job["delay"]
+        ttl_end = t0 + job["ttl"] if job.get("ttl") else math.inf
+        run = job["execution"]
+        final = {"ok": "COMPLETED", "job_failed": "COMPLETED", "non_replica": "COMPLETED", "expired": "COMPLETED",
+                 "lost": "FAILED", "timed_out": "TIMED_OUT"}.get(job["outcome"], "COMPLETED")
+        if job["outcome"] == "lost":
+            run *= self.lost_at
+        if job.get("exec_timeout") and run > job["exec_timeout"]:
+            run, final = job["exec_timeout"], "TIMED_OUT"
+        end = start + run if job["outcome"] != "stuck" else math.inf
+        stop = min(end, ttl_end, job["cancel_at"] if job["cancel_at"] is not None else math.inf)
+        started = start if start < stop else None
+        if job["cancel_at"] is not None and job["cancel_at"] <= min(end, ttl_end):
+            state = "CANCELLED"
+        elif ttl_end <= end:
+            state = "GONE" if now >= ttl_end else ("IN_QUEUE" if now < start else "IN_PROGRESS")
+        else:
+            state = final if now >= end else ("IN_QUEUE" if now < start else "IN_PROGRESS")
+        job["terminal"] = state
+        keep = 0.0 if job["outcome"] == "expired" else self.result_ttl_s
+        gone = min(ttl_end, stop + keep) if state not in ("IN_QUEUE", "IN_PROGRESS") else ttl_end
+        if now >= gone:
+            state = "GONE"
+        return state, started, min(stop, now), gone
+
+    def _timed_status(self, job: dict[str, Any]) -> RunpodJob:
+        state, started, stopped, _ = self._life(job)
+        job_id = job["id"]
+        if state == "GONE":
+            raise ResultExpired(f"job {job_id}: 404 (fake: expired or ttl)", 404, "", "GET", f"/status/{job_id}")
+        view: dict[str, Any] = {"id": job_id, "status": state}
+        if started is not None:
+            view.update(delayTime=int(round(job["delay"] * 1000)), workerId="fake-worker-1")
+            if state not in ("IN_QUEUE", "IN_PROGRESS"):
+                view["executionTime"] = int(round((stopped - started) * 1000))
+        if state == "FAILED":
+            view["error"] = "worker exited unexpectedly"
+        if state == "COMPLETED":
+            view["output"] = instant_output(job["input"], job["outcome"], self.revision, job["bundle"])
+        return RunpodJob.model_validate(view)
+
+    def bills(self) -> dict[str, float]:
+        """USD per job id as Runpod would bill it so far (time mode; see the module docstring)."""
+        out = {}
+        for job in self.store.all():
+            state, started, stopped, _ = self._life(job)
+            if started is None:
+                out[job["id"]] = 0.0
+                continue
+            seconds = math.ceil(stopped - job["created"] - 1e-9)
+            idle = 0.0 if job["terminal"] in ("TIMED_OUT", "IN_QUEUE", "IN_PROGRESS") else self.idle_timeout_s
+            out[job["id"]] = round((seconds + idle) * self.rate_usd_per_s, 6)
+        return out
+
+    def bill(self) -> float:
+        return round(sum(self.bills().values()), 6)
+
+    def running(self) -> list[str]:
+        """Ids of time-mode jobs still queued or running."""
+        return [j["id"] for j in self.store.all() if self._life(j)[0] in ("IN_QUEUE", "IN_PROGRESS")]
 
     def status(self, job_id: str) -> RunpodJob:
         self._maybe_error("status")
         job = self.store.get(job_id)
         if job is None:
             raise ResultExpired(f"job {job_id}: 404 (fake)", 404, "", "GET", f"/status/{job_id}")
+        if self.clock is not None:
+            return self._timed_status(job)
         job["polls"] += 1
         self.store.put(job)
         base = {"id": job_id, "delayTime": self.delay_ms, "workerId": "fake-worker-1"}
         if job["cancelled"]:
+            if job["outcome"] == "stuck":     # no worker ever took it: nothing ran, nothing is billed
+                return RunpodJob.model_validate({"id": job_id, "status": "CANCELLED"})
             return RunpodJob.model_validate({**base, "status": "CANCELLED"})
         future = self._futures.get(job_id)
         running = future is not None and not future.done()
@@ -211,6 +348,14 @@ class FakeServerlessClient:
     def cancel(self, job_id: str) -> RunpodJob:
         self._maybe_error("cancel")
         job = self.store.get(job_id)
+        if job is not None and self.clock is not None:
+            state = self._life(job)[0]
+            if state == "GONE":
+                raise ResultExpired(f"job {job_id}: 404 (fake)", 404, "", "POST", f"/cancel/{job_id}")
+            if state in ("IN_QUEUE", "IN_PROGRESS"):
+                job["cancel_at"] = self.clock()
+                self.store.put(job)
+            return RunpodJob.model_validate({"id": job_id, "status": self._life(job)[0]})
         if job is not None:
             job["cancelled"] = True
             self.store.put(job)

@@ -44,7 +44,8 @@ cancelled or purged), ``kill_next(count, after_s)`` (the worker that takes each 
 SIGKILLed with its whole tree ``after_s`` into the job), ``kill_worker_of(job_id)``, ``expire(job_id)``
 (its result is gone at once; it stays billed), ``bill_extra(usd, at, endpoint)`` (see Billing),
 ``skew_versions(worker, versions)`` (that worker's results carry other versions in
-``result.worker.versions``, as a worker that is not a replica would).
+``result.worker.versions``, as a worker that is not a replica would), ``lose_answers(count)`` (the next
+``count`` run calls queue their job, then answer 502: the job runs, its id never reaches the caller).
 
 Routes and JSON follow the real API (stored copies: runpod/docs a900806e, runpod-python 1.12.0):
 ``POST /v2/<ep>/run`` -> ``{"id", "status": "IN_QUEUE"}``; ``GET /v2/<ep>/status/<id>`` -> ``{id, status,
@@ -146,6 +147,7 @@ class _Faults:
     fail: dict[str, deque[tuple[int, float | None]]] = field(default_factory=dict)
     stick: int = 0
     kill: deque[float] = field(default_factory=deque)
+    lose: int = 0
 
 
 class FakeRunpod:
@@ -352,6 +354,11 @@ class FakeRunpod:
         with self.cond:
             self.faults.stick += count
 
+    def lose_answers(self, count: int = 1) -> None:
+        """The next ``count`` run calls queue their job and then answer 502 (a 5xx whose job is queued)."""
+        with self.cond:
+            self.faults.lose += count
+
     def kill_next(self, count: int = 1, after_s: float = 1.0) -> None:
         with self.cond:
             self.faults.kill.extend([after_s] * count)
@@ -376,6 +383,8 @@ class FakeRunpod:
         """``POST /_fake/faults``: the knobs above by name."""
         for f in spec.get("fail_next", []):
             self.fail_next(f["route"], int(f["status"]), int(f.get("count", 1)), f.get("retry_after"))
+        if spec.get("lose_answers"):
+            self.lose_answers(int(spec["lose_answers"]))
         if spec.get("stick_next"):
             self.stick_next(int(spec["stick_next"]))
         if spec.get("kill_next"):
@@ -771,7 +780,13 @@ def _handler_class(fake: FakeRunpod) -> type[BaseHTTPRequestHandler]:
             if route == "run":
                 if not isinstance(body, dict) or "input" not in body:
                     return self._send(400, {"error": "the body needs 'input'"})
-                return self._send(200, fake.submit(body, ep))
+                queued = fake.submit(body, ep)
+                with fake.cond:
+                    lose = fake.faults.lose > 0
+                    fake.faults.lose -= int(lose)
+                if lose:   # queued, and the answer is lost on the way (a proxy's 502)
+                    return self._send(502, {"error": "injected HTTP 502 after queueing"})
+                return self._send(200, queued)
             if route == "health":
                 return self._send(200, fake.health())
             if route == "purge-queue":

@@ -253,7 +253,7 @@ def test_endpoint_cli_up_status_down(fake_runpod, tmp_path, monkeypatch, capsys)
     assert endpoint.main(["status", *urls, "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     # 1 active worker x 2 GPUs x $0.00034/s x 3600 s (gpu/prices.py; the active rate is the flex one)
-    assert info["idle_usd_per_hour"] == pytest.approx(2.448) and "assumed" in info["idle_cost_basis"]
+    assert info["idle_usd_per_hour"] == pytest.approx(2.448) and "one price since 2026-05-13" in info["idle_cost_basis"]
     assert info["max_usd_per_hour"] == pytest.approx(12 * 2 * 0.00034 * 3600, rel=1e-3)
     # the rest from gpu/fleet_defaults.yaml (the simulator's pick) and gpu/endpoint.yaml
     assert info["workers_min"] == 1 and info["workers_max"] == 12 and info["gpus_per_worker"] == 2

@@ -251,13 +251,13 @@ def test_the_simulated_server_drives_the_real_backend(tmp_path: Path) -> None:
     clock = SimClock()
     sls = SimulatedServerless(clock, ServerlessConfig(workers_max=1, flashboot=False, cold_start_s=10.0))
     b = RunpodBackend(settings(require_revision=None, idle_timeout_s=5, workers_min=0), tmp_path / "runs",
-                      show_progress=False, client=sls)
-    b._start_poller = lambda: None   # type: ignore[method-assign]  # the test is the poller
-    try:
+                      show_progress=False, client=sls, clock=lambda: clock.now, threads=False)
+    try:   # threads=False: the test is the submitters and the poller (pump), on the simulated clock
         entry = b._track("k:0", "baseline", "sim-job", None, lambda: {"job_id": "sim-job", "exec_s": 30.0})
+        b.pump()
         assert entry.job_id in sls.requests
         clock.drain()
-        b._sweep()
+        b.pump()
         row = b.journal.get("k:0")
         assert row is not None and row.status == "completed" and entry.done.is_set()
         assert (row.delay_time_ms, row.execution_time_ms) == (10_000, 30_000)
