@@ -266,10 +266,10 @@ class FakeServerlessClient:
         if state == "GONE":
             raise ResultExpired(f"job {job_id}: 404 (fake: expired or ttl)", 404, "", "GET", f"/status/{job_id}")
         view: dict[str, Any] = {"id": job_id, "status": state}
-        if started is not None:
-            view.update(delayTime=int(round(job["delay"] * 1000)), workerId="fake-worker-1")
+        if started is not None:   # whole ms, rounded up (Runpod's rounding of these figures is not documented)
+            view.update(delayTime=math.ceil(job["delay"] * 1000 - 1e-6), workerId="fake-worker-1")
             if state not in ("IN_QUEUE", "IN_PROGRESS"):
-                view["executionTime"] = int(round((stopped - started) * 1000))
+                view["executionTime"] = math.ceil((stopped - started) * 1000 - 1e-6)
         if state == "FAILED":
             view["error"] = "worker exited unexpectedly"
         if state == "COMPLETED":

@@ -1,0 +1,168 @@
+"""Issue 32's property: over random fault schedules (hypothesis, 200 of them, on a simulated clock), the
+runpod backend keeps the money rules and ends every job.
+
+Each schedule draws 1-4 jobs, what happens to each attempt on Runpod (it completes, its worker dies, its
+result expires, it times out, it sticks in the queue, the job fails by itself, a non-replica worker answers),
+its queue/cold-start delay and execution time, /status and /cancel outages, run calls refused (429) or
+answered 5xx with or without the job queued, a short result retention, max_in_flight, retry_budget and a run
+budget. The real :class:`RunpodBackend` runs it with ``threads=False``: the test pumps its submitters and
+poller on the fake's clock (tests/fakes/runpod_client.py, time mode), so a schedule of minutes takes
+milliseconds. For every schedule:
+
+- **jobs run on the fake == jobs charged in the journal, attempt by attempt**: every job the fake queued
+  has exactly one journal attempt (matched by the tag the attempt put in the input), charged at least what
+  the fake bills for it; an attempt that reached no job on the fake is charged nothing unless its run call
+  had no clear answer (then its bound, estimated);
+- the journal's total (jobs + idle) >= the fake's bill, once every run on the fake has ended;
+- no job is left in flight (``in_progress`` or any state but final), within its time bound;
+- with a run budget, spending never passes it by more than one running job's bound, at any step.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from ait_env.backends.runpod import RunpodBackend
+from gpu.runpod_api import RunpodAPIError
+from tests.backends.test_runpod_backend import bundles
+from tests.backends.test_runpod_backend import settings as backend_settings
+from tests.fakes.runpod_client import FakeServerlessClient, bundle_job_id
+
+OUTCOMES = ["ok", "ok", "ok", "lost", "expired", "timed_out", "stuck", "job_failed", "non_replica"]
+LIMITS = {"execution_timeout_s": 12, "startup_allowance_s": 4, "ttl_margin_s": 4, "poll_interval_s": 2,
+          "status_backoff_max_s": 8, "idle_timeout_s": 5, "workers_min": 0, "read_endpoint": False}
+BOUND_S = 12 + 4 + 4            # an attempt's ttl: its deadline (16 s) plus the margin
+RATE = 0.00019 * 2              # $/s of one 2 x RTX A5000 worker: the backend's and the fake's
+DT = 1.0                        # seconds of simulated time between two pumps
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@st.composite
+def schedules(draw: Any) -> dict[str, Any]:
+    n = draw(st.integers(1, 4))
+    window = st.tuples(st.floats(0, 120), st.floats(1, 60))
+    return {
+        "jobs": n,
+        "outcomes": [[draw(st.sampled_from(OUTCOMES)) for _ in range(3)] for _ in range(n)],
+        "timing": [[(draw(st.floats(0, 6)), draw(st.floats(0.5, 15))) for _ in range(3)] for _ in range(n)],
+        "status_outages": draw(st.lists(window, max_size=2)),
+        "cancel_outages": draw(st.lists(window, max_size=1)),
+        "run_outages": draw(st.lists(window, max_size=1)),
+        "run_refused": draw(st.sets(st.integers(1, 8), max_size=2)),      # run calls answered 429
+        "answers_lost": draw(st.sets(st.integers(1, 8), max_size=1)),     # queued, then a 5xx
+        "result_ttl_s": draw(st.sampled_from([3.0, 30.0, 1800.0])),
+        "max_in_flight": draw(st.integers(1, 3)),
+        "retry_budget": draw(st.integers(0, 2)),
+        "budget_bounds": draw(st.sampled_from([None, None, 1.0, 1.5, 2.5, 4.0])),
+        "stagger": draw(st.lists(st.integers(0, 20), min_size=n, max_size=n)),
+    }
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
+    return bundles(tmp_path_factory.mktemp("property"), 4)
+
+
+def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path) -> None:
+    clock = Clock()
+    ids = [j.job_id for j in jobs[: s["jobs"]]]
+    calls = {"run": 0}
+
+    def plan(inp: dict[str, Any], n: int) -> str:
+        calls["run"] += 1
+        if calls["run"] in s["run_refused"]:
+            raise RunpodAPIError("run: HTTP 429 (property: rate limited, nothing queued)", 429, "")
+        if calls["run"] in s["answers_lost"]:
+            fake.lose_answers(1)
+        return s["outcomes"][ids.index(bundle_job_id(inp))][min(n, 3) - 1]
+
+    def timing(inp: dict[str, Any], n: int) -> tuple[float, float]:
+        return s["timing"][ids.index(bundle_job_id(inp))][min(n, 3) - 1]
+
+    fake = FakeServerlessClient(clock=clock, plan=plan, timing=timing, result_ttl_s=s["result_ttl_s"],
+                                idle_timeout_s=5.0, rate_usd_per_s=RATE)
+    t0 = clock.t
+    for route, key in (("status", "status_outages"), ("cancel", "cancel_outages"), ("run", "run_outages")):
+        for start, length in s[key]:
+            fake.outage(route, t0 + start, t0 + start + length)
+    per_job = (BOUND_S + 5) * RATE      # what one job holds: its bound plus the idle bound
+    budget = None if s["budget_bounds"] is None else round(s["budget_bounds"] * per_job, 6)
+    opts = {**LIMITS, "max_in_flight": s["max_in_flight"], "retry_budget": s["retry_budget"],
+            "run_budget_usd": budget}
+    b = RunpodBackend(backend_settings(**opts), root / "runs", show_progress=False, client=fake, clock=clock,
+                      threads=False)
+    try:
+        assert b.estimate_cost_usd(jobs[0]) == pytest.approx(per_job)
+        handles: dict[int, Any] = {}
+        # every job ends within its attempts' bounds, its backoff and its wait for a slot
+        limit_s = max(s["stagger"]) + s["jobs"] * (s["retry_budget"] + 1) * (BOUND_S + 2 * 8 + 2 * DT) + 60
+        steps = 0
+        while True:
+            for i, at in enumerate(s["stagger"]):
+                if i not in handles and clock.t - t0 >= at:
+                    handles[i] = b.submit(jobs[i])
+            b.pump()
+            if budget is not None:   # at every step: spending within the budget plus one job's bound
+                c = b.run_costs()
+                assert c.jobs + c.idle + c.active <= budget + per_job + 1e-9, (c, budget)
+            if len(handles) == s["jobs"] and all(b._entries[h.meta["key"]].done.is_set()
+                                                 for h in handles.values()):
+                break
+            clock.t += DT
+            steps += 1
+            assert steps * DT <= limit_s, f"jobs still in flight after {limit_s:.0f} s: {b.journal.in_flight()}"
+        assert b.journal.in_flight() == []                          # no job left in flight
+        results = [b.wait(h, timeout=0) for h in handles.values()]
+        assert {r.status for r in results} <= {"succeeded", "job_failed", "infra_failed"}
+        for _ in range(int(BOUND_S / DT) + 2):                       # every run on the fake ends (its ttl)
+            if not fake.running():
+                break
+            clock.t += DT
+        assert not fake.running()
+        # jobs run on the fake == jobs charged in the journal, attempt by attempt (matched by tag)
+        attempts = b.journal.attempts()
+        by_tag = {a["tag"]: a for a in attempts if a["tag"]}
+        assert len(by_tag) == sum(1 for a in attempts if a["tag"])   # tags are unique
+        bills = fake.bills()
+        for job in fake.store.all():
+            a = by_tag.get(job["tag"])
+            assert a is not None, f"fake job {job['id']} has no journal attempt"
+            assert a["job_id"] in (job["id"], None)
+            assert a["cost_usd"] + a["idle_usd"] >= bills[job["id"]] - 1e-9, (a, bills[job["id"]], s)
+        queued = {job["tag"] for job in fake.store.all()}
+        for a in attempts:
+            if a["tag"] not in queued:                   # never reached Runpod: free, unless it may have
+                assert a["cost_usd"] == 0 or a["estimated"] == 1, a   # (a run call with no clear answer)
+        costs = b.run_costs()
+        assert costs.jobs + costs.idle >= fake.bill() - 1e-9
+        if budget is not None:
+            assert fake.bill() <= budget + per_job + 1e-9
+        # what the schedule exercised (pytest --hypothesis-show-statistics)
+        event(f"attempts charged at their bound: {'yes' if costs.estimated else 'no'}")
+        event(f"cancels sent: {'yes' if fake.calls['cancel'] else 'no'}")
+        event(f"jobs sent again: {'yes' if len(attempts) > len(handles) else 'no'}")
+        event(f"jobs queued unseen: {'yes' if any(a['job_id'] is None and a['tag'] in queued for a in attempts) else 'no'}")
+        event(f"refused by the budget: {'yes' if any('budget exceeded' in r.error for r in results) else 'no'}")
+    finally:
+        b.close()
+
+
+@settings(max_examples=200, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(s=schedules())
+def test_random_fault_schedules_keep_the_money_rules_and_end_every_job(pool, s):
+    with tempfile.TemporaryDirectory(prefix="ait-property-") as tmp:
+        run_schedule(s, pool, Path(tmp))
