@@ -428,8 +428,9 @@ class JobWritingEnv(gym.Env[str, str]):
             bundle = build_bundle(self._ws.root, job, self._family, self.runs_dir / "jobs",
                                   episode_id=self.episode_id,
                                   renderer=self._spec.bounds.model_renderers.get(job.job.base_model))
+            # the job's bound is held against the budgets until its charge replaces it (ait_env/ledger.py)
             estimate = self.backend.estimate_cost_usd(bundle)
-            self.ledger.check_budget(self.episode_id, estimate)
+            hold = self.ledger.reserve(self.episode_id, estimate, what=bundle.job_id)
         except BudgetExceeded as exc:
             if self._job_scores:  # a research episode whose budget cannot pay for one more job
                 self._end("budget", reason=f"dispatch refused: {exc}")
@@ -447,9 +448,10 @@ class JobWritingEnv(gym.Env[str, str]):
                                error=f"{type(exc).__name__}: {exc}", wall_seconds=time.time() - t0)
         self._results.append(result)
         self._result = result
-        self.ledger.append(CostRecord(kind="gpu_job", episode_id=self.episode_id, seconds=result.wall_seconds,
-                                      usd=result.cost_usd, meta={"job_id": result.job_id, "backend": result.backend,
-                                                                 "status": result.status}))
+        self.ledger.settle(hold, CostRecord(kind="gpu_job", episode_id=self.episode_id, seconds=result.wall_seconds,
+                                            usd=result.cost_usd, meta={"job_id": result.job_id,
+                                                                       "backend": result.backend,
+                                                                       "status": result.status}))
         try:   # the run's own costs (idle, always-on workers) catch up: the global budget sees them
             self.backend.charge_run_costs(self.ledger)
         except Exception:  # noqa: BLE001 - accounting must not end the episode; the journal keeps the figures
