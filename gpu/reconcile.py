@@ -2,6 +2,7 @@
 
     python -m gpu.reconcile --runs-dir DIR [--runs-dir DIR2 ...] [--endpoint-id ID] [--bucket day|hour]
                             [--tolerance-pct 5] [--tolerance-usd 0.05] [--json] [--rest-url URL]
+                            [--correct [--job-url URL]]
 
 Contract
 --------
@@ -23,6 +24,13 @@ Contract
   tolerance_pct% of the larger)``, defaults $0.05 and 5% (Runpod rounds each worker's time up to a whole
   second and our bills are per millisecond; the idle charge is an upper bound); else ``RUNPOD HIGHER`` or
   ``JOURNAL HIGHER``, with what usually causes it.
+- **Estimates** (issue 32): an attempt the backend could not read (status unreadable to its deadline, result
+  expired, a run call without an answer) is journaled at its upper bound, marked ``estimated``. The report
+  states how much of the journal is such bounds (an over-estimate by design). ``--correct`` first reads
+  each estimated attempt that has a Runpod id (``GET /status/<id>``, the job API) and replaces the bound by
+  the bill it reads (:func:`correct_estimates`, :meth:`ait_env.jobs.journal.Journal.correct_attempt`);
+  Runpod keeps a job 30 minutes after it ends (``send-requests.mdx``, "Result retention"), so correct soon
+  after a run. An attempt with no id (its run call's answer was lost) cannot be read and stays a bound.
 - Exit status 0: every bucket agrees; 1: at least one does not; 2: it could not compare (no
   ``RUNPOD_API_KEY``, no journal, no endpoint id, a failed call), with what to do.
 
@@ -44,7 +52,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gpu.runpod_api import API_KEY_ENV, ManagementClient, RunpodAPIError, parse_rfc3339
+from gpu.runpod_api import API_KEY_ENV, ManagementClient, RunpodAPIError, ServerlessClient, parse_rfc3339
 
 STEP_S = {"hour": 3600, "day": 86400}
 TOLERANCE_PCT, TOLERANCE_USD = 5.0, 0.05
@@ -75,6 +83,18 @@ class Row(BaseModel):
     open: bool = False             # the bucket has not ended yet
 
 
+class Correction(BaseModel):
+    """One estimated attempt :func:`correct_estimates` looked at: its bound, and the bill read (or why not)."""
+
+    runs_dir: str
+    key: str
+    attempt: int
+    job_id: str | None
+    bound_usd: float
+    read_usd: float | None = None
+    why_not: str = ""
+
+
 class Report(BaseModel):
     endpoint_id: str
     bucket: str
@@ -83,6 +103,7 @@ class Report(BaseModel):
     rows: list[Row]
     total: Row
     notes: list[str]
+    estimated_usd: float = 0.0     # the part of the journal charged at bounds (attempts not read)
 
     @property
     def agrees(self) -> bool:
@@ -129,6 +150,51 @@ def journal_buckets(runs_dirs: list[Path], step: int, now: float | None = None) 
         live = frozenset(s.id for s in journal.sessions() if s.ended is None and owner_alive(s.owner))
         for t0, t1, rate in journal.active_periods(now, live):
             add("active", spread(t0, t1, (t1 - t0) * rate, step))
+    return out
+
+
+def estimated_usd(runs_dirs: list[Path]) -> float:
+    """USD of the journals' attempts charged at their bounds (jobs and idle)."""
+    from ait_env.jobs.journal import JOURNAL_NAME, Journal
+
+    return round(sum(a["cost_usd"] + a["idle_usd"] for d in runs_dirs
+                     for a in Journal(Path(d) / JOURNAL_NAME).estimated_attempts()), 6)
+
+
+def correct_estimates(runs_dirs: list[Path], client: Any) -> list[Correction]:
+    """Read every estimated attempt that has a Runpod id through ``client`` (``status(id)``, e.g.
+    :class:`gpu.runpod_api.ServerlessClient`) and, where its status is final with its times, replace the
+    bound by that bill (:func:`ait_env.backends.runpod.attempt_billing` at the attempt's GPUs, the session's
+    idle timeout). What was looked at, and why an attempt stays a bound."""
+    from ait_env.backends.runpod import GpuPrices, attempt_billing
+    from ait_env.jobs.journal import JOURNAL_NAME, Journal
+    from gpu.runpod_api import FINAL_STATES
+
+    out: list[Correction] = []
+    for d in runs_dirs:
+        journal = Journal(Path(d) / JOURNAL_NAME)
+        idle = max((s.idle_timeout_s for s in journal.sessions()), default=0.0)
+        for a in journal.estimated_attempts():
+            c = Correction(runs_dir=str(d), key=a["key"], attempt=a["attempt"], job_id=a["job_id"],
+                           bound_usd=round(a["cost_usd"] + a["idle_usd"], 6))
+            out.append(c)
+            if not a["job_id"]:
+                c.why_not = "no Runpod id (the run call's answer was lost): it stays a bound"
+                continue
+            try:
+                st = client.status(a["job_id"])
+            except RunpodAPIError as e:
+                c.why_not = f"unreadable ({str(e)[:120]}; Runpod keeps a job 30 min after it ends)"
+                continue
+            if st.status not in FINAL_STATES or (st.execution_time_ms is None and st.worker_id):
+                c.why_not = f"{st.status} without its execution time: it stays a bound"
+                continue
+            worker = ((st.output or {}).get("result") or {}).get("worker") if isinstance(st.output, dict) \
+                else None
+            bill = attempt_billing(st, worker, prices=GpuPrices(), gpu_type=a["gpu_type"] or "NVIDIA RTX A5000",
+                                   gpus_per_worker=a["gpus_per_worker"] or 1, idle_timeout_s=idle)
+            if journal.correct_attempt(a["key"], a["attempt"], bill):
+                c.read_usd = round(bill.cost_usd + bill.idle_usd, 6)
     return out
 
 
@@ -209,8 +275,13 @@ def reconcile(mgmt: ManagementClient, runs_dirs: list[Path], endpoint_id: str, b
     if to:
         notes.append(f"'other' = Runpod's disk, platform fee and CPU amounts (${to:.4f}): not modelled by "
                      "the journal and not in the verdict")
+    est = estimated_usd(runs_dirs)
+    if est:
+        notes.append(f"${est:.4f} of the journal is attempts charged at their bound (their bill could not be "
+                     "read): an upper bound. Run with --correct (soon after the run) to read the ones that "
+                     "have a Runpod id")
     return Report(endpoint_id=endpoint_id, bucket=bucket, tolerance_pct=tolerance_pct,
-                  tolerance_usd=tolerance_usd, rows=rows, total=total, notes=notes)
+                  tolerance_usd=tolerance_usd, rows=rows, total=total, notes=notes, estimated_usd=est)
 
 
 def format_report(report: Report) -> str:
@@ -240,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tolerance-usd", type=float, default=TOLERANCE_USD)
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--rest-url", help="REST v2 base URL (default $AIT_RUNPOD_REST_BASE_URL or Runpod's)")
+    ap.add_argument("--correct", action="store_true",
+                    help="first read the attempts charged at their bound and journal the bills read")
+    ap.add_argument("--job-url", help="the job API's base URL for --correct (default $RUNPOD_ENDPOINT_BASE_URL "
+                                      "or Runpod's)")
     args = ap.parse_args(argv)
     key = os.environ.get(API_KEY_ENV, "")
     if not key:
@@ -251,6 +326,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         endpoint_id = args.endpoint_id or endpoint_of(args.runs_dir)
+        if args.correct:
+            with ServerlessClient(endpoint_id, key, base_url=args.job_url) as client:
+                for c in correct_estimates(args.runs_dir, client):
+                    what = f"read ${c.read_usd:.4f}" if c.read_usd is not None else c.why_not
+                    print(f"estimate {c.key} attempt {c.attempt} ({c.job_id or 'no id'}): bound "
+                          f"${c.bound_usd:.4f}, {what}", file=sys.stderr)
         with ManagementClient(key, base_url=args.rest_url) as mgmt:
             report = reconcile(mgmt, args.runs_dir, endpoint_id, args.bucket, args.tolerance_pct,
                                args.tolerance_usd)

@@ -52,3 +52,29 @@ def test_cost_usd() -> None:
         cost_usd("NVIDIA RTX A5000", 1, 1, "spot")
     with pytest.raises(ValueError):
         cost_usd("NVIDIA RTX A5000", -1)
+
+
+def test_active_workers_cost_the_flex_rate_unless_a_rate_was_negotiated(tmp_path):
+    """Issue 32, item 4: Runpod's docs unified the flex and active prices on 2026-05-13 (runpod/docs commit
+    d1accc4b): an active worker is billed at the flex rate, or at a negotiated one the user configures; the
+    2025 active column is only the simulator's what-if. The backend's active-worker charge follows."""
+    from ait_env.backends.runpod import RunpodBackend
+    from gpu import prices
+    from tests.backends.test_runpod_backend import settings
+    from tests.fakes.runpod_client import FakeServerlessClient
+
+    assert prices.UNIFIED_SINCE == "2026-05-13" and "d1accc4b" in prices.ACTIVE_DOCS
+    for pool, flex in prices.FLEX_USD_PER_S.items():
+        assert prices.price_per_s(pool, active=True) == flex
+    assert prices.price_per_s("AMPERE_24", active=True, negotiated=0.0001) == 0.0001
+    assert prices.price_per_s("AMPERE_24", active=False, negotiated=0.0001) == 0.00019   # flex is flex
+    assert prices.active_2025_per_s("AMPERE_24") == 0.00013                            # the what-if only
+    fake = FakeServerlessClient()
+    with RunpodBackend(settings(workers_min=1), tmp_path / "a", show_progress=False, client=fake) as b:
+        assert b.endpoint_costs.active_usd_per_gpu_s == 0.00019
+        assert "flex (one price since 2026-05-13)" in b.endpoint_costs.source
+    with RunpodBackend(settings(workers_min=1, active_usd_per_gpu_s=0.00012), tmp_path / "n",
+                       show_progress=False, client=fake) as b:
+        assert b.endpoint_costs.active_usd_per_gpu_s == 0.00012
+        (session,) = b.journal.sessions()
+        assert session.active_usd_per_s == pytest.approx(1 * 2 * 0.00012)

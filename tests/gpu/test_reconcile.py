@@ -116,3 +116,33 @@ def test_the_table_names_every_part(fake_runpod, tmp_path, monkeypatch, capsys):
     for word in ("bucket (UTC)", "jobs", "idle", "active", "journal", "runpod", "other", "diff", "verdict",
                  "total", " ok"):
         assert word in out
+
+
+def test_correct_replaces_an_estimated_attempt_by_the_bill_it_reads_later(tmp_path):
+    """Issue 32, item 2: an attempt unreadable up to its deadline is charged at its bound (estimated);
+    ``correct_estimates`` (``--correct``) later reads its status and journals the real bill, which is what
+    the fake bills for it. An attempt without a Runpod id stays a bound."""
+    import time
+
+    from ait_env.jobs.journal import Billing, Journal
+    from tests.fakes.runpod_client import FakeServerlessClient
+
+    fake = FakeServerlessClient(clock=time.time, timing=lambda inp, n: (0.05, 30.0 if n == 1 else 0.2))
+    t0 = time.time()
+    fake.outage("status", t0, t0 + 1.2)
+    runs = tmp_path / "runs"
+    with RunpodBackend(settings(poll_interval_s=0.02, deadline_s=1.0), runs, show_progress=False,
+                       client=fake) as b:
+        (job,) = bundles(tmp_path, 1)
+        assert b.run(job, timeout=30).status == "succeeded"
+        bound = b.run_costs().estimated
+    assert bound > 0
+    Journal.in_run_dir(runs).claim("lost", claimant="x")
+    Journal.in_run_dir(runs).finish("lost", None, "infra_failed", "answer lost", Billing(cost_usd=0.01,
+                                                                                         estimated=True))
+    first = min(fake.store.all(), key=lambda j: j["created"])
+    out = reconcile.correct_estimates([runs], fake)
+    read = next(c for c in out if c.job_id == first["id"])
+    assert read.read_usd == pytest.approx(fake.bills()[first["id"]]) and read.read_usd <= read.bound_usd
+    assert next(c for c in out if c.job_id is None).why_not.startswith("no Runpod id")
+    assert reconcile.estimated_usd([runs]) == pytest.approx(0.01)       # only the one without an id is left

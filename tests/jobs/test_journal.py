@@ -9,6 +9,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from ait_env.jobs.journal import Billing, Journal, JournalRow, owner_alive
 
 
@@ -128,3 +130,81 @@ def test_the_clock_is_wall_time_by_default_and_injectable(tmp_path):
     assert sim.run_costs(live=frozenset({"s"})).active == 0.5 * 220.0   # an open session ends at its now()
     sim.close_session("s", now=0.0)                                      # an explicit 0.0 is honoured
     assert sim.sessions()[0].ended == 0.0
+
+
+# ---------------------------------------------------------------------------------------------- issue 32
+def test_an_attempt_is_recorded_before_it_is_sent_and_one_sent_unseen_blocks_a_new_claim(tmp_path):
+    t = [1000.0]
+    j = Journal(tmp_path / "j.sqlite", now=lambda: t[0])
+    row, _ = j.claim("a", claimant="job-1", owner="me")
+    assert not j.mark_sending("a", row.attempt, "tag-1", owner="someone-else")   # not the owner's
+    assert j.mark_sending("a", row.attempt, "tag-1", owner="me", hard_end=1100.0)
+    assert not j.mark_sending("a", row.attempt, "tag-2", owner="me")             # sent once
+    a = j.attempt_row("a", 1)
+    assert (a["tag"], a["sent_at"], a["hard_end"], a["status"]) == ("tag-1", 1000.0, 1100.0, "sending")
+    assert [r.status for r in j.in_flight()] == ["sending"]
+    # its id never came back: charged at its bound, estimated
+    assert j.finish("a", None, "infra_failed", "answer lost", Billing(cost_usd=0.5, estimated=True))
+    assert j.get("a").estimated_usd == 0.5 and j.run_costs().estimated == 0.5
+    assert j.claim("a", claimant="job-2") == (j.get("a"), False)      # may still run: not claimed again
+    t[0] = 1101.0
+    assert j.claim("a", claimant="job-2")[1]                          # past its hard end: claimed again
+
+
+def test_reservations_hold_bounds_and_never_pass_a_budget_across_writers(tmp_path):
+    j = Journal(tmp_path / "j.sqlite")
+    for k in range(8):
+        j.claim(f"k{k}", claimant=f"job-{k}", episode_id="ep")
+    out: list[str] = []
+    threads = [threading.Thread(target=lambda k=k: out.append(j.reserve(f"k{k}", 1, 1.0, 0.5, run_limit=5.9)))
+               for k in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sorted(out).count("") == 3 and j.reserved_usd() == 4.5        # 3 x (1.0 + 0.5) <= 5.9 < 4 x 1.5
+    assert all("run budget" in w for w in out if w)
+    held = next(f"k{k}" for k in range(8) if j.attempt_row(f"k{k}", 1)["reserved_usd"])
+    assert j.reserve(held, 1, 1.0, 0.5, run_limit=5.9) == ""              # a re-check: within the limit
+    j.attach(held, "rp-1")
+    j.record_result(held, "rp-1", {"result": {}}, Billing(cost_usd=2.5, idle_usd=0.5))
+    assert j.reserved_usd() == 3.0                                        # the bill replaced its bound
+    free = next(f"k{k}" for k in range(8) if not j.attempt_row(f"k{k}", 1)["reserved_usd"]
+                and j.attempt_row(f"k{k}", 1)["ended"] is None)
+    why = j.reserve(free, 1, 1.0, 0.5, run_limit=5.9, episode_limit=3.0)
+    assert "episode budget: episode ep committed" in why or "run budget" in why
+
+
+def test_an_owner_is_live_while_its_session_beats_and_a_dead_ones_row_is_adopted_once(tmp_path):
+    from ait_env.jobs.journal import Session, this_owner
+
+    t = [1000.0]
+    j = Journal(tmp_path / "j.sqlite", now=lambda: t[0])
+    j.open_session(Session(id="s1", owner=this_owner(), started=1000.0, heartbeat=1000.0))
+    j.claim("a", claimant="job-1", owner="s1")
+    assert j.owner_live("s1", stale_s=60)
+    t[0] = 1061.0
+    assert not j.owner_live("s1", stale_s=60)                 # silent too long: not polling
+    j.beat("s1")
+    assert j.owner_live("s1", stale_s=60)
+    j.close_session("s1")
+    assert not j.owner_live("s1", stale_s=60)                 # closed: whatever its process does
+    won = [j.adopt("a", "s1", f"s{k}") for k in (2, 3, 4)]
+    assert [w is not None for w in won] == [True, False, False] and j.get("a").owner == "s2"
+
+
+def test_a_corrected_estimate_replaces_the_bound_in_the_attempt_and_the_row(tmp_path):
+    j = Journal(tmp_path / "j.sqlite")
+    j.claim("a", claimant="job-1")
+    j.attach("a", "rp-1")
+    j.next_attempt("a", "rp-1", "expired", "gone", Billing(execution_time_ms=90_000, cost_usd=0.9,
+                                                           idle_usd=0.1, estimated=True))
+    j.attach("a", "rp-2", attempt=2)
+    j.record_result("a", "rp-2", {"result": {}}, Billing(execution_time_ms=10_000, cost_usd=0.1))
+    (est,) = j.estimated_attempts()
+    assert (est["job_id"], est["cost_usd"]) == ("rp-1", 0.9) and j.get("a").cost_usd == pytest.approx(1.0)
+    assert not j.correct_attempt("a", 2, Billing(cost_usd=5.0))          # only an estimate is corrected
+    assert j.correct_attempt("a", 1, Billing(execution_time_ms=20_000, cost_usd=0.2, idle_usd=0.1))
+    row = j.get("a")
+    assert row.cost_usd == pytest.approx(0.3) and row.estimated_usd == 0 and j.estimated_attempts() == []
+    assert j.spent_usd() == pytest.approx(0.3) and row.execution_time_ms == 30_000
