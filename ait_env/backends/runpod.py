@@ -394,6 +394,7 @@ class RunpodBackend(Backend):
         self._out: set[str] = set()          # our keys holding a slot (sending, sent, cancelling)
         self._lock = threading.RLock()
         self._cv = threading.Condition(self._lock)   # submitters wait on it for a queued job and a slot
+        self._claim_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
@@ -519,6 +520,9 @@ class RunpodBackend(Backend):
     def _start_threads(self) -> None:
         if not self._threads_on or self._stop.is_set():
             return
+        if self._poller is not None and len(self._submitters) == self.options.submit_threads and \
+                self._poller.is_alive():
+            return   # the common case, without the lock (a submitter never exits before close)
         with self._lock:
             if self._poller is None or not self._poller.is_alive():
                 self._poller = threading.Thread(target=self._poll_loop, name="runpod-poller", daemon=True)
@@ -670,8 +674,15 @@ class RunpodBackend(Backend):
                 "require_revision": self.options.require_revision, "timeout_s": self.options.job_timeout_s}
 
     def submit(self, bundle: JobBundle) -> JobHandle:
+        """Claim the job and queue it; its payload is packed here, on the caller's thread (a few ms), so the
+        submitters only record and send."""
         key = self._key(bundle)
-        self._track(key, "job", bundle.job_id, bundle.manifest.episode_id, lambda: self._payload(bundle))
+        try:
+            body = self._payload(bundle)
+            make: Callable[[], dict[str, Any]] = lambda: body   # noqa: E731
+        except (OSError, ValueError):   # packed again when sent, where the error ends the job infra_failed
+            make = lambda: self._payload(bundle)   # noqa: E731
+        self._track(key, "job", bundle.job_id, bundle.manifest.episode_id, make)
         return JobHandle(job_id=bundle.job_id, backend=self.name, meta={"key": key, "root": str(bundle.root)})
 
     def _track(self, key: str, kind: str, claimant: str, episode_id: str | None,
@@ -681,24 +692,25 @@ class RunpodBackend(Backend):
         resend it)."""
         if self.closed:
             raise RuntimeError("the runpod backend is closed; build a new one")
-        with self._lock:  # one claim per key and process at a time (two episodes, one identical job)
-            entry = self._entries.get(key)
-            if entry is not None and entry.state != "done":
-                if entry.make is None:   # adopted after a restart: now it can be resent if needed
-                    entry.make = payload
-                return entry
+        # one claim per key and process at a time (two episodes, one identical job): claims queue on their
+        # own lock, so the journal transaction never holds up the submitters and the poller
+        with self._claim_lock:
+            with self._lock:
+                entry = self._entries.get(key)
+                if entry is not None and entry.state != "done":
+                    if entry.make is None:   # adopted after a restart: now it can be resent if needed
+                        entry.make = payload
+                    return entry
             row, new = self.journal.claim(key, claimant=claimant, kind=kind, episode_id=episode_id,
                                           owner=self._owner)
             entry = _Entry(key=key, kind=kind, claimant=claimant, make=payload, episode_id=episode_id,
                            job_id=row.job_id, attempt=row.attempt, first_attempt=row.first_attempt)
-            self._entries[key] = entry
             if row.final and not new:
                 entry.state, entry.make = "done", None
                 entry.done.set()
                 self._say(f"{claimant}: served from the journal (job {row.job_id}, "
                           f"{row.result_status or row.status})")
-                return entry
-            if not new:
+            elif not new:
                 entry.state = "foreign"
                 self._say(f"{claimant}: already in flight as {row.job_id or '(being sent)'}; attached")
             elif why := self._reserve(entry):
@@ -706,13 +718,18 @@ class RunpodBackend(Backend):
                 entry.state = "done"
                 entry.done.set()
                 self._say(f"{claimant}: refused ({why})")
-                return entry
-            else:
-                self._pending.append(key)
-                self._cv.notify()
+            with self._cv:
+                there = self._entries.get(key)
+                if there is not None and there.state != "done":   # the poller adopted the row meanwhile
+                    return there
+                self._entries[key] = entry
+                if entry.state == "pending":
+                    self._pending.append(key)
+                    self._cv.notify()
         if entry.state == "foreign":
             self._follow(entry)
-        self._start_threads()
+        if entry.state != "done":
+            self._start_threads()
         return entry
 
     def wait(self, handle: JobHandle, timeout: float | None = None) -> JobResult:
@@ -734,9 +751,9 @@ class RunpodBackend(Backend):
                                    "running; wait again, or a restarted orchestrator re-attaches it)")
             self._give_up(entry, f"no end within wait()'s bound of {limit:.0f} s (wait_bound_s: every "
                                  "attempt's ttl plus the status backoff)")
-        row = self.journal.get(key)
+        row, charge = self.journal.collect(key)
         assert row is not None
-        return self._result(handle.job_id, row)
+        return self._result(handle.job_id, row, charge)
 
     def _give_up(self, entry: _Entry, why: str) -> None:
         """End a job nothing else ended in time: cancel its attempt (best effort), charge the attempt at its
@@ -754,8 +771,9 @@ class RunpodBackend(Backend):
                 self._say(f"{entry.claimant}: infra_failed ({why})")
         self._done(entry)
 
-    def _result(self, job_id: str, row: JournalRow) -> JobResult:
-        charge = self.journal.take_charge(row.key)
+    def _result(self, job_id: str, row: JournalRow, charge: float | None) -> JobResult:
+        """The job's result from its row; ``charge``: its cost when this caller is the one charged (else
+        None: served, or charged before)."""
         timings = {"runpod_delay_s": row.delay_time_ms / 1000,
                    "runpod_execution_s": row.execution_time_ms / 1000,
                    "runpod_attempts": float(row.attempt - row.first_attempt + 1)}
@@ -819,15 +837,15 @@ class RunpodBackend(Backend):
             return
         tag = uuid.uuid4().hex
         lim = self.limits(entry.kind)
-        if not self.journal.mark_sending(entry.key, entry.attempt, tag, owner=self._owner,
-                                         hard_end=self._clock() + lim.bound_s + 1.0):
+        sent_at = self.journal.mark_sending(entry.key, entry.attempt, tag, owner=self._owner,
+                                            hard_end=self._clock() + lim.bound_s + 1.0)
+        if sent_at is None:
             with self._lock:   # the row moved on meanwhile (adopted elsewhere, or final)
                 self._out.discard(entry.key)
                 entry.state = "foreign"
             self._follow(entry)
             return
-        a = self.journal.attempt_row(entry.key, entry.attempt) or {}
-        entry.sent_at = float(a.get("sent_at") or self._clock())
+        entry.sent_at = sent_at
         try:
             job_id = self.client.run({**entry.body, "tag": tag},
                                      execution_timeout_s=min(max(lim.execution_s, _EXEC_MIN_S), _POLICY_MAX_S),
@@ -867,7 +885,6 @@ class RunpodBackend(Backend):
                 entry.state = "sent"
         self._say(f"{entry.claimant}: submitted as {job_id}"
                   + (f" (attempt {entry.attempt})" if entry.attempt > 1 else ""))
-        self._wake.set()
 
     def _cancel(self, job_id: str) -> bool:
         """Cancel a job on Runpod; True when Runpod answered (it is cancelled, or already gone: 404)."""
@@ -889,13 +906,14 @@ class RunpodBackend(Backend):
         self._sweep()
 
     def _poll_loop(self) -> None:
+        """A sweep every ``poll_interval_s`` (never more often: a sweep goes over every job tracked), until
+        :meth:`close` wakes it."""
         while not self._stop.is_set():
             try:
                 self._sweep()
             except Exception:  # noqa: BLE001 - the poller must outlive one bad sweep
                 _log.exception("runpod poller sweep failed; retrying")
             self._wake.wait(self.options.poll_interval_s)
-            self._wake.clear()
 
     def _sweep(self) -> None:
         """Beat; adopt rows whose owner is gone; read the statuses that are due (backing off the unreadable
@@ -907,16 +925,25 @@ class RunpodBackend(Backend):
         if now >= self._adopt_at:
             self._adopt_at = now + o.owner_stale_s / 2
             self._adopt_orphans()
+        own: list[_Entry] = []
+        foreign: list[_Entry] = []
         with self._lock:
-            own = [e for e in self._entries.values() if e.state in ("sent", "cancelling") and e.job_id]
-            foreign = [e for e in self._entries.values() if e.state == "foreign"]
+            for e in self._entries.values():
+                if e.state == "done":
+                    continue
+                if e.state == "foreign":
+                    foreign.append(e)
+                elif e.state in ("sent", "cancelling") and e.job_id:
+                    own.append(e)
         due = [e for e in own if e.state == "sent" and e.next_poll <= now]
         answers = self._statuses([e.job_id for e in due if e.job_id])
+        batch: list[tuple[_Entry, RunpodJobStatus, dict[str, Any], Billing]] = []
         for entry in due:
             if self._stop.is_set():
-                return
+                break
             if entry.state == "sent" and entry.job_id in answers:
-                self._poll(entry, answers[entry.job_id])
+                self._poll(entry, answers[entry.job_id], batch)
+        self._record(batch)
         now = self._clock()
         for entry in own:   # deadlines: on every sweep, whatever the status reads did
             if entry.state == "sent" and now >= entry.sent_at + self.limits(entry.kind).deadline_s:
@@ -948,8 +975,9 @@ class RunpodBackend(Backend):
                 out[i] = exc
         return out
 
-    def _poll(self, entry: _Entry, answer: Any) -> None:
-        """Act on the status of ``entry``'s attempt (``answer``: a status or the error its read raised)."""
+    def _poll(self, entry: _Entry, answer: Any, batch: list[Any] | None = None) -> None:
+        """Act on the status of ``entry``'s attempt (``answer``: a status or the error its read raised);
+        results to record go to ``batch`` when given (:meth:`_record`)."""
         job_id, o, now = entry.job_id, self.options, self._clock()
         assert job_id is not None
         if isinstance(answer, ResultExpired):
@@ -977,13 +1005,13 @@ class RunpodBackend(Backend):
                 self._say(f"{entry.claimant}: {where} ({job_id}"
                           + (f" on worker {st.worker_id})" if st.worker_id else ")"))
             return
-        self._final(entry, st)
+        self._final(entry, st, batch)
 
-    def _final(self, entry: _Entry, st: RunpodJobStatus) -> None:
+    def _final(self, entry: _Entry, st: RunpodJobStatus, batch: list[Any] | None = None) -> None:
         """Act on a final status of the current attempt."""
         job_id = entry.job_id
         if st.status == "COMPLETED":
-            self._completed(entry, st)
+            self._completed(entry, st, batch)
         elif st.status == "CANCELLED" and job_id in self._cancelled:
             self._end(entry, job_id, "cancelled by this orchestrator (close)", self._bill(entry, st), "cancelled")
         elif st.status in ("FAILED", "TIMED_OUT", "CANCELLED"):
@@ -1035,7 +1063,8 @@ class RunpodBackend(Backend):
             bill, why = self._bill(entry, st), entry.cancel_why + "; cancelled"
         self._attempt_failed(entry, entry.cancel_status, why, bill)
 
-    def _completed(self, entry: _Entry, st: RunpodJobStatus) -> None:
+    def _completed(self, entry: _Entry, st: RunpodJobStatus, batch: list[Any] | None = None) -> None:
+        """A COMPLETED attempt: check its result and record it (into ``batch`` when given)."""
         job_id = entry.job_id
         out = st.output
         if not (isinstance(out, dict) and isinstance(out.get("result"), dict)):
@@ -1060,14 +1089,26 @@ class RunpodBackend(Backend):
             measured = [BaselineEntry.model_validate(e) for e in out.get("baselines") or []]
             if measured:
                 self.baselines.put(measured)
-        if self.journal.record_result(entry.key, job_id, out, bill, str(result.get("status", ""))):
+        if batch is not None:
+            batch.append((entry, st, out, bill))
+        else:
+            self._record([(entry, st, out, bill)])
+
+    def _record(self, batch: list[tuple[_Entry, RunpodJobStatus, dict[str, Any], Billing]]) -> None:
+        """Record the results of ``batch`` (one write transaction) and end their jobs."""
+        if not batch:
+            return
+        done = self.journal.record_results([(e.key, e.job_id, out, bill, str(out["result"].get("status", "")))
+                                            for e, _, out, bill in batch])
+        for (entry, _, out, bill), recorded in zip(batch, done):
+            if not recorded:   # another orchestrator recorded it, or moved the row on
+                self._to_foreign(entry)
+                continue
             billed_s = math.ceil((bill.delay_time_ms + bill.execution_time_ms) / 1000 - 1e-9)
-            self._say(f"{entry.claimant}: done ({job_id}: {result.get('status')}, {bill.gpus_per_worker}x "
-                      f"{bill.gpu_type}, {billed_s} s billed, ${bill.cost_usd:.4f}; idle <= "
-                      f"${bill.idle_usd:.4f} to the run)")
+            self._say(f"{entry.claimant}: done ({entry.job_id}: {out['result'].get('status')}, "
+                      f"{bill.gpus_per_worker}x {bill.gpu_type}, {billed_s} s billed, ${bill.cost_usd:.4f}; "
+                      f"idle <= ${bill.idle_usd:.4f} to the run)")
             self._done(entry)
-        else:  # another orchestrator recorded it, or moved the row on
-            self._to_foreign(entry)
 
     def _non_replica(self, worker: dict[str, Any]) -> str:
         """Why the worker that produced a result is not the pinned one ("" when it is)."""
@@ -1110,7 +1151,6 @@ class RunpodBackend(Backend):
                 entry.job_id, entry.state, entry.next_poll = row.job_id, "sent", self._clock()
                 entry.status_errors, entry.seen = 0, ""
                 self._out.add(entry.key)
-                self._wake.set()
                 return
             entry.job_id = None
         if a.get("sent_at") is not None:                    # sent, its id never recorded
@@ -1193,7 +1233,6 @@ class RunpodBackend(Backend):
             entry.make = entry.body = None
             self._cv.notify()
         entry.done.set()
-        self._wake.set()
 
     # ------------------------------------------------------------------ baselines and lifecycle
     def measure_baseline(self, family: str, model: str) -> BaselineEntry:

@@ -200,6 +200,17 @@ class JournalRow(BaseModel):
         return self.status == "completed" and self.result_status != "infra_failed"
 
 
+_WRITER_LOCKS: dict[str, threading.Lock] = {}
+_WRITER_LOCKS_GUARD = threading.Lock()
+
+
+def _writer_lock(path: Path) -> threading.Lock:
+    """This process's lock for writing the journal at ``path`` (one per file, shared by its instances)."""
+    key = str(path.resolve())
+    with _WRITER_LOCKS_GUARD:
+        return _WRITER_LOCKS.setdefault(key, threading.Lock())
+
+
 def this_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -228,6 +239,7 @@ class Journal:
         self._now = now
         self.now = now
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._wlock = _writer_lock(self.path)
         self._local = threading.local()
         db = self._db()
         db.executescript(_SCHEMA)
@@ -263,15 +275,24 @@ class Journal:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One connection and one write transaction (``BEGIN IMMEDIATE``: writers queue, never interleave)."""
+        """One connection and one write transaction (``BEGIN IMMEDIATE``: writers queue, never interleave).
+        Writers of one process queue on a lock first (:func:`_writer_lock`): SQLite's busy handler makes a
+        waiting writer sleep for milliseconds at a time, a lock hands over at once."""
         db = self._db()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+        with self._wlock:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    @staticmethod
+    def _state(db: sqlite3.Connection, key: str) -> sqlite3.Row | None:
+        """The few columns the hot write paths decide on (no model built)."""
+        return db.execute("SELECT status, attempt, job_id, owner, charged, cost_usd FROM jobs WHERE key = ?",
+                          (key,)).fetchone()
 
     def _read(self, db: sqlite3.Connection, key: str, history: bool = False) -> JournalRow | None:
         row = db.execute("SELECT * FROM jobs WHERE key = ?", (key,)).fetchone()
@@ -299,9 +320,13 @@ class Journal:
             if cur.rowcount == 1:
                 db.execute("INSERT INTO attempts (key, attempt, status, started) "
                            "VALUES (?, 1, 'submitted', ?)", (key, now))
-                row = self._read(db, key)
-                assert row is not None
-                return row, True
+                # the row just written, without reading it back (the hot path of every new job)
+                return JournalRow.model_construct(
+                    key=key, kind=kind, claimant=claimant, episode_id=episode_id, owner=owner, job_id=None,
+                    status="submitted", attempt=1, first_attempt=1, result=None, result_status=None, error="",
+                    delay_time_ms=0, execution_time_ms=0, gpu_type="", gpus_per_worker=0, cost_usd=0.0,
+                    idle_usd=0.0, estimated_usd=0.0, charged=False, created=now, updated=now, submitted_at=None,
+                    finished_at=None, history=[]), True
             row = self._read(db, key)
             assert row is not None
             if row.final and not row.reusable and not self._unseen_may_run(db, key, now):
@@ -341,34 +366,34 @@ class Journal:
         """Record the remote id of the row's current attempt (``attempt``: only if it is still current)."""
         now = self._now()
         with self._tx() as db:
-            row = self._read(db, key)
-            if row is None or row.final or (attempt is not None and row.attempt != attempt):
+            row = self._state(db, key)
+            if row is None or row["status"] in FINAL or (attempt is not None and row["attempt"] != attempt):
                 return False
             db.execute("UPDATE jobs SET job_id = ?, updated = ?, submitted_at = ? WHERE key = ?",
                        (job_id, now, now, key))
             db.execute("UPDATE attempts SET job_id = ? WHERE key = ? AND attempt = ?",
-                       (job_id, key, row.attempt))
+                       (job_id, key, row["attempt"]))
             return True
 
     def mark_sending(self, key: str, attempt: int, tag: str, owner: str | None = None,
-                     hard_end: float | None = None) -> bool:
+                     hard_end: float | None = None) -> float | None:
         """Record, before the submit, that attempt ``attempt`` of ``key`` is about to be sent with the
-        client-generated ``tag`` (also in the request's input) at the journal's now (``sent_at``);
-        ``hard_end``: when it surely cannot run any more (its ttl). False (send nothing) when the attempt is no
-        longer current, already sent, the row final, or owned by another than ``owner``."""
+        client-generated ``tag`` (also in the request's input) at the journal's now, which it returns
+        (``sent_at``); ``hard_end``: when it surely cannot run any more (its ttl). None (send nothing) when the
+        attempt is no longer current, already sent, the row final, or owned by another than ``owner``."""
         now = self._now()
         with self._tx() as db:
-            row = self._read(db, key)
-            if row is None or row.final or row.attempt != attempt or row.job_id is not None or \
-                    (owner is not None and row.owner != owner):
-                return False
+            row = self._state(db, key)
+            if row is None or row["status"] in FINAL or row["attempt"] != attempt or row["job_id"] is not None \
+                    or (owner is not None and row["owner"] != owner):
+                return None
             cur = db.execute("UPDATE attempts SET tag = ?, sent_at = ?, hard_end = ?, status = 'sending' WHERE "
                              "key = ? AND attempt = ? AND sent_at IS NULL AND ended IS NULL",
                              (tag, now, hard_end, key, attempt))
             if cur.rowcount != 1:
-                return False
+                return None
             db.execute("UPDATE jobs SET status = 'sending', updated = ? WHERE key = ?", (now, key))
-            return True
+            return now
 
     def attempt_row(self, key: str, attempt: int) -> dict[str, Any] | None:
         """One attempt's row (``tag``, ``sent_at``, ``job_id``, ``reserved_usd``, ``estimated``, ...)."""
@@ -436,16 +461,25 @@ class Journal:
                       billing: Billing | None = None, result_status: str | None = None) -> bool:
         """Store the result of attempt ``job_id`` and close the row as ``completed``; True for the one call
         that recorded it (a second sighting changes nothing)."""
-        now = self._now()
+        return self.record_results([(key, job_id, result, billing, result_status)])[0]
+
+    def record_results(self, items: list[tuple[str, str | None, dict[str, Any], Billing | None, str | None]]
+                       ) -> list[bool]:
+        """:meth:`record_result` of each ``(key, job_id, result, billing, result_status)``, in one write
+        transaction (a poller's sweep records what it saw together)."""
+        now, out = self._now(), []
         with self._tx() as db:
-            row = self._read(db, key)
-            if row is None or row.final or row.job_id != job_id:
-                return False
-            self._bill(db, key, row.attempt, "completed", billing)
-            db.execute("UPDATE jobs SET status = 'completed', result = ?, result_status = ?, error = '', "
-                       "updated = ?, finished_at = ? WHERE key = ?",
-                       (json.dumps(result), result_status or str(result.get("status", "")), now, now, key))
-            return True
+            for key, job_id, result, billing, result_status in items:
+                row = self._state(db, key)
+                if row is None or row["status"] in FINAL or row["job_id"] != job_id:
+                    out.append(False)
+                    continue
+                self._bill(db, key, row["attempt"], "completed", billing)
+                db.execute("UPDATE jobs SET status = 'completed', result = ?, result_status = ?, error = '', "
+                           "updated = ?, finished_at = ? WHERE key = ?",
+                           (json.dumps(result), result_status or str(result.get("status", "")), now, now, key))
+                out.append(True)
+        return out
 
     def finish(self, key: str, job_id: str | None, status: Literal["infra_failed", "cancelled"], error: str,
                billing: Billing | None = None) -> bool:
@@ -460,14 +494,24 @@ class Journal:
                        (status, error[:2000], now, now, key))
             return True
 
-    def take_charge(self, key: str) -> float | None:
-        """The row's total cost for the first caller to ask (it goes to the cost ledger); None afterwards."""
+    def collect(self, key: str) -> tuple[JournalRow | None, float | None]:
+        """The row and, for the first caller once it is final, its cost (:meth:`take_charge`), in one
+        transaction."""
         with self._tx() as db:
             row = self._read(db, key)
             if row is None or row.charged or not row.final:
+                return row, None
+            db.execute("UPDATE jobs SET charged = 1 WHERE key = ?", (key,))
+            return row.model_copy(update={"charged": True}), row.cost_usd
+
+    def take_charge(self, key: str) -> float | None:
+        """The row's total cost for the first caller to ask (it goes to the cost ledger); None afterwards."""
+        with self._tx() as db:
+            row = self._state(db, key)
+            if row is None or row["charged"] or row["status"] not in FINAL:
                 return None
             db.execute("UPDATE jobs SET charged = 1 WHERE key = ?", (key,))
-            return row.cost_usd
+            return float(row["cost_usd"])
 
     def correct_attempt(self, key: str, attempt: int, billing: Billing) -> bool:
         """Replace the estimated bill of an ended attempt with one read later (``billing``, not estimated);

@@ -291,6 +291,23 @@ def test_the_renderer_map_comes_from_the_executor_the_backend_runs(tmp_path):
     assert set(local.model_renderers().values()) == {"default"}
 
 
+def test_a_tiny_model_episode_on_backend_runpod_with_the_local_executor_validates_and_runs(make_env, runs_dir):
+    """Item 8, as the issue found it: backend=runpod with the local executor, base model ait-tiny-s. The job
+    validates (no "no chat renderer" against the agent) and reaches Runpod; the episode is scored."""
+    from ait_env.agents.reference import ScriptedReferenceAgent
+    from conftest import play
+    from tests.backends.test_runpod_backend import _pin_base, _real_settings
+
+    pytest.importorskip("verifiers")
+    fake = FakeServerlessClient()
+    with RunpodBackend(_real_settings(), runs_dir, show_progress=False, client=fake) as b:
+        _pin_base(b)
+        env = make_env(family="arithmetic", backend=b)
+        obs, reward, terminated, truncated, info = play(env, ScriptedReferenceAgent(), seed=1)
+    assert "no chat renderer" not in obs and info["reward"]["status"] == "scored", obs
+    assert fake.total_runs() == 1 and "ait-tiny-s" in info["base_models"][0]["name"]
+
+
 def test_a_model_the_backends_executor_cannot_render_is_infra_failed_not_the_agents(make_env, runs_dir):
     """Item 8: a backend that offers a model its executor has no renderer for is our configuration: the
     episode is dropped (infra_failed, unscored), never 'invalid' with reward 0 against the agent."""

@@ -138,7 +138,7 @@ def test_an_attempt_is_recorded_before_it_is_sent_and_one_sent_unseen_blocks_a_n
     j = Journal(tmp_path / "j.sqlite", now=lambda: t[0])
     row, _ = j.claim("a", claimant="job-1", owner="me")
     assert not j.mark_sending("a", row.attempt, "tag-1", owner="someone-else")   # not the owner's
-    assert j.mark_sending("a", row.attempt, "tag-1", owner="me", hard_end=1100.0)
+    assert j.mark_sending("a", row.attempt, "tag-1", owner="me", hard_end=1100.0) == 1000.0   # sent_at
     assert not j.mark_sending("a", row.attempt, "tag-2", owner="me")             # sent once
     a = j.attempt_row("a", 1)
     assert (a["tag"], a["sent_at"], a["hard_end"], a["status"]) == ("tag-1", 1000.0, 1100.0, "sending")
