@@ -1288,9 +1288,10 @@ class RunpodBackend(Backend):
         with self._cv:
             self._cv.notify_all()
         self._wake.set()
-        for t in [self._poller, *self._submitters]:
-            if t is not None:
-                t.join(timeout=30)
+        if self._poller is not None:
+            self._poller.join(timeout=30)
+        for t in self._submitters:   # one may be sleeping out a Retry-After: its send ends on its own, and
+            t.join(timeout=10)       # its attach lands on a closed session's row, which others adopt
         with self._lock:   # wake every waiter: its job is no longer tracked here
             waiting = [e for e in self._entries.values() if not e.done.is_set()]
         for e in waiting:
