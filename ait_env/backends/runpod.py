@@ -130,6 +130,10 @@ WORKER_OVERHEAD_S = 300.0
 #: Runpod's per-request policy limits (runpod/docs a900806e, send-requests.mdx: executionTimeout "Min 5
 #: sec, max 7 days", ttl "Min 10 sec, max 7 days")
 _EXEC_MIN_S, _TTL_MIN_S, _POLICY_MAX_S = 5.0, 10.0, 7 * 86400.0
+#: jobs a submitter takes from the local queue at once (recorded in one transaction, then sent one by one)
+_SEND_BATCH = 32
+#: the longest a run call retries (gpu.runpod_api.RetryPolicy.max_seconds) plus a second
+_RUN_RETRY_S = 61.0
 
 
 class RunpodJobStatus(Protocol):
@@ -400,6 +404,7 @@ class RunpodBackend(Backend):
         self._poller: threading.Thread | None = None
         self._submitters: list[threading.Thread] = []
         self._cancelled: set[str] = set()
+        self._attaching: list[tuple[_Entry, str]] = []   # sent, their id not journaled yet
         self._set_hashes: dict[str, str] = {}
         self._adopt()
 
@@ -804,7 +809,8 @@ class RunpodBackend(Backend):
                 _log.exception("runpod submitter failed; going on")
 
     def _send_next(self, block: bool = False) -> bool:
-        """Take the next queued job if a slot is free and send it; False when there was none."""
+        """Take the queued jobs free slots allow (up to :data:`_SEND_BATCH`) and send them; False when there
+        was none."""
         with self._cv:
             while True:
                 while self._pending and self._entries[self._pending[0]].state != "pending":
@@ -816,36 +822,56 @@ class RunpodBackend(Backend):
                 self._cv.wait(1.0)
                 if self._stop.is_set():
                     return False
-            entry = self._entries[self._pending.popleft()]
-            entry.state = "sending"
-            self._out.add(entry.key)
-        self._send(entry)
+            batch: list[_Entry] = []
+            while self._pending and len(self._out) < self.max_in_flight and len(batch) < _SEND_BATCH:
+                entry = self._entries[self._pending.popleft()]
+                if entry.state != "pending":
+                    continue
+                entry.state = "sending"
+                self._out.add(entry.key)
+                batch.append(entry)
+        self._send(batch)
         return True
 
-    def _send(self, entry: _Entry) -> None:
-        """Send the entry's current attempt: re-check its budget, pack it, record it (tag, time), run it."""
-        why = self._reserve(entry)   # the budget, re-checked as the job leaves the local queue
-        if why:
-            self._end(entry, None, f"dispatch refused: {why}")
+    def _send(self, batch: list[_Entry]) -> None:
+        """Send the entries' current attempts: re-check each one's budget, pack it, record them all (tag,
+        time: one transaction), then run each; the ids go to the journal in one transaction too
+        (:meth:`_attach_sent`, by this thread or the poller, whichever comes first)."""
+        ready: list[_Entry] = []
+        for entry in batch:
+            why = self._reserve(entry)   # the budget, re-checked as the job leaves the local queue
+            if why:
+                self._end(entry, None, f"dispatch refused: {why}")
+                continue
+            try:
+                if entry.body is None:
+                    assert entry.make is not None
+                    entry.body = entry.make()
+            except (OSError, ValueError) as exc:   # e.g. a bundle over the /run payload limit
+                self._end(entry, None, f"the job could not be packed for Runpod: {exc}")
+                continue
+            ready.append(entry)
+        if not ready:
             return
-        try:
-            if entry.body is None:
-                assert entry.make is not None
-                entry.body = entry.make()
-        except (OSError, ValueError) as exc:   # e.g. a bundle over the /run payload limit
-            self._end(entry, None, f"the job could not be packed for Runpod: {exc}")
-            return
-        tag = uuid.uuid4().hex
+        tags = [uuid.uuid4().hex for _ in ready]
+        now = self._clock()
+        # hard_end: the last moment the attempt can run (its ttl from a send as late as the client's retries
+        # allow); a row with an attempt sent unseen is not claimed again before it
+        sent = self.journal.mark_sending_many(
+            [(e.key, e.attempt, tag, now + self.limits(e.kind).bound_s + _RUN_RETRY_S)
+             for e, tag in zip(ready, tags)], owner=self._owner)
+        for entry, tag, sent_at in zip(ready, tags, sent):
+            if sent_at is None:
+                self._to_foreign(entry)   # the row moved on meanwhile (adopted elsewhere, or final)
+                continue
+            entry.sent_at = sent_at
+            self._run(entry, tag)
+        self._attach_sent()
+
+    def _run(self, entry: _Entry, tag: str) -> None:
+        """``POST /run`` of the entry's attempt (recorded as sending, with ``tag``) and what its answer means."""
+        assert entry.body is not None
         lim = self.limits(entry.kind)
-        sent_at = self.journal.mark_sending(entry.key, entry.attempt, tag, owner=self._owner,
-                                            hard_end=self._clock() + lim.bound_s + 1.0)
-        if sent_at is None:
-            with self._lock:   # the row moved on meanwhile (adopted elsewhere, or final)
-                self._out.discard(entry.key)
-                entry.state = "foreign"
-            self._follow(entry)
-            return
-        entry.sent_at = sent_at
         try:
             job_id = self.client.run({**entry.body, "tag": tag},
                                      execution_timeout_s=min(max(lim.execution_s, _EXEC_MIN_S), _POLICY_MAX_S),
@@ -856,7 +882,8 @@ class RunpodBackend(Backend):
             # ttl caps its life) and not resent, which could run it twice.
             self._end(entry, None, f"the run call got no clear answer ({exc}); not resent, since a job may "
                                    f"have been queued unseen (tag {tag}): charged at its bound, estimated; the "
-                                   f"same job is not sent again before {_utc(entry.sent_at + lim.bound_s)}",
+                                   f"same job is not sent again before "
+                                   f"{_utc(entry.sent_at + lim.bound_s + _RUN_RETRY_S)}",
                       self._bound_bill(entry, None))
             return
         except RunpodAPIError as exc:
@@ -871,20 +898,30 @@ class RunpodBackend(Backend):
         except OSError as exc:
             self._attempt_failed(entry, "failed", f"the run call failed: {type(exc).__name__}: {exc}", Billing())
             return
-        if not self.journal.attach(entry.key, job_id, entry.attempt):
-            self._cancel(job_id)   # the row moved on meanwhile (adopted and ended elsewhere): ours is surplus
-            with self._lock:
-                self._out.discard(entry.key)
-                entry.job_id, entry.state = None, "foreign"
-            self._follow(entry)
-            return
         with self._lock:
-            entry.job_id, entry.seen, entry.status_errors = job_id, "", 0
-            entry.next_poll = self._clock()
-            if entry.state == "sending":
-                entry.state = "sent"
-        self._say(f"{entry.claimant}: submitted as {job_id}"
-                  + (f" (attempt {entry.attempt})" if entry.attempt > 1 else ""))
+            self._attaching.append((entry, job_id))
+
+    def _attach_sent(self) -> None:
+        """Journal the ids of the attempts sent since the last call (one transaction) and start polling
+        them. Submitters call it after their batch, the poller at every sweep, so a run call that hangs
+        never holds up the ids of those sent before it."""
+        with self._lock:
+            items, self._attaching = self._attaching, []
+        if not items:
+            return
+        done = self.journal.attach_many([(e.key, job_id, e.attempt) for e, job_id in items])
+        now = self._clock()
+        for (entry, job_id), attached in zip(items, done):
+            if not attached:
+                self._cancel(job_id)   # the row moved on meanwhile (adopted and ended elsewhere): surplus
+                self._to_foreign(entry)
+                continue
+            with self._lock:
+                entry.job_id, entry.seen, entry.status_errors, entry.next_poll = job_id, "", 0, now
+                if entry.state == "sending":
+                    entry.state = "sent"
+            self._say(f"{entry.claimant}: submitted as {job_id}"
+                      + (f" (attempt {entry.attempt})" if entry.attempt > 1 else ""))
 
     def _cancel(self, job_id: str) -> bool:
         """Cancel a job on Runpod; True when Runpod answered (it is cancelled, or already gone: 404)."""
@@ -925,6 +962,7 @@ class RunpodBackend(Backend):
         if now >= self._adopt_at:
             self._adopt_at = now + o.owner_stale_s / 2
             self._adopt_orphans()
+        self._attach_sent()
         own: list[_Entry] = []
         foreign: list[_Entry] = []
         with self._lock:
@@ -1292,6 +1330,7 @@ class RunpodBackend(Backend):
             self._poller.join(timeout=30)
         for t in self._submitters:   # one may be sleeping out a Retry-After: its send ends on its own, and
             t.join(timeout=10)       # its attach lands on a closed session's row, which others adopt
+        self._attach_sent()
         with self._lock:   # wake every waiter: its job is no longer tracked here
             waiting = [e for e in self._entries.values() if not e.done.is_set()]
         for e in waiting:

@@ -364,16 +364,23 @@ class Journal:
 
     def attach(self, key: str, job_id: str, attempt: int | None = None) -> bool:
         """Record the remote id of the row's current attempt (``attempt``: only if it is still current)."""
-        now = self._now()
+        return self.attach_many([(key, job_id, attempt)])[0]
+
+    def attach_many(self, items: list[tuple[str, str, int | None]]) -> list[bool]:
+        """:meth:`attach` of each ``(key, job_id, attempt)``, in one write transaction."""
+        now, out = self._now(), []
         with self._tx() as db:
-            row = self._state(db, key)
-            if row is None or row["status"] in FINAL or (attempt is not None and row["attempt"] != attempt):
-                return False
-            db.execute("UPDATE jobs SET job_id = ?, updated = ?, submitted_at = ? WHERE key = ?",
-                       (job_id, now, now, key))
-            db.execute("UPDATE attempts SET job_id = ? WHERE key = ? AND attempt = ?",
-                       (job_id, key, row["attempt"]))
-            return True
+            for key, job_id, attempt in items:
+                row = self._state(db, key)
+                if row is None or row["status"] in FINAL or (attempt is not None and row["attempt"] != attempt):
+                    out.append(False)
+                    continue
+                db.execute("UPDATE jobs SET job_id = ?, updated = ?, submitted_at = ? WHERE key = ?",
+                           (job_id, now, now, key))
+                db.execute("UPDATE attempts SET job_id = ? WHERE key = ? AND attempt = ?",
+                           (job_id, key, row["attempt"]))
+                out.append(True)
+        return out
 
     def mark_sending(self, key: str, attempt: int, tag: str, owner: str | None = None,
                      hard_end: float | None = None) -> float | None:
@@ -381,19 +388,28 @@ class Journal:
         client-generated ``tag`` (also in the request's input) at the journal's now, which it returns
         (``sent_at``); ``hard_end``: when it surely cannot run any more (its ttl). None (send nothing) when the
         attempt is no longer current, already sent, the row final, or owned by another than ``owner``."""
-        now = self._now()
+        return self.mark_sending_many([(key, attempt, tag, hard_end)], owner)[0]
+
+    def mark_sending_many(self, items: list[tuple[str, int, str, float | None]], owner: str | None = None
+                          ) -> list[float | None]:
+        """:meth:`mark_sending` of each ``(key, attempt, tag, hard_end)``, in one write transaction."""
+        now, out = self._now(), []
         with self._tx() as db:
-            row = self._state(db, key)
-            if row is None or row["status"] in FINAL or row["attempt"] != attempt or row["job_id"] is not None \
-                    or (owner is not None and row["owner"] != owner):
-                return None
-            cur = db.execute("UPDATE attempts SET tag = ?, sent_at = ?, hard_end = ?, status = 'sending' WHERE "
-                             "key = ? AND attempt = ? AND sent_at IS NULL AND ended IS NULL",
-                             (tag, now, hard_end, key, attempt))
-            if cur.rowcount != 1:
-                return None
-            db.execute("UPDATE jobs SET status = 'sending', updated = ? WHERE key = ?", (now, key))
-            return now
+            for key, attempt, tag, hard_end in items:
+                row = self._state(db, key)
+                if row is None or row["status"] in FINAL or row["attempt"] != attempt or \
+                        row["job_id"] is not None or (owner is not None and row["owner"] != owner):
+                    out.append(None)
+                    continue
+                cur = db.execute("UPDATE attempts SET tag = ?, sent_at = ?, hard_end = ?, status = 'sending' "
+                                 "WHERE key = ? AND attempt = ? AND sent_at IS NULL AND ended IS NULL",
+                                 (tag, now, hard_end, key, attempt))
+                if cur.rowcount != 1:
+                    out.append(None)
+                    continue
+                db.execute("UPDATE jobs SET status = 'sending', updated = ? WHERE key = ?", (now, key))
+                out.append(now)
+        return out
 
     def attempt_row(self, key: str, attempt: int) -> dict[str, Any] | None:
         """One attempt's row (``tag``, ``sent_at``, ``job_id``, ``reserved_usd``, ``estimated``, ...)."""
