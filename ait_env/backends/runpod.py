@@ -4,9 +4,9 @@ queue-based endpoint, through :class:`gpu.runpod_api.ServerlessClient`.
 Contract (docs/fleet.md, "Guarantees under faults", states each guarantee with the test that shows it):
 
 - **One instance per run, shared by every episode.** :meth:`RunpodBackend.submit` returns at once (the
-  job is claimed in the journal, its budget reserved, and queued locally); :meth:`RunpodBackend.wait`
+  job is packed, claimed in the journal, its budget reserved, and queued locally); :meth:`RunpodBackend.wait`
   blocks only its caller, by default at most :meth:`RunpodBackend.wait_bound_s` (derived from the job's
-  wall clock). **Submitter threads** (``submit_threads``) pack and send queued jobs while fewer than
+  wall clock). **Submitter threads** (``submit_threads``) record and send queued jobs while fewer than
   ``max_in_flight`` are out; **one poller thread** reads the status of every job in flight, checks every
   deadline on every sweep (also while status reads fail), cancels, and wakes each waiter when its job ends.
   The poller never sends, packs or sleeps on a ``Retry-After``: a slow ``/run`` delays no status read.
@@ -225,7 +225,7 @@ class RunpodOptions(RunnerSettings):
     #: like the run costs' settings): a job sent beyond it waits in Runpod's queue, and that wait is in its
     #: ``delayTime``, which the bill counts although Runpod does not charge it (docs/fleet.md)
     max_in_flight: int | None = Field(None, ge=1)
-    #: threads that pack and send queued jobs (the poller never does)
+    #: threads that record and send queued jobs (the poller never does)
     submit_threads: int = Field(4, ge=1)
     #: the worker's limit for one job (None: the job's wall-clock bound plus its eval allowance)
     job_timeout_s: float | None = Field(None, gt=0)
@@ -683,10 +683,13 @@ class RunpodBackend(Backend):
         submitters only record and send."""
         key = self._key(bundle)
         try:
-            body = self._payload(bundle)
-            make: Callable[[], dict[str, Any]] = lambda: body   # noqa: E731
+            body: dict[str, Any] | None = self._payload(bundle)
         except (OSError, ValueError):   # packed again when sent, where the error ends the job infra_failed
-            make = lambda: self._payload(bundle)   # noqa: E731
+            body = None
+
+        def make() -> dict[str, Any]:
+            return body if body is not None else self._payload(bundle)
+
         self._track(key, "job", bundle.job_id, bundle.manifest.episode_id, make)
         return JobHandle(job_id=bundle.job_id, backend=self.name, meta={"key": key, "root": str(bundle.root)})
 
@@ -834,9 +837,9 @@ class RunpodBackend(Backend):
         return True
 
     def _send(self, batch: list[_Entry]) -> None:
-        """Send the entries' current attempts: re-check each one's budget, pack it, record them all (tag,
-        time: one transaction), then run each; the ids go to the journal in one transaction too
-        (:meth:`_attach_sent`, by this thread or the poller, whichever comes first)."""
+        """Send the entries' current attempts: re-check each one's budget, pack it if it is not yet, record
+        them all (tag, time: one transaction), then run each; the ids go to the journal in one transaction
+        too (:meth:`_attach_sent`, by this thread or the poller, whichever comes first)."""
         ready: list[_Entry] = []
         for entry in batch:
             why = self._reserve(entry)   # the budget, re-checked as the job leaves the local queue

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,7 +107,7 @@ def test_a_slow_run_call_never_delays_status_reads_or_submit(tmp_path):
     job's first send. Meanwhile the job whose result is ready at ~1 s is returned at once, and submit()
     returns at once."""
     jobs = bundles(tmp_path, 3)
-    slow, lost, late = (j.job_id for j in jobs)
+    slow, lost, _ = (j.job_id for j in jobs)
     fake = timed(timing=lambda inp, n: (0.05, 1.0 if bundle_job_id(inp) == slow else 0.1),
                  plan=lambda inp, n: "lost" if bundle_job_id(inp) == lost and n == 1 else "ok")
     fake.delays["run"] = [0.0, 0.0, 60.0, 60.0]      # the 3rd and 4th run calls hang until released
@@ -304,7 +303,7 @@ def test_a_tiny_model_episode_on_backend_runpod_with_the_local_executor_validate
     with RunpodBackend(_real_settings(), runs_dir, show_progress=False, client=fake) as b:
         _pin_base(b)
         env = make_env(family="arithmetic", backend=b)
-        obs, reward, terminated, truncated, info = play(env, ScriptedReferenceAgent(), seed=1)
+        obs, _, _, _, info = play(env, ScriptedReferenceAgent(), seed=1)
     assert "no chat renderer" not in obs and info["reward"]["status"] == "scored", obs
     assert fake.total_runs() == 1 and "ait-tiny-s" in info["base_models"][0]["name"]
 
@@ -318,7 +317,7 @@ def test_a_model_the_backends_executor_cannot_render_is_infra_failed_not_the_age
     fake = FakeServerlessClient()
     with RunpodBackend(_tiny_settings("gpu"), runs_dir, show_progress=False, client=fake) as b:
         env = make_env(family="arithmetic", backend=b)
-        obs, reward, terminated, truncated, info = play(env, ScriptedReferenceAgent(), seed=1)
+        obs, _, terminated, _, info = play(env, ScriptedReferenceAgent(), seed=1)
     assert terminated and info["reward"]["status"] == "infra_failed", info["reward"]
     assert "configuration" in obs and "not counted against you" in obs and fake.total_runs() == 0
     assert info["reward"]["total"] is None and info["reward"]["drop"] and "no chat renderer" in info["reward"]["reason"]

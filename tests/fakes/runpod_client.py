@@ -280,7 +280,7 @@ class FakeServerlessClient:
         """USD per job id as Runpod would bill it so far (time mode; see the module docstring)."""
         out = {}
         for job in self.store.all():
-            state, started, stopped, _ = self._life(job)
+            _, started, stopped, _ = self._life(job)
             if started is None:
                 out[job["id"]] = 0.0
                 continue
