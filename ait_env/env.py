@@ -456,7 +456,8 @@ class JobWritingEnv(gym.Env[str, str]):
             return ToolOutcome("submit_job", True, "Your job was valid but the infrastructure failed "
                                f"({result.error}); this episode is not scored.", ends_episode=True)
         if result.status == "job_failed":
-            score = self._add_job(result, "job_failed", reason=result.error, best_pre=self._best_pre(result))
+            score = self._add_job(result, "job_failed", reason=result.error, best_pre=self._best_pre(result),
+                                  fault=result.fault)
             if self.research:
                 return self._after_job(result, score, bundle)
             self._end("job_limit")

@@ -44,9 +44,12 @@ from pydantic import BaseModel, ConfigDict
 from ait_env.backends.base import BackendSettings, JobResult
 from ait_env.baselines import BaselineEntry, BaselineStore
 from ait_env.jobs.bundle import JobBundle
+from ait_env.jobs.failures import InfraFailed, JobFailed
 from task_families import get_family
 
 Log = Callable[[str], None]
+
+__all__ = ["InfraFailed", "JobFailed", "Served", "Trained", "TrainerExecutor", "run"]
 
 
 class RunnerSettings(BaseModel):
@@ -60,14 +63,6 @@ class RunnerSettings(BaseModel):
     eval_max_tokens: int = 160      # per-turn cap of the hidden eval (tiny models stop at <|im_end|> anyway)
     eval_limit: int | None = None   # tests only: score the first N hidden instances instead of all
     measure_pre: bool = False       # measure the job's base model even when a pin holds
-
-
-class JobFailed(RuntimeError):
-    """The job itself is at fault (its environment or rubric broke during training)."""
-
-
-class InfraFailed(RuntimeError):
-    """Our side cannot run the job (e.g. its base model is not built); the message says how to fix it."""
 
 
 @dataclass
@@ -268,7 +263,7 @@ def run(bundle_dir: Path, backend: BackendSettings, progress: bool = True,
     except JobFailed as exc:
         tee(f"job failed: {exc}")
         result = JobResult(job_id=job_id, backend=backend.name, status="job_failed", error=str(exc)[:2000],
-                           wall_seconds=time.time() - t0)
+                           fault=exc.code, wall_seconds=time.time() - t0)
     except InfraFailed as exc:
         tee(f"cannot run the job: {exc}")
         result = JobResult(job_id=job_id, backend=backend.name, status="infra_failed", error=str(exc)[:2000],
@@ -304,4 +299,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # the canonical module's main, not this __main__ copy's: one class object per exception and type
+    from ait_env.runner import main as _main
+
+    raise SystemExit(_main())
