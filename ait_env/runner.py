@@ -163,7 +163,9 @@ def hidden_evaluator(family: str, settings: RunnerSettings) -> Callable[[Served,
 
 
 def _phases(bundle: JobBundle, backend: BackendSettings, store: BaselineStore, record: bool, log: Log,
-            progress: bool, factory: Callable[..., TrainerExecutor]) -> JobResult:
+            progress: bool, factory: Callable[..., TrainerExecutor], known: dict[str, float]) -> JobResult:
+    """The phases; ``known`` receives the base scores as soon as they are known (a job that fails in
+    training still reports what it was compared with)."""
     from ait_env.secrets import hidden_set, hidden_set_hash
 
     settings = runner_settings(backend)
@@ -210,6 +212,7 @@ def _phases(bundle: JobBundle, backend: BackendSettings, store: BaselineStore, r
                 log(f"measured {other}'s base: {res.score:.3f}")
                 pin(other, res)
         log(f"baselines: {json.dumps(baselines)}")
+        known.update(baselines)
 
         points: dict[int, float] = {0: pre}
         point_seconds: list[float] = []
@@ -253,17 +256,18 @@ def run(bundle_dir: Path, backend: BackendSettings, progress: bool = True,
     tee = _Tee(bundle_dir / "job.log")
     t0 = time.time()
     job_id = bundle_dir.name
+    known: dict[str, float] = {}
     try:
         bundle = JobBundle.load(bundle_dir)
         bundle.verify()
         job_id = bundle.job_id
         store = BaselineStore(backend.name, user_dir=baselines_dir)
         factory = executor or executor_factory(backend.name)
-        result = _phases(bundle, backend, store, baselines_dir is not None, tee, progress, factory)
+        result = _phases(bundle, backend, store, baselines_dir is not None, tee, progress, factory, known)
     except JobFailed as exc:
         tee(f"job failed: {exc}")
         result = JobResult(job_id=job_id, backend=backend.name, status="job_failed", error=str(exc)[:2000],
-                           fault=exc.code, wall_seconds=time.time() - t0)
+                           fault=exc.code, baselines=known, wall_seconds=time.time() - t0)
     except InfraFailed as exc:
         tee(f"cannot run the job: {exc}")
         result = JobResult(job_id=job_id, backend=backend.name, status="infra_failed", error=str(exc)[:2000],
