@@ -162,7 +162,7 @@ class LocalExecutor:
         self.log(f"sandboxed rollout worker ready ({self.sandbox.mode}); dataset rows: {rows}; "
                  f"lr {job.prime_rl.optim.lr:g} x lr_scale {opts.lr_scale:g} = {job.prime_rl.optim.lr * opts.lr_scale:g}")
         trainer = LocalGRPOTrainer(ep, job, rows, lr_scale=opts.lr_scale, seed=opts.seed,
-                                   step_timeout_s=opts.step_timeout_s)
+                                   step_timeout_s=opts.step_timeout_s, audit=self._audit())
         bar = None
         if self.progress:
             from tqdm import tqdm
@@ -214,6 +214,14 @@ class LocalExecutor:
                   **{k: [float(s.metrics.get(k, 0.0)) for s in logs]
                      for k in ("masked_frac", "ratio_mean", "grad_norm", "rollout_errors")}}
         return Trained(train_seconds=train_seconds, curves=curves, timings=timings, weights=weights)
+
+    def _audit(self) -> Any:
+        """The training audit of this job: the hidden set's questions stay in this process (outside the
+        sandbox); the audit reads what the rollout worker sent the model (:mod:`ait_env.local.audit`)."""
+        from ait_env.local.audit import TrainingAudit
+        from ait_env.secrets import hidden_questions
+
+        return TrainingAudit(self.family, hidden_questions(self.family.name))
 
     def close(self) -> None:
         try:

@@ -115,7 +115,10 @@ class StepLog:
 
 class LocalGRPOTrainer:
     def __init__(self, endpoint: LocalEndpoint, job: Job, dataset_size: int, *, lr_scale: float, seed: int = 0,
-                 step_timeout_s: float = 600.0, micro_batch: int = 32) -> None:
+                 step_timeout_s: float = 600.0, micro_batch: int = 32, audit: Any = None) -> None:
+        """``audit``: a :class:`ait_env.local.audit.TrainingAudit` that reviews every recorded turn before
+        it is trained on (it raises the job's failure)."""
+        self.audit = audit
         self.ep = endpoint
         self.job = job
         self.p = job.prime_rl
@@ -153,8 +156,10 @@ class LocalGRPOTrainer:
             for group in groups:
                 for r in group:
                     rewards.append(float(r["reward"]))
-                    records = self.ep.pop_records(r["response_ids"])
-                    rollouts.append(grpo.rollout_sequences([t for t in records if t is not None]))
+                    records = [t for t in self.ep.pop_records(r["response_ids"]) if t is not None]
+                    if self.audit is not None:
+                        self.audit.review((t.messages, t.tools) for t in records)
+                    rollouts.append(grpo.rollout_sequences(records))
                     errors += r.get("error") is not None
             advs = grpo.advantages(rewards, self.p.group_size, self.p.algo.type)
             metrics: dict[str, float] = {"rollout_errors": float(errors)}

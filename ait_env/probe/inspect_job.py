@@ -55,6 +55,10 @@ def run(req: dict[str, Any], adapter: Any, ctx: Any) -> dict[str, Any]:
     out["questions"] = [str(q) for q in adapter.dataset_column(env, "question", limit=min(n, cap))]
     answers = adapter.dataset_column(env, "answer", limit=min(n, cap))
     out["empty_answers"] = sum(1 for a in answers if not str(a if a is not None else "").strip())
+    # every other text the prompts are built from (a supplied prompt column, system prompt, few-shot): the
+    # leak check reads them all, outside the sandbox
+    out["prompt_texts"], out["prompt_texts_cut"] = adapter.prompt_texts(
+        env, set(out["questions"]), int(req.get("max_prompt_chars", 4_000_000)))
     out["max_turns"] = adapter.max_turns(env)
     out["system_prompt"] = adapter.system_prompt(env)
     prompts = adapter.dataset_column(env, "prompt", limit=min(n, 2000))
