@@ -141,6 +141,7 @@ class DynamicProbe:
             dev.append({"row": row, "good": family.transcript(inst),
                         "bad": family.transcript(inst, correct=False, rng=rng)})
         return {"job": "inspect", "dir": inside_dir, "package": PROBE_ENV_ID, "args": job.env, "dev": dev,
+                "tools_module": TOOLS_MODULE_NAME,
                 "max_rows": task.bounds.max_examples + 1, "limits": self.settings.sandbox.limits.model_dump()}
 
     def __call__(self, root: Path, job: Job, task: TaskSpec, family: TaskFamily) -> tuple[list[ProbeFailure], str]:
@@ -225,10 +226,13 @@ class DynamicProbe:
                              f"they must be exactly the family's {sorted(want)}",
                              f"Pass tools=TOOLS from {TOOLS_MODULE_NAME} (no extra or renamed tools)."))
         else:
-            foreign = [n for n, meta in tools.items() if meta.get("module") != TOOLS_MODULE_NAME]
+            foreign = {n: meta.get("not_own") or "defined elsewhere" for n, meta in tools.items()
+                       if meta.get("module") != TOOLS_MODULE_NAME or meta.get("not_own")}
             if foreign:
-                out.append(_fail("wrong_tools", f"{env_file}: tools", f"tool(s) {foreign} are not the family's "
-                                 "functions (redefined elsewhere)", f"Import them from {TOOLS_MODULE_NAME}."))
+                why = "; ".join(f"{n}: {reason}" for n, reason in sorted(foreign.items()))
+                out.append(_fail("wrong_tools", f"{env_file}: tools", f"tool(s) {sorted(foreign)} are not the "
+                                 f"family's own functions ({why})", f"Pass them unchanged: `from {TOOLS_MODULE_NAME} "
+                                 "import TOOLS`, then tools=TOOLS (no wrappers, copies or replacements)."))
         out.extend(self._rubric_checks(r.get("scores") or [], env_file))
         try:
             messages = json.loads(r.get("longest_prompt") or "[]")
