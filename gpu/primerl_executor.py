@@ -620,6 +620,10 @@ class PrimeRLExecutor:
         if not (weights / "STABLE").is_file():
             raise InfraFailed(f"prime-rl finished but wrote no complete weights at {weights} (no STABLE "
                               "file): is [ckpt] on in the rendered rl.toml?")
+        # what the model was given in training, outside the jail: hidden questions, the family's tools
+        from gpu.primerl_traces import audit_traces
+
+        audit_traces(self.out, self.bundle.manifest.family, self.log)
         self.weights = weights
         curves = watch.curves(job.max_steps)
         tps = curves.get("train_tokens_per_s") or []

@@ -5,7 +5,8 @@ environment reports. An environment can tell that load apart from training (its 
 the time) and behave differently there; any check it can detect, it can evade. This audit needs no
 cooperation: it reads the conversations the model was sampled on and trained from — the requests the
 sandboxed rollout worker sent to the model endpoint, recorded by the endpoint itself outside the sandbox
-(:attr:`ait_env.local.endpoint.Record.messages`) — so what it checks is exactly what training used.
+(:attr:`ait_env.local.endpoint.Record.messages`) — so what it checks is exactly what training used. On a
+GPU the same audit reads prime-rl's per-step rollout traces (:mod:`gpu.primerl_traces`).
 
 - **Hidden-eval leaks**: every string of every message (system, user, tool, assistant: an environment can
   forge few-shot turns) and the tool descriptions, looked for with the probe's
@@ -107,8 +108,8 @@ class TrainingAudit:
                 continue
             role = str(msg.get("role"))
             for call in msg.get("tool_calls") or []:
-                if isinstance(call, dict):
-                    fn = call.get("function") or {}
+                if isinstance(call, dict):  # OpenAI's nested form, or verifiers v1's flat {id, name, arguments}
+                    fn = call.get("function") if isinstance(call.get("function"), dict) else call
                     calls[str(call.get("id"))] = (str(fn.get("name")), fn.get("arguments"))
             if not self._remember(_digest("msg", msg)):
                 continue
