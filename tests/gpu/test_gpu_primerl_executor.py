@@ -374,9 +374,10 @@ def test_an_environment_that_fails_to_start_is_job_failed_within_seconds(
 def test_a_missing_job_package_is_ours(gpu_bundle: Any, gpu_settings: Any, pinned: Path) -> None:
     """The job's own package not importable where prime-rl runs (PYTHONPATH, the jail's binds) is ours."""
     bundle = gpu_bundle()
-    pkg = next((bundle.root / "src").iterdir())
-    pkg.rename(pkg.with_name("moved_away"))
-    res = _run(bundle, gpu_settings("success", measure_pre=False, dry_run=False, wall_clock_s=90.0), pinned)
+    pkg = next(p for p in (bundle.root / "src").iterdir() if p.is_dir())
+    settings = gpu_settings("success", measure_pre=False, dry_run=False, wall_clock_s=90.0,
+                            env={"PYTHONPATH": str(bundle.root / "elsewhere")})   # as a wrong bind would
+    res = _run(bundle, settings, pinned)
     assert res.status == "infra_failed", res.error + res.log_tail
     assert "prime-rl's env server failed on our side before training started" in res.error
     assert f"No module named '{pkg.name}'" in res.error
