@@ -1,7 +1,7 @@
 """Run with prime-rl v0.7.0's own interpreter, inside a training jail, by the slow real-prime-rl test
 (``tests/gpu/test_gpu_real_primerl.py``):
 
-    <prime-rl venv>/bin/python primerl_env_probe.py <output_dir of a dry run> <report.json>
+    <prime-rl venv>/bin/python primerl_env_probe.py <report.json> <output_dir of a dry run>...
 
 It starts the job's train env server exactly as prime-rl's orchestrator does (``src/prime_rl/orchestrator/
 envs.py`` ``Env.start``: a ``spawn`` child running verifiers' ``serve_env`` with the legacy bridge, its
@@ -34,7 +34,7 @@ def _queue_roundtrip() -> str:
     return value
 
 
-async def _load_env(out_dir: Path, report: dict) -> None:
+async def _load_env(out_dir: Path) -> dict:
     from prime_rl.configs.orchestrator import TrainEnvConfig
     from prime_rl.orchestrator.envs import Env
 
@@ -43,27 +43,31 @@ async def _load_env(out_dir: Path, report: dict) -> None:
     env = Env(env_cfg)
     try:
         await asyncio.wait_for(env.start(out_dir / "logs" / "envs" / "train"), timeout=240)
-        report["num_tasks"] = env.num_tasks
-        report["env_name"] = env.name
+        return {"num_tasks": env.num_tasks, "env_name": env.name}
     finally:
         env.shutdown()
 
 
+async def _load_all(out_dirs: list[Path], report: dict) -> None:
+    for out_dir in out_dirs:
+        try:
+            report["envs"][str(out_dir)] = await _load_env(out_dir)
+        except BaseException as exc:  # noqa: BLE001 - the report says what failed
+            report["envs"][str(out_dir)] = {"error": "".join(traceback.format_exception(exc))[-3000:]}
+
+
 def main() -> int:
-    out_dir, report_path = Path(sys.argv[1]), Path(sys.argv[2])
-    report: dict = {}
+    report_path, out_dirs = Path(sys.argv[1]), [Path(a) for a in sys.argv[2:]]
+    report: dict = {"envs": {}}
     for name, check in (("localhost", lambda: sorted({a[4][0] for a in socket.getaddrinfo("localhost", 80)})),
                         ("mp_queue", _queue_roundtrip)):
         try:
             report[name] = check()
         except Exception as exc:  # noqa: BLE001 - the report says what failed
             report[name] = f"FAILED: {type(exc).__name__}: {exc}"
-    try:
-        asyncio.run(_load_env(out_dir, report))
-    except BaseException as exc:  # noqa: BLE001
-        report["env_error"] = "".join(traceback.format_exception(exc))[-3000:]
+    asyncio.run(_load_all(out_dirs, report))
     report_path.write_text(json.dumps(report))
-    return 0 if "num_tasks" in report else 1
+    return 0 if all("num_tasks" in r for r in report["envs"].values()) else 1
 
 
 if __name__ == "__main__":
