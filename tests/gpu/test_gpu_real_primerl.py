@@ -1,8 +1,11 @@
 """The real prime-rl v0.7.0 inside each training jail, on a CPU (issue 31). Slow; needs the install that
 ``bash scripts/install_primerl.sh`` makes (skipped with that command when it is absent):
 
-    AIT_PRIME_RL_DIR=~/.cache/ai-trains-ai/prime-rl-v0.7.0/prime-rl \\
-        .venv/bin/python -m pytest -m slow tests/gpu/test_gpu_real_primerl.py -v
+    AIT_TRAINING_UID=61031 AIT_PRIME_RL_DIR=~/.cache/ai-trains-ai/prime-rl-v0.7.0/prime-rl \\
+        .venv/bin/python -m pytest -m slow tests/gpu/test_gpu_real_primerl.py -v -s
+
+(a training uid of its own: every jail kills all processes of its uid, so two suites on one uid kill each
+other's jobs)
 
 For each jail mode (``bwrap``, ``user``, ``none``) and every family's reference bundle:
 
