@@ -8,7 +8,7 @@ trace of verifiers 0.2.0, ``verifiers/v1/trace.py``): ``nodes`` holds every mess
 conversation tree (system, user, assistant with ``tool_calls`` as ``{id, name, arguments}``, tool with
 ``tool_call_id``), each with the token ids the model saw.
 
-:func:`audit_traces` runs :class:`ait_env.local.audit.TrainingAudit` — the hidden-set leak check and the
+:func:`audit_traces` runs :class:`ait_env.probe.training_audit.TrainingAudit` — the hidden-set leak check and the
 family-tool check — over every message of every train trace, after training and before the post eval,
 in the worker process (the hidden questions never enter the jail). The traces are written inside the jail
 by prime-rl's orchestrator, next to the agent's environment server; they are what prime-rl trained from
@@ -62,7 +62,7 @@ def audit_traces(output_dir: Path, family: str, log: Any = None) -> int:
     """Audit a prime-rl run's train traces (module docstring); raises the job's
     :class:`~ait_env.jobs.failures.JobFailed` (``eval_leak`` / ``foreign_tools``). Returns how many tool
     results were compared."""
-    from ait_env.local.audit import TrainingAudit
+    from ait_env.probe.training_audit import TrainingAudit
     from ait_env.secrets import hidden_questions
     from task_families import get_family
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from pathlib import Path
 from typing import Any, Iterator
 
 import gymnasium as gym

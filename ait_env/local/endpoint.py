@@ -70,7 +70,7 @@ class Record:
     completion_ids: list[int]
     logprobs: list[float]
     finish_reason: str
-    #: the request's messages and tools, as sent (the training audit reads them: :mod:`ait_env.local.audit`)
+    #: the request's messages and tools, as sent (the training audit reads them: :mod:`ait_env.probe.training_audit`)
     messages: list[Any] | None = None
     tools: list[Any] | None = None
 

@@ -217,8 +217,8 @@ class LocalExecutor:
 
     def _audit(self) -> Any:
         """The training audit of this job: the hidden set's questions stay in this process (outside the
-        sandbox); the audit reads what the rollout worker sent the model (:mod:`ait_env.local.audit`)."""
-        from ait_env.local.audit import TrainingAudit
+        sandbox); the audit reads what the rollout worker sent the model (:mod:`ait_env.probe.training_audit`)."""
+        from ait_env.probe.training_audit import TrainingAudit
         from ait_env.secrets import hidden_questions
 
         return TrainingAudit(self.family, hidden_questions(self.family.name))

@@ -116,7 +116,7 @@ class StepLog:
 class LocalGRPOTrainer:
     def __init__(self, endpoint: LocalEndpoint, job: Job, dataset_size: int, *, lr_scale: float, seed: int = 0,
                  step_timeout_s: float = 600.0, micro_batch: int = 32, audit: Any = None) -> None:
-        """``audit``: a :class:`ait_env.local.audit.TrainingAudit` that reviews every recorded turn before
+        """``audit``: a :class:`ait_env.probe.training_audit.TrainingAudit` that reviews every recorded turn before
         it is trained on (it raises the job's failure)."""
         self.audit = audit
         self.ep = endpoint

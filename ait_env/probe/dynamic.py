@@ -10,7 +10,7 @@ is called. Checks (each failure says what, where and how to fix it):
   text its prompts are built from (a prompt column, the system prompt, few-shot messages, tool
   descriptions), compared outside the sandbox as instances and in a canonical form that undoes disguises
   (:mod:`ait_env.probe.leak`; a few accidental collisions of short questions are tolerated). The same
-  check runs again where the job trains, on what the model is given (:mod:`ait_env.local.audit`);
+  check runs again where the job trains, on what the model is given (:mod:`ait_env.probe.training_audit`);
 - the tools are exactly the family's (same names, defined in ``family_tools``);
 - the rubric runs on the dev examples with a correct and a wrong transcript, returns finite numbers
   without errors, and does not give both the same reward on every example;

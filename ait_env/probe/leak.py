@@ -23,7 +23,7 @@ does not parse. A question with other numbers or names is a new question. Instan
 (:attr:`task_families.base.Instance.key`, the hidden-set hashes) is a separate, unchanged hash.
 
 :class:`LeakIndex` is used twice: by the probe on the dataset and prompts the environment reports, and
-in the training process on what the model is actually given (``ait_env.local.audit``), which an
+in the training process on what the model is actually given (``ait_env.probe.training_audit``), which an
 environment cannot tell apart from training because it is training.
 """
 

@@ -1,5 +1,5 @@
 """The inner model's tools are the family's own, unchanged: the agent cannot define, shadow, wrap or
-rebind the family's tool module (the probe refuses it; the training audit, tests/local/test_audit.py,
+rebind the family's tool module (the probe refuses it; the training audit, tests/probe/test_training_audit.py,
 catches what an environment hides from the probe)."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 import ait_env.local.executor as executor
 import ait_env.runner as runner
 from ait_env.jobs.failures import JobFailed
-from ait_env.local.audit import TrainingAudit
+from ait_env.probe.training_audit import TrainingAudit
 from ait_env.probe.leak import LEAK_TOLERANCE
 from ait_env.secrets import hidden_questions, hidden_set
 from task_families import get_family
