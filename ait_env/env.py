@@ -464,7 +464,8 @@ class JobWritingEnv(gym.Env[str, str]):
             return ToolOutcome("submit_job", True, "Your job was valid but the infrastructure failed "
                                f"({result.error}); this episode is not scored.", ends_episode=True)
         if result.status == "job_failed":
-            score = self._add_job(result, "job_failed", reason=result.error, best_pre=self._best_pre(result))
+            score = self._add_job(result, "job_failed", reason=result.error,
+                                  best_pre=self._best_pre_if_known(result), fault=result.fault)
             if self.research:
                 return self._after_job(result, score, bundle)
             self._end("job_limit")
@@ -556,6 +557,14 @@ class JobWritingEnv(gym.Env[str, str]):
         lines.append(f"Wall time {result.wall_seconds:.1f} s (training {result.train_seconds:.1f} s); "
                      f"cost ${result.cost_usd:.2f}. This job's reward on its own: {score.gym_reward:.3f}.")
         return "\n".join(line for line in lines if line)
+
+    def _best_pre_if_known(self, result: JobResult) -> float | None:
+        """:meth:`_best_pre`, or None where no baseline is known (a failed job's reward does not use it: a job
+        that dies before any base model was measured must still be charged to the agent)."""
+        try:
+            return self._best_pre(result)
+        except BaselinesNotSeeded:
+            return None
 
     def _best_pre(self, result: JobResult) -> float:
         """The best untrained score of the allowed models: what the job was compared with (its result's

@@ -16,7 +16,10 @@
 Statuses (``info["reward"]["status"]``):
 
 - ``scored``: validated, trained and evaluated; the formula above.
-- ``job_failed``: validated but died at run time because of the job: ``R = w_v·V`` (Q = S = 0).
+- ``job_failed``: validated but died at run time because of the job: ``R = w_v·V`` (Q = S = 0). A job
+  stopped for a fault that voids its validation (:data:`FORFEITING_FAULTS`: it trained on hidden-eval
+  data, or handed the model tools other than the family's, which the probe would have refused had it
+  seen them) is scored as a refused submission: ``V = 0``, ``R = 0``.
 - ``invalid``: a parsable job was submitted but never validated: ``R = 0``.
 - ``unparsable``: no parsable submission at all (never submitted, or job.toml / Python did not
   parse): ``R = unparsable_reward`` (−0.1).
@@ -46,6 +49,10 @@ import math
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+#: ``JobResult.fault`` codes that void the job's validation: the probe refuses such a job when it sees it, so
+#: one that hid it until training must not score more than a refused submission (0)
+FORFEITING_FAULTS = frozenset({"eval_leak", "foreign_tools"})
 
 Status = Literal["scored", "job_failed", "invalid", "unparsable", "infra_failed"]
 #: why an episode ended: its last allowed job ran, the budget was spent, the agent called ``finish``, the
@@ -124,8 +131,9 @@ def validation_score(validated_attempt: int | None, s: RewardSettings) -> float:
 
 def compose(status: Status, s: RewardSettings, *, attempts: int, validated_attempt: int | None = None,
             post: float | None = None, best_pre: float | None = None, train_seconds: float | None = None,
-            wall_clock_limit_s: float | None = None, reason: str = "") -> RewardBreakdown:
-    """Compute the reward and its breakdown for a finished episode."""
+            wall_clock_limit_s: float | None = None, reason: str = "", fault: str = "") -> RewardBreakdown:
+    """Compute the reward and its breakdown for a finished episode (``fault``: a failed job's
+    ``JobResult.fault``)."""
     w = s.weights
     if status == "infra_failed":
         return RewardBreakdown(status=status, total=None, attempts=attempts, drop=True,
@@ -136,6 +144,9 @@ def compose(status: Status, s: RewardSettings, *, attempts: int, validated_attem
     if status == "invalid":
         return RewardBreakdown(status=status, total=0.0, attempts=attempts, reason=reason)
     V = validation_score(validated_attempt, s)
+    if status == "job_failed" and fault in FORFEITING_FAULTS:
+        return RewardBreakdown(status=status, total=0.0, V=0.0, attempts=attempts, validated_attempt=validated_attempt,
+                               best_pre=best_pre, reason=reason or fault)
     if status == "job_failed":
         return RewardBreakdown(status=status, total=w.validation * V, V=V, attempts=attempts,
                                validated_attempt=validated_attempt, best_pre=best_pre, reason=reason)

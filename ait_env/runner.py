@@ -44,9 +44,12 @@ from pydantic import BaseModel, ConfigDict
 from ait_env.backends.base import BackendSettings, JobResult
 from ait_env.baselines import BaselineEntry, BaselineStore
 from ait_env.jobs.bundle import JobBundle
+from ait_env.jobs.failures import InfraFailed, JobFailed
 from task_families import get_family
 
 Log = Callable[[str], None]
+
+__all__ = ["InfraFailed", "JobFailed", "Served", "Trained", "TrainerExecutor", "run"]
 
 
 class RunnerSettings(BaseModel):
@@ -60,14 +63,6 @@ class RunnerSettings(BaseModel):
     eval_max_tokens: int = 160      # per-turn cap of the hidden eval (tiny models stop at <|im_end|> anyway)
     eval_limit: int | None = None   # tests only: score the first N hidden instances instead of all
     measure_pre: bool = False       # measure the job's base model even when a pin holds
-
-
-class JobFailed(RuntimeError):
-    """The job itself is at fault (its environment or rubric broke during training)."""
-
-
-class InfraFailed(RuntimeError):
-    """Our side cannot run the job (e.g. its base model is not built); the message says how to fix it."""
 
 
 @dataclass
@@ -179,7 +174,9 @@ def hidden_evaluator(family: str, settings: RunnerSettings) -> Callable[[Served,
 
 
 def _phases(bundle: JobBundle, backend: BackendSettings, store: BaselineStore, record: bool, log: Log,
-            progress: bool, factory: Callable[..., TrainerExecutor]) -> JobResult:
+            progress: bool, factory: Callable[..., TrainerExecutor], known: dict[str, float]) -> JobResult:
+    """The phases; ``known`` receives the base scores as soon as they are known (a job that fails in
+    training still reports what it was compared with)."""
     from ait_env.secrets import hidden_set, hidden_set_hash
 
     settings = runner_settings(backend)
@@ -226,6 +223,7 @@ def _phases(bundle: JobBundle, backend: BackendSettings, store: BaselineStore, r
                 log(f"measured {other}'s base: {res.score:.3f}")
                 pin(other, res)
         log(f"baselines: {json.dumps(baselines)}")
+        known.update(baselines)
 
         points: dict[int, float] = {0: pre}
         point_seconds: list[float] = []
@@ -269,17 +267,18 @@ def run(bundle_dir: Path, backend: BackendSettings, progress: bool = True,
     tee = _Tee(bundle_dir / "job.log")
     t0 = time.time()
     job_id = bundle_dir.name
+    known: dict[str, float] = {}
     try:
         bundle = JobBundle.load(bundle_dir)
         bundle.verify()
         job_id = bundle.job_id
         store = BaselineStore(backend.name, user_dir=baselines_dir)
         factory = executor or executor_factory(backend.name)
-        result = _phases(bundle, backend, store, baselines_dir is not None, tee, progress, factory)
+        result = _phases(bundle, backend, store, baselines_dir is not None, tee, progress, factory, known)
     except JobFailed as exc:
         tee(f"job failed: {exc}")
         result = JobResult(job_id=job_id, backend=backend.name, status="job_failed", error=str(exc)[:2000],
-                           wall_seconds=time.time() - t0)
+                           fault=exc.code, baselines=known, wall_seconds=time.time() - t0)
     except InfraFailed as exc:
         tee(f"cannot run the job: {exc}")
         result = JobResult(job_id=job_id, backend=backend.name, status="infra_failed", error=str(exc)[:2000],
@@ -315,4 +314,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # the canonical module's main, not this __main__ copy's: one class object per exception and type
+    from ait_env.runner import main as _main
+
+    raise SystemExit(_main())

@@ -166,4 +166,7 @@ def _run(args: argparse.Namespace, mgmt: ManagementClient, spec: EndpointSpec | 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # the canonical module's main, not this __main__ copy's: one class object per exception and type
+    from gpu.endpoint import main as _main
+
+    raise SystemExit(_main())

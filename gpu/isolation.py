@@ -283,13 +283,21 @@ def probe(requested: Literal["auto", "bwrap", "user", "none"] = "auto",
     return JailConfig(mode="none", reason=reason)
 
 
-#: system folders bound read-only into the bubblewrap jail (those that exist), and the few /etc files a
-#: Python/CUDA process reads (the dynamic linker's cache, user names, time zone)
+#: system folders bound read-only into the bubblewrap jail (those that exist), and the /etc files a
+#: Python/CUDA process reads: the dynamic linker's cache (``ldconfig -p``, which torch and triton call),
+#: user names, the time zone, and name resolution (``localhost``: prime-rl's ``--rdzv-endpoint`` and the
+#: orchestrator's ``base_url``; glibc reads nsswitch.conf, host.conf, hosts and gai.conf)
 _SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt/conda")
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/passwd", "/etc/group",
-              "/etc/nsswitch.conf", "/etc/localtime", "/etc/hosts", "/etc/alternatives")
+              "/etc/nsswitch.conf", "/etc/host.conf", "/etc/hosts", "/etc/gai.conf", "/etc/localtime",
+              "/etc/alternatives")
 #: GPU device nodes (bound into the jail's /dev when present)
 _GPU_DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri")
+#: Unix socket paths are limited to 107 bytes (``sun_path``); vLLM puts its IPC sockets at
+#: ``$VLLM_RPC_BASE_PATH/<uuid4>`` (vllm 0.24.0 ``envs.py`` ``VLLM_RPC_BASE_PATH``, default
+#: ``tempfile.gettempdir()``; ``utils/network_utils.py`` ``get_open_zmq_ipc_path``) and Python's
+#: multiprocessing its listeners below ``$TMPDIR``: the tree gets a short private folder for both
+SHORT_TMP_PREFIX = "/tmp/ait-t-"
 
 
 def _python_roots(python: str) -> list[str]:
@@ -303,6 +311,7 @@ class TrainingJail:
     def __init__(self, config: JailConfig) -> None:
         self.config = config
         self.started: list[subprocess.Popen[Any]] = []
+        self._short_tmp: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "TrainingJail":
@@ -311,12 +320,33 @@ class TrainingJail:
         raw = (os.environ if env is None else env).get(JAIL_ENV)
         return cls(JailConfig.model_validate_json(raw) if raw else probe())
 
+    def short_tmp(self) -> str:
+        """The tree's temporary folder, short enough for Unix socket paths (:data:`SHORT_TMP_PREFIX`):
+        ``/tmp`` inside bubblewrap (a private tmpfs), else a private folder below ``/tmp`` (mode 0700, owned
+        by the jail's uid), made on first use and removed by :meth:`cleanup`."""
+        if self.config.mode == "bwrap":
+            return "/tmp"
+        if self._short_tmp is None:
+            import tempfile
+
+            self._short_tmp = Path(tempfile.mkdtemp(prefix=Path(SHORT_TMP_PREFIX).name, dir="/tmp"))
+            if self.config.uid is not None and os.getuid() == 0:
+                os.chown(self._short_tmp, self.config.uid, self.config.uid)
+        return str(self._short_tmp)
+
+    def cleanup(self) -> None:
+        """Remove what :meth:`short_tmp` made (after the tree is gone)."""
+        if self._short_tmp is not None:
+            shutil.rmtree(self._short_tmp, ignore_errors=True)
+            self._short_tmp = None
+
     def env(self, home: Path | str, base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
-        """The tree's environment (:func:`training_env`) with ``HOME`` and ``TMPDIR`` in ``home``."""
+        """The tree's environment (:func:`training_env`) with ``HOME`` = ``home`` and ``TMPDIR`` and
+        ``VLLM_RPC_BASE_PATH`` = :meth:`short_tmp`."""
         home = str(home)
         user = {"USER": "ait-train", "LOGNAME": "ait-train"} if self.config.uid is not None else {}
-        return training_env(base, HOME=home, TMPDIR=f"{home}/tmp" if self.config.mode != "bwrap" else "/tmp",
-                            **user, **extra)
+        tmp = self.short_tmp()
+        return training_env(base, HOME=home, TMPDIR=tmp, VLLM_RPC_BASE_PATH=tmp, **user, **extra)
 
     def prepare(self, writable: Sequence[Path | str], home: Path | str | None = None,
                 readable: Sequence[Path | str] = ()) -> None:
@@ -362,23 +392,38 @@ class TrainingJail:
             return self._drop() + argv
         import glob
 
+        from gpu.venv_paths import program_paths
+
         out = [shutil.which("bwrap") or "bwrap", "--new-session", "--die-with-parent", "--unshare-pid",
                "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--clearenv"]
         for k, v in (env or {}).items():
             out += ["--setenv", k, v]
-        for d in _SYSTEM_DIRS + _ETC_FILES:
+        for d in _SYSTEM_DIRS:
             if os.path.exists(d):
                 out += ["--ro-bind", d, d]
-        out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--ro-bind", "/sys", "/sys",
-                "--perms", "1777", "--tmpfs", "/tmp"]   # sticky and writable: the tree's uid needs it
+        # bwrap makes the parent of a bound file 0700 root unless told otherwise: /etc would then be
+        # unreadable to the tree's uid (no /etc/hosts, no localhost, no ldconfig -p)
+        out += ["--perms", "0755", "--dir", "/etc"]
+        for d in _ETC_FILES:
+            if os.path.exists(d):
+                out += ["--ro-bind", d, d]
+        # /dev/shm and /tmp sticky and writable for every uid (multiprocessing queues and semaphores,
+        # shared_memory, NCCL and vLLM use /dev/shm)
+        out += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",
+                "--ro-bind", "/sys", "/sys", "--perms", "1777", "--tmpfs", "/tmp"]
         for pattern in _GPU_DEVICES:
             for dev in sorted(glob.glob(pattern)):
                 out += ["--dev-bind", dev, dev]
-        pythons = _python_roots(sys.executable) + (_python_roots(argv[0]) if os.path.isabs(argv[0]) else [])
+        # the program's venv, its interpreter and its editable installs (gpu/venv_paths.py); this
+        # worker's own interpreter only where the uid drop needs it (no setpriv)
+        pythons = program_paths(argv[0]) if os.path.isabs(argv[0]) else []
+        drop = self._drop()
+        if drop and drop[0] == sys.executable:
+            pythons += _python_roots(sys.executable)
         ro = dict.fromkeys([*pythons, *map(str, readable)])
         binds = [("--ro-bind", d) for d in ro if os.path.exists(d)]
         binds += [("--bind", str(d)) for d in writable]
-        made = {"/", "/tmp", "/dev", "/proc", "/sys", *_SYSTEM_DIRS}
+        made = {"/", "/tmp", "/dev", "/proc", "/sys", "/etc", *_SYSTEM_DIRS}
         system = tuple(x + "/" for x in _SYSTEM_DIRS)
         for kind, d in binds:
             # parents bwrap would create with mode 0700 (unreadable after the uid drop) are made 0755 first
@@ -389,7 +434,7 @@ class TrainingJail:
             out += [kind, d, d]
         if cwd is not None:
             out += ["--chdir", str(cwd)]
-        return out + self._drop() + argv
+        return out + drop + argv
 
     def popen(self, argv: Sequence[str], *, home: Path | str, writable: Sequence[Path | str] = (),
               readable: Sequence[Path | str] = (), cwd: Path | str | None = None,
@@ -416,6 +461,8 @@ class TrainingJail:
                 p.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 pass
+        if not survivors:
+            self.cleanup()
         return survivors
 
 
@@ -432,4 +479,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # the canonical module's main, not this __main__ copy's: one class object per exception and type
+    from gpu.isolation import main as _main
+
+    raise SystemExit(_main())

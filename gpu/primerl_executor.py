@@ -19,10 +19,14 @@ repository.
   gives inference the first ``deployment.num_infer_gpus`` entries and the trainer the next
   ``num_train_gpus`` (default 1 + 1: ``packages/prime-rl-configs/src/prime_rl/configs/rl.py``
   ``SingleNodeDeploymentConfig``), and passes each child only its own entries. Two GPUs: we set
-  ``CUDA_VISIBLE_DEVICES=<g0>,<g1>``. **One GPU** (the 1 + 1 default): ``CUDA_VISIBLE_DEVICES=<g>,<g>``,
-  so both children run on that GPU, ``--weight-broadcast.type filesystem`` (NCCL, the default broadcast
-  with an inference server (``RLConfig.auto_setup_weight_broadcast``), needs two devices) and
-  ``--inference.gpu-memory-utilization <colocated share>`` so vLLM leaves the rest to the trainer.
+  ``CUDA_VISIBLE_DEVICES=<g0>,<g1>``. **One GPU** (the 1 + 1 default, "shared" mode):
+  ``CUDA_VISIBLE_DEVICES=<g>,<g>``, so both children run on that GPU, and
+  ``--inference.gpu-memory-utilization <share>`` (:mod:`gpu.gpu_share`: model size x GPU memory, unmeasured)
+  so vLLM leaves the rest to the trainer. Always ``--weight-broadcast.type filesystem``: NCCL, the default
+  with an inference server (``RLConfig.auto_setup_weight_broadcast``), needs two devices and v0.7.0's own
+  CI turns it off on two ("crashes the trainer on CI GPU runners":
+  ``configs/ci/integration/reverse_text/start.toml``); and ``--inference.model.max-model-len <seq_len>``
+  (unset, vLLM takes the model's own 40,960 tokens for Qwen3 and may not fit its share).
   The hidden-eval vLLM runs on the inference GPU and is stopped before training starts.
 - **The job's environment**: prime-rl imports it by its env id (verifiers 0.2.0's ``load_environment``,
   ``verifiers/utils/env_utils.py``), so ``<bundle>/src`` is the children's ``PYTHONPATH``. Children get a
@@ -52,9 +56,12 @@ repository.
 - **Wall clock**: ``bounds.wall_clock_minutes`` from the launch of the training run; past it the run is
   stopped: ``JobFailed`` when training had made steps (too slow for its bounds), ``InfraFailed`` when
   it made none and no log names a fault of the job.
-- **Failures**: the job's own (``JobFailed``, in the agent's terms): its ``load_environment`` raises, a
-  non-finite loss or mean reward, the trainer's CUDA OOM, no trainable rollout for 10 steps in a row,
-  too slow for the wall clock. Everything else (no GPU, prime-rl or vLLM missing or refusing, a crash with
+- **Failures**: the job's own (``JobFailed``, in the agent's terms): its environment fails to import or
+  load (any traceback in an env server's log before the first training step: the orchestrator would wait
+  for that server without end, ``src/prime_rl/orchestrator/envs.py`` ``Env.start``; the run is stopped
+  within seconds, :func:`gpu.primerl_logs.env_start_failure`), a non-finite loss or mean reward, the
+  trainer's CUDA OOM on a GPU of its own, no trainable rollout for 10 steps in a row, too slow for the wall
+  clock. A trainer OOM in shared mode on a job within the backend's bounds is ours (the share was). Everything else (no GPU, prime-rl or vLLM missing or refusing, a crash with
   no job cause, a killed process, no weights) is ``InfraFailed`` with what to fix.
 - **Processes**: every command runs as a :class:`gpu.processes.ProcessTree` (own session, tagged
   environment), killed on every exit path, including the torchrun ranks that leave the session.
@@ -83,10 +90,13 @@ from ait_env.backends.base import BackendSettings
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.primerl import PRIME_RL_TAG, final_weights_dir
 from ait_env.runner import InfraFailed, JobFailed, Log, RunnerSettings, Served, Trained
+from gpu.gpu_share import colocated_share, gpu_memory_gib
 from gpu.isolation import TrainingJail
-from gpu.primerl_logs import Signal, Source, StepLine, clean, failure_signal, level, parse_step
+from gpu.primerl_logs import (Signal, Source, StepLine, clean, env_start_failure, failure_signal, level,
+                              parse_step, starts_traceback)
 from gpu.processes import TAG_VAR, ProcessTree
 from gpu.selfcheck import prime_rl_dir
+from gpu.venv_paths import program_paths
 from gpu.vllm_server import VllmServer, tool_call_parser_for
 
 #: variables passed from the worker's environment to prime-rl and vLLM (nothing else is: no keys)
@@ -100,6 +110,7 @@ MAX_EMPTY_BATCHES = 10       # src/prime_rl/orchestrator/orchestrator.py MAX_CON
 _LAUNCHER_STARTED = "Startup complete"   # rl.py: "Startup complete. Showing orchestrator logs..."
 _LAUNCHER_FINISHED = "Training finished!"
 _ENV_LINES_FORWARDED = 2000   # per env log: the agent's prints cannot flood the job log
+COLOCATED_FALLBACK = 0.3      # vLLM's share of a shared GPU when gpu.gpu_share has no rule for the case
 
 
 class GpuOptions(RunnerSettings):
@@ -117,8 +128,9 @@ class GpuOptions(RunnerSettings):
     model_paths: dict[str, str] = Field(default_factory=dict)  # model id -> local HF folder (eval vLLM)
     env: dict[str, str] = Field(default_factory=dict)          # extra variables for prime-rl and vLLM
     dry_run: bool = True                    # prime-rl's own --dry-run before anything starts
-    #: one GPU: vLLM's share of it while the trainer runs next to it
-    colocated_gpu_memory_utilization: float = Field(0.3, gt=0, lt=1)
+    #: one GPU: vLLM's share of it while the trainer runs next to it; None: by gpu.gpu_share's rule (model
+    #: size x GPU memory), else COLOCATED_FALLBACK when the model or the GPU memory is unknown
+    colocated_gpu_memory_utilization: float | None = Field(None, gt=0, lt=1)
     eval_gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     eval_max_model_len: int = 8192
     eval_enforce_eager: bool = False
@@ -139,20 +151,10 @@ def _venv_program(name: str) -> list[str]:
 
 def program_roots(program: str, path: str) -> list[str]:
     """The folders a jailed ``program`` (a name on ``path`` or a file) needs to start: its venv or prefix,
-    and the prefix of the Python a venv points to (``pyvenv.cfg`` ``home``)."""
-    exe = shutil.which(program, path=path) if "/" not in program else program
-    if exe is None:
-        return []
-    roots = {Path(exe).absolute().parent.parent, Path(exe).resolve().parent.parent}
-    for root in list(roots):
-        try:
-            for line in (root / "pyvenv.cfg").read_text().splitlines():
-                key, _, value = line.partition("=")
-                if key.strip() == "home" and value.strip():
-                    roots.add(Path(value.strip()).resolve().parent)
-        except OSError:
-            pass
-    return sorted(str(r) for r in roots if str(r) != "/")
+    the prefix of the Python the venv points to, and the venv's editable installs (prime-rl's lock
+    installs prime-rl, its configs package, verifiers, renderers and pydantic-config editable:
+    :func:`gpu.venv_paths.program_paths`)."""
+    return program_paths(program, path=path)
 
 
 # ----------------------------------------------------------------------------- GPUs
@@ -165,10 +167,12 @@ class GpuPlan:
     eval_gpu: int                   # the hidden-eval vLLM's GPU (the inference GPU)
     colocated: bool                 # inference and trainer share one GPU
     flags: list[str] = field(default_factory=list)
+    share: float | None = None      # vLLM's gpu_memory_utilization in shared mode
 
     def describe(self) -> str:
         if self.colocated:
-            return f"inference and trainer share GPU {self.eval_gpu} (filesystem weight broadcast)"
+            return (f"inference and trainer share GPU {self.eval_gpu} (vLLM holds {self.share:g} of its memory; "
+                    "filesystem weight broadcast)")
         ids = self.visible.split(",")
         return f"inference on GPU {ids[0]}, trainer on GPU(s) {','.join(ids[1:])}"
 
@@ -194,6 +198,10 @@ def visible_gpus(gpus: list[int] | None) -> list[int]:
     return [int(t) for t in out.split() if t.strip().isdigit()]
 
 
+#: every run: the filesystem weight broadcast (module docstring, "GPUs")
+BROADCAST_FLAGS = ["--weight-broadcast.type", "filesystem"]
+
+
 def plan_gpus(gpus: list[int], num_infer: int, num_train: int, colocated_share: float) -> GpuPlan:
     """Place prime-rl's inference and trainer the way its launcher assigns GPUs (module docstring)."""
     need = num_infer + num_train
@@ -201,12 +209,12 @@ def plan_gpus(gpus: list[int], num_infer: int, num_train: int, colocated_share: 
         raise InfraFailed("no GPU is visible (CUDA_VISIBLE_DEVICES / nvidia-smi): the gpu backend runs "
                           "prime-rl on one or two NVIDIA GPUs (or set backend.options.gpus)")
     if len(gpus) >= need:
-        return GpuPlan(visible=",".join(map(str, gpus[:need])), eval_gpu=gpus[0], colocated=False)
+        return GpuPlan(visible=",".join(map(str, gpus[:need])), eval_gpu=gpus[0], colocated=False,
+                       flags=list(BROADCAST_FLAGS))
     if len(gpus) == 1 and (num_infer, num_train) == (1, 1):
         g = gpus[0]
-        return GpuPlan(visible=f"{g},{g}", eval_gpu=g, colocated=True,
-                       flags=["--weight-broadcast.type", "filesystem",
-                              "--inference.gpu-memory-utilization", f"{colocated_share:g}"])
+        return GpuPlan(visible=f"{g},{g}", eval_gpu=g, colocated=True, share=colocated_share,
+                       flags=[*BROADCAST_FLAGS, "--inference.gpu-memory-utilization", f"{colocated_share:g}"])
     raise InfraFailed(f"the job's rl.toml asks for {need} GPUs ({num_infer} inference + {num_train} trainer) "
                       f"but this worker has {len(gpus)} ({gpus}); give the worker more GPUs")
 
@@ -282,6 +290,7 @@ class _RunWatch:
         self.steps: dict[str, dict[int, StepLine]] = {"orchestrator": {}, "trainer": {}}
         self.signals: list[Signal] = []
         self.env_lines: dict[str, deque[str]] = {}
+        self.env_failed: str | None = None   # the env log whose server failed before the first step
         self.recent: deque[str] = deque(maxlen=40)
         self.verdict: Exception | None = None
         self.first_step_at: float | None = None
@@ -346,7 +355,11 @@ class _RunWatch:
                                                                  "out of memory")):
             return  # vLLM's info lines stay in inference.log
         if source == "env":
-            self.env_lines.setdefault(label, deque(maxlen=30)).append(text)
+            lines = self.env_lines.setdefault(label, deque(maxlen=80))
+            lines.append(text)
+            if (self.env_failed is None and not self.steps["trainer"]
+                    and starts_traceback(lines, len(lines) - 1)):
+                self.env_failed = label
             n = self._forwarded[path] = self._forwarded.get(path, 0) + 1
             if n > _ENV_LINES_FORWARDED:
                 if n == _ENV_LINES_FORWARDED + 1:
@@ -373,11 +386,11 @@ class _RunWatch:
                 if bad:
                     self._stop(self.ex.non_finite_failure(step, bad))
                     return
-        for sig in self.signals:
-            if sig.kind == "env_load":  # the orchestrator would wait for this env server without end
-                self._stop(self.ex.signal_failure(sig, self), settle_s=2.0,
-                           rebuild=lambda sig=sig: self.ex.signal_failure(sig, self))
-                return
+        if self.env_failed is not None or any(s.kind == "env_load" for s in self.signals):
+            # the orchestrator would wait for this env server without end: stop now, and build the
+            # verdict once the rest of the traceback has arrived
+            self._stop(self.ex.env_failure(self), settle_s=2.0, rebuild=lambda: self.ex.env_failure(self))
+            return
         if time.monotonic() > self.deadline:
             self._stop(self.ex.deadline_failure(self))
 
@@ -435,9 +448,12 @@ class PrimeRLExecutor:
             log(f"removed {self.out} of an earlier attempt")
         dep = self.cfg.get("deployment") or {}
         self.num_infer = int(dep.get("num_infer_gpus", 1)) if "inference" in self.cfg else 0
-        self.plan = plan_gpus(visible_gpus(self.opts.gpus), self.num_infer, int(dep.get("num_train_gpus", 1)),
-                              self.opts.colocated_gpu_memory_utilization)
+        gpus = visible_gpus(self.opts.gpus)
+        self.plan = plan_gpus(gpus, self.num_infer, int(dep.get("num_train_gpus", 1)),
+                              self.colocated_share(gpus[0] if gpus else None))
         self.flags = ["--output-dir", str(self.out), *self.plan.flags]
+        if self.num_infer:
+            self.flags += ["--inference.model.max-model-len", str(self.job.prime_rl.seq_len)]
         if self.opts.policy_port:
             port = self.opts.policy_port
             self.flags += ["--inference.server.port", str(port),
@@ -452,6 +468,15 @@ class PrimeRLExecutor:
         log(f"prime-rl {PRIME_RL_TAG} on {self.plan.describe()}; {self.jail.config.describe()}")
         if self.opts.dry_run:
             self._dry_run()
+
+    def colocated_share(self, gpu: int | None) -> float:
+        """vLLM's share of a GPU it shares with the trainer: the option, else :mod:`gpu.gpu_share`'s rule,
+        else :data:`COLOCATED_FALLBACK`."""
+        if self.opts.colocated_gpu_memory_utilization is not None:
+            return self.opts.colocated_gpu_memory_utilization
+        gib = gpu_memory_gib(gpu) if gpu is not None else None
+        share = colocated_share(self.model_name, self.job.prime_rl.seq_len, gib)
+        return COLOCATED_FALLBACK if share is None else share
 
     # ------------------------------------------------------------------ environment and commands
     def child_env(self, **extra: str) -> dict[str, str]:
@@ -620,6 +645,10 @@ class PrimeRLExecutor:
         if not (weights / "STABLE").is_file():
             raise InfraFailed(f"prime-rl finished but wrote no complete weights at {weights} (no STABLE "
                               "file): is [ckpt] on in the rendered rl.toml?")
+        # what the model was given in training, outside the jail: hidden questions, the family's tools
+        from gpu.primerl_traces import audit_traces
+
+        audit_traces(self.out, self.bundle.manifest.family, self.log)
         self.weights = weights
         curves = watch.curves(job.max_steps)
         tps = curves.get("train_tokens_per_s") or []
@@ -634,6 +663,7 @@ class PrimeRLExecutor:
         finally:
             if self.run_tree is not None:
                 self.run_tree.kill()
+            self.jail.cleanup()
 
     # ------------------------------------------------------------------ failures, in the agent's terms
     def non_finite_failure(self, step: StepLine, bad: dict[str, float]) -> JobFailed:
@@ -648,13 +678,33 @@ class PrimeRLExecutor:
                          "it): the rewards were not finite or the update blew up. Check that every reward "
                          f"function returns a finite float, and lower optim.lr (now {p.optim.lr:g}).")
 
+    def env_failure(self, watch: _RunWatch) -> Exception:
+        """An env server that failed before the first training step (:func:`gpu.primerl_logs.
+        env_start_failure`): the job's fault with its traceback, or ours."""
+        env_module = str(self.cfg["orchestrator"]["train"]["env"][0]["id"]).replace("-", "_").split("/")[-1]
+        found = None
+        for label, lines in watch.env_lines.items():
+            found = env_start_failure(list(lines), env_module)
+            if found is not None:
+                break
+        if found is None:   # "Failed to load environment" arrived, its traceback not yet
+            text = "\n".join(line for lines in watch.env_lines.values() for line in lines)
+            return JobFailed(f"your environment failed to load under prime-rl (load_environment raised):\n"
+                             f"{text[-1500:]}")
+        if found.blame == "infra":
+            return InfraFailed(f"prime-rl's env server failed on our side before training started ({label}; "
+                               f"the job's package {env_module} must import where prime-rl runs: "
+                               f"PYTHONPATH and the training jail's binds):\n{found.text[-1500:]}")
+        what = ("failed to import under prime-rl (an ImportError while importing your module or in "
+                "load_environment)" if found.kind == "import"
+                else "failed to load under prime-rl (load_environment raised)")
+        return JobFailed(f"your environment {what}; the env server's log before the first training step:\n"
+                         f"{found.text[-1500:]}")
+
     def signal_failure(self, sig: Signal, watch: _RunWatch) -> Exception:
         p = self.job.prime_rl
         if sig.kind == "env_load":
-            detail = sig.line.split("Failed to load environment", 1)[-1].strip()
-            env_tail = "\n".join(line for lines in watch.env_lines.values() for line in lines)[-1500:]
-            return JobFailed("your environment failed to load under prime-rl (load_environment raised): "
-                             f"{detail}\n{env_tail}")
+            return self.env_failure(watch)
         if sig.kind == "empty_batches":
             env_tail = "\n".join(x for lines in watch.env_lines.values() for x in list(lines)[-8:])[-1000:]
             return JobFailed(f"prime-rl stopped after {MAX_EMPTY_BATCHES} consecutive empty train "
@@ -664,8 +714,19 @@ class PrimeRLExecutor:
                              f"not raise.\n{env_tail}".rstrip())
         if sig.kind == "oom" and sig.blame == "job":
             done = max(watch.steps["trainer"], default=0)
+            b = self.backend.bounds
+            within = p.seq_len <= b.seq_len and p.batch_size <= b.batch_size and p.sampling.max_tokens <= b.max_tokens
+            if self.plan.colocated and within:
+                return InfraFailed(
+                    f"the trainer ran out of GPU memory after {done} of {p.max_steps} steps in shared mode: "
+                    f"vLLM held {self.plan.share:g} of GPU {self.plan.eval_gpu}'s memory and the trainer the "
+                    f"rest. The job (seq_len = {p.seq_len}, batch_size = {p.batch_size}, sampling.max_tokens = "
+                    f"{p.sampling.max_tokens}) is within this backend's bounds (seq_len <= {b.seq_len}, "
+                    f"batch_size <= {b.batch_size}, max_tokens <= {b.max_tokens}), so the share is ours: give "
+                    "the worker a second GPU, or set backend.options.colocated_gpu_memory_utilization.")
+            shared = (f" (shared mode: vLLM held {self.plan.share:g} of the GPU)" if self.plan.colocated else "")
             return JobFailed(f"the trainer ran out of GPU memory (CUDA out of memory) after {done} of "
-                             f"{p.max_steps} steps: seq_len = {p.seq_len} with batch_size = "
+                             f"{p.max_steps} steps{shared}: seq_len = {p.seq_len} with batch_size = "
                              f"{p.batch_size} and sampling.max_tokens = {p.sampling.max_tokens} need more "
                              "memory than the GPU has. Lower seq_len, sampling.max_tokens or batch_size.")
         return InfraFailed(f"prime-rl failed on our side ({sig.kind} in the {sig.source} log): "

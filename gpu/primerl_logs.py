@@ -31,8 +31,16 @@ Failures the job causes, by the text that reports them:
   allocate ...`` in ``trainer.log`` (the same message in ``inference.log`` is vLLM's memory share: ours);
 - a non-finite loss or mean reward in a step line (the RL trainer has no NaN guard).
 
-An import failure of the environment package (``Could not import '<id>' environment``) is ours: the bundle's
-``src/`` is on ``PYTHONPATH`` and the probe imported the same package.
+An environment that fails to import or load does not end the run by itself: with the default elastic
+worker pool the env server reports its address before a worker loads the environment and the orchestrator's
+``info()`` waits without end (verifiers 0.2.0 ``verifiers/v1/serve/pool.py`` ``serve_env``; prime-rl
+``src/prime_rl/orchestrator/envs.py`` ``Env.start``). :func:`env_start_failure` reads the first traceback of
+an env server's log before the first training step and says whose fault it is: verifiers 0.2.0 turns
+**every** ``ImportError`` of the import or of ``load_environment`` into ``Could not import '<id>'
+environment`` (``verifiers/utils/env_utils.py``), so only ``No module named '<the job's package>'`` is ours
+(the bundle's ``src/`` is on ``PYTHONPATH`` and the probe imported the same package); a traceback through
+verifiers' environment loading (``env_utils.py``, the legacy bridge's ``legacy.py``: ``load_environment``,
+``set_kwargs``, ``get_dataset``) or through the job's package is the job's; anything else is ours.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -162,3 +171,40 @@ def failure_signal(line: str, source: Source) -> Signal | None:
     if "CUDA out of memory" in line or "OutOfMemoryError" in line:
         return Signal("oom", "job" if source == "trainer" else "infra", source, line)
     return None
+
+
+TRACEBACK = "Traceback (most recent call last)"
+_IGNORED = "Exception ignored in"        # Python's unraisable-exception report: not a failure
+_JOB_FRAMES = ("verifiers/utils/env_utils.py", "verifiers/v1/legacy.py", "Failed to load environment",
+               "Could not import '")
+
+
+@dataclass(frozen=True)
+class EnvFailure:
+    """The first failure of an env server before training started (:func:`env_start_failure`)."""
+
+    blame: Literal["job", "infra"]
+    kind: Literal["import", "load", "server"]
+    text: str      # the traceback, with the few lines logged just before it
+
+
+def starts_traceback(lines: Sequence[str], i: int) -> bool:
+    """Line ``i`` opens a traceback that reports a failure (not an ``Exception ignored in`` report)."""
+    return TRACEBACK in lines[i] and not (i and _IGNORED in lines[i - 1])
+
+
+def env_start_failure(lines: Sequence[str], env_module: str) -> EnvFailure | None:
+    """The first failing traceback in an env server's (cleaned) log lines and whose fault it is (module
+    docstring), or None when there is none."""
+    start = next((i for i in range(len(lines)) if starts_traceback(lines, i)), None)
+    if start is None:
+        return None
+    block = list(lines[max(0, start - 3):])
+    text = "\n".join(block)
+    if re.search(rf"No module named '{re.escape(env_module)}[.']", text):
+        return EnvFailure("infra", "import", text)
+    kind: Literal["import", "load"] = ("import" if "Could not import '" in text or "Failed to import" in text
+                                       else "load")
+    if any(f in text for f in _JOB_FRAMES) or f"/{env_module}/" in text:
+        return EnvFailure("job", kind, text)
+    return EnvFailure("infra", "server", text)

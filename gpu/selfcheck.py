@@ -320,4 +320,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # the canonical module's main, not this __main__ copy's: one class object per exception and type
+    from gpu.selfcheck import main as _main
+
+    raise SystemExit(_main())

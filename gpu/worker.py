@@ -40,15 +40,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
@@ -61,20 +57,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ait_env.backends.base import BackendSettings, JobResult, JobStatus
 from ait_env.baselines import BaselineEntry, BaselineFile, BaselineStore
+# the bundle's wire format (bounded decoder): ait_env/jobs/wire.py; re-exported for callers of gpu.worker
+from ait_env.jobs.wire import MAX_BUNDLE_B64, MAX_BUNDLE_BYTES, MAX_BUNDLE_FILES, BundleWireError, pack_bundle, unpack_bundle  # noqa: F401
 from gpu import isolation
 from gpu.isolation import JailConfig
 from gpu.selfcheck import SelfCheck
 
 Progress = Callable[[str], None]
 ROOT = Path(__file__).resolve().parents[1]
-#: a base64 bundle larger than this is refused before decoding (Runpod's ``/run`` takes 10 MB in all)
-MAX_BUNDLE_B64 = 8 * 2**20
-#: limits of an unpacked bundle (a tar bomb is refused)
-MAX_BUNDLE_BYTES = 64 * 2**20
-MAX_BUNDLE_FILES = 5000
 #: the evals' share of a job's time limit on top of its wall-clock bound (pre eval, eval points, post eval)
 EVAL_ALLOWANCE_S = 1800.0
-_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 class WorkerRequest(BaseModel):
@@ -103,62 +95,6 @@ class BaselineOutcome(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------- bundles
-def pack_bundle(bundle_dir: Path) -> str:
-    """The bundle as a compact base64 tar.gz: ``manifest.json`` and exactly the files it lists (no outputs,
-    logs or results). Raises ``ValueError`` when it would not fit a Runpod request."""
-    root = Path(bundle_dir)
-    manifest = json.loads((root / "manifest.json").read_text())
-    buf = io.BytesIO()
-    # regular files only, no owner names or times (nothing of this host travels; the same bundle packs to
-    # the same bytes), GNU headers (no pax records), gzip level 6: a few ms per job, on the dispatch path
-    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.GNU_FORMAT, compresslevel=6) as tar:
-        for rel in ["manifest.json", *sorted(manifest["files"])]:
-            path = root / rel
-            if path.is_symlink() or not path.is_file():
-                raise ValueError(f"bundle {root.name}: {rel} is not a regular file")
-            data = path.read_bytes()
-            info = tarfile.TarInfo(rel)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    data = base64.b64encode(buf.getvalue()).decode("ascii")
-    if len(data) > MAX_BUNDLE_B64:
-        raise ValueError(f"bundle {root.name} is {len(data) / 2**20:.1f} MB as base64, over the worker's "
-                         f"{MAX_BUNDLE_B64 / 2**20:.0f} MB (Runpod /run takes 10 MB): keep data files out of "
-                         "jobs")
-    return data
-
-
-def unpack_bundle(data: str, parent: Path) -> Path:
-    """Unpack :func:`pack_bundle`'s output into ``parent/<job_id>`` and return that folder. Refuses
-    oversized payloads, links, devices, absolute or ``..`` paths and tar bombs (``ValueError``)."""
-    if len(data) > MAX_BUNDLE_B64:
-        raise ValueError(f"bundle payload of {len(data) / 2**20:.1f} MB is over "
-                         f"{MAX_BUNDLE_B64 / 2**20:.0f} MB")
-    raw = base64.b64decode(data, validate=True)
-    try:
-        tar = tarfile.open(fileobj=io.BytesIO(raw), mode="r:gz")
-    except tarfile.TarError as exc:
-        raise ValueError(f"the bundle payload is not a gzip tar archive ({exc}); send pack_bundle()'s "
-                         "output") from None
-    with tar:
-        members = tar.getmembers()
-        if len(members) > MAX_BUNDLE_FILES or sum(m.size for m in members) > MAX_BUNDLE_BYTES:
-            raise ValueError("bundle archive too large (files or bytes)")
-        for m in members:
-            if not (m.isfile() or m.isdir()) or m.name.startswith("/") or ".." in Path(m.name).parts:
-                raise ValueError(f"bundle archive member {m.name!r} is not a plain relative file")
-        manifest = tar.extractfile("manifest.json") if "manifest.json" in tar.getnames() else None
-        if manifest is None:
-            raise ValueError("bundle archive has no manifest.json")
-        job_id = str(json.loads(manifest.read()).get("job_id", ""))
-        if not _JOB_ID.match(job_id):
-            raise ValueError(f"bundle job id {job_id[:80]!r} is not a plain name")
-        dest = Path(parent) / job_id
-        dest.mkdir(parents=True)
-        tar.extractall(dest, filter="data")
-    return dest
-
-
 def carrier_bundle(family: str, model: str, parent: Path, executor: str) -> Any:
     """A bundle of ``family``'s reference job on ``model``: what the executor factory needs to exist (a
     baseline request trains nothing and imports none of its code)."""
@@ -702,4 +638,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # the canonical module's main, not this __main__ copy's: one class object per exception and type
+    from gpu.worker import main as _main
+
+    raise SystemExit(_main())

@@ -151,6 +151,16 @@ def answer_text(response: str | None) -> str | None:
     return rest.splitlines()[0].strip() if rest else ""
 
 
+#: where a question can end inside a longer text: line breaks, ``? ! ; |`` and a period before whitespace (a
+#: decimal point is not one)
+_SEGMENT_END = re.compile(r"[\n\r?!;|]+|\.(?=\s|$)")
+
+
+def text_segments(text: str) -> list[str]:
+    """The clauses of ``text`` one question can occupy (for :meth:`TaskFamily.instance_signatures`)."""
+    return [seg for seg in _SEGMENT_END.split(text) if seg.strip()]
+
+
 def and_list(items: list[str]) -> str:
     """``a``, ``a and b``, ``a, b and c``: items as a question names them."""
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
@@ -179,6 +189,17 @@ class TaskFamily(ABC):
     dev_examples_shown: ClassVar[int] = 3
 
     # ---------------------------------------------------------------- to implement
+    def instance_signatures(self, text: str) -> set[str]:
+        """The instances of this family that ``text`` states, however it is worded, as signatures: what
+        identifies an instance (its numbers, people, items, route...) in a canonical order, so that a
+        question re-written (other brackets, the people listed in another order, other punctuation or
+        wording around the same facts) has the same signature as the original. ``text`` may be long (a
+        system prompt of many questions) and arrives normalised: case-folded, Unicode compatibility forms
+        and look-alike letters undone (:func:`ait_env.probe.leak.clean`). The leak check compares the
+        signatures of an agent's texts with those of the hidden set's questions, so each hidden question
+        must yield its own. Default: none (the string comparison alone)."""
+        return set()
+
     @abstractmethod
     def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
         """One instance drawn with ``rng`` at ``difficulty`` in [0, 1] (:meth:`generate` clamps it)."""

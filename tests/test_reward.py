@@ -125,3 +125,17 @@ def test_research_charge_comes_from_config():
     assert s.research == RewardSettings().research  # the yaml and the code defaults agree
     cheap = RewardSettings(research={"per_extra_job": 0.0, "per_usd": 0.0})
     assert combine([_job(0.4), _job(0.6)], cheap, attempts=2, end="finish").charge == 0.0
+
+
+def test_a_job_failed_for_a_forfeiting_fault_scores_as_a_refused_submission():
+    """A job that trained on the hidden set (or swapped the family's tools) hid it from the probe: it must
+    not earn the validation share a merely broken job keeps."""
+    from ait_env.reward import FORFEITING_FAULTS, RewardSettings, compose
+
+    s = RewardSettings()
+    broken = compose("job_failed", s, attempts=1, validated_attempt=1)
+    assert broken.total == s.weights.validation
+    for fault in sorted(FORFEITING_FAULTS):
+        leak = compose("job_failed", s, attempts=1, validated_attempt=1, fault=fault, reason="x")
+        assert leak.total == 0.0 and leak.V == 0.0 and leak.status == "job_failed"
+    assert compose("job_failed", s, attempts=1, validated_attempt=1, fault="other").total == broken.total

@@ -19,7 +19,15 @@ Contract:
 - **Retries**: rate limits (429), server errors (5xx), dropped connections and timeouts are retried
   with exponential backoff (the official ``openai`` client's own retries, ``--max-retries``). An
   endpoint that still fails ends the episode as ``endpoint_failed``: never the agent's failure, left
-  out of every reward statistic (like ``infra_failed``) and counted in the table.
+  out of every reward statistic (like ``infra_failed``) and counted in the table. So does any answer
+  that is not a usable chat completion (an HTML page with status 200, no choices, a body that does not
+  parse): the episode ends, the run goes on.
+- **Deadlines**: every attempt has an overall deadline of ``--timeout`` seconds from its start to the
+  last byte of its answer (a server that drips a byte at a time is cut off; httpx's own timeouts apply
+  per read), so a request lasts at most ``(max_retries + 1) × timeout`` plus the backoff.
+- **The API key never leaves the runner**: it is removed from the endpoint's answers before they reach
+  the env and from every text the runner writes or logs (an endpoint that echoes the ``Authorization``
+  header in an error cannot put it in ``episodes.jsonl``).
 - **One backend for the run**, shared by every episode (``gym.make(..., backend=<Backend>)``), closed at
   the end; episodes run ``--concurrency`` at a time in threads.
 - **Costs**: each completion's prompt and completion tokens and their USD (``--price-in``/``--price-out``
@@ -99,11 +107,117 @@ class EpisodeRecord(BaseModel):
     metrics: dict[str, float] = Field(default_factory=dict)
 
 
+class EndpointFailed(Exception):
+    """The endpoint's answer is not a usable chat completion (the episode ends ``endpoint_failed``)."""
+
+
+def _deadline_stream(inner: Any, deadline: float, request: Any) -> Any:
+    """An httpx response body that raises ``httpx.ReadTimeout`` once ``deadline`` has passed."""
+    import httpx
+
+    class DeadlineStream(httpx.SyncByteStream):
+        def __iter__(self) -> Any:
+            for chunk in inner:
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout("the answer did not complete within its deadline", request=request)
+                yield chunk
+
+        def close(self) -> None:
+            inner.close()
+
+    return DeadlineStream()
+
+
+def _deadline_transport(total_s: float) -> Any:
+    """An httpx transport whose every request must complete (headers and body) within ``total_s``."""
+    import httpx
+
+    class DeadlineTransport(httpx.HTTPTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            deadline = time.monotonic() + total_s
+            resp = super().handle_request(request)
+            if time.monotonic() > deadline:
+                resp.close()
+                raise httpx.ReadTimeout("the answer did not start within its deadline", request=request)
+            return httpx.Response(resp.status_code, headers=resp.headers, request=request,
+                                  stream=_deadline_stream(resp.stream, deadline, request),
+                                  extensions=resp.extensions)
+
+    return DeadlineTransport()
+
+
 def _client(agent: AgentSettings) -> Any:
+    import httpx
     from openai import OpenAI
 
+    http = httpx.Client(transport=_deadline_transport(agent.timeout_s),
+                        timeout=httpx.Timeout(agent.timeout_s, connect=min(30.0, agent.timeout_s)))
     return OpenAI(base_url=agent.base_url, api_key=agent.api_key, timeout=agent.timeout_s,
-                  max_retries=agent.max_retries)
+                  max_retries=agent.max_retries, http_client=http)
+
+
+def redactor(secret: str) -> Any:
+    """``redact(text)``: ``text`` without ``secret`` (and its JSON-escaped form); identity for no secret."""
+    forms = sorted({f for f in (secret, json.dumps(secret)[1:-1]) if f and len(f) >= 4 and f != "none"},
+                   key=len, reverse=True)
+
+    def redact(text: Any) -> Any:
+        if not isinstance(text, str):
+            return text
+        for f in forms:
+            text = text.replace(f, "<redacted>")
+        return text
+
+    return redact
+
+
+def _count(value: Any) -> int:
+    """A token count as an int (0 for anything that is not a finite non-negative number)."""
+    try:
+        n = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return int(n) if math.isfinite(n) and 0 <= n < 1e12 else 0
+
+
+def _text(content: Any) -> str | None:
+    """Message content as text: a string, or the text of a list of content parts."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            part = part.model_dump() if hasattr(part, "model_dump") else part
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif isinstance(part, str):
+                parts.append(part)
+        return "".join(parts)
+    raise EndpointFailed(f"the message content is a {type(content).__name__}, not text")
+
+
+def read_reply(resp: Any, native: bool) -> tuple[str | None, list[tuple[str, Any]], int, int]:
+    """(content, tool calls as (name, raw arguments), prompt tokens, completion tokens) of a chat completion,
+    or :class:`EndpointFailed` saying why it is not one."""
+    choices = getattr(resp, "choices", None)
+    if not isinstance(choices, list):
+        raise EndpointFailed(f"the endpoint answered with something that is not a chat completion: "
+                             f"{str(resp)[:200]!r}")
+    if not choices:
+        raise EndpointFailed("the endpoint answered with no choices")
+    message = getattr(choices[0], "message", None)
+    if message is None or isinstance(message, (str, int, float, bool, list)) \
+            or not (hasattr(message, "content") or hasattr(message, "tool_calls")):
+        raise EndpointFailed(f"the endpoint's first choice has no message ({str(message)[:80]!r})")
+    content = _text(getattr(message, "content", None))
+    calls: list[tuple[str, Any]] = []
+    if native:
+        for c in getattr(message, "tool_calls", None) or []:
+            fn = getattr(c, "function", None)
+            if fn is not None and isinstance(getattr(fn, "name", None), str):
+                calls.append((fn.name, getattr(fn, "arguments", None)))
+    usage = getattr(resp, "usage", None)
+    return content, calls, _count(getattr(usage, "prompt_tokens", 0)), _count(getattr(usage, "completion_tokens", 0))
 
 
 def _native_messages(info: dict[str, Any]) -> list[dict[str, Any]]:
@@ -135,6 +249,7 @@ def play_episode(env: Any, client: Any, agent: AgentSettings, family: str, seed:
     from openai import APIError, BadRequestError
 
     t0 = time.time()
+    redact = redactor(agent.api_key)
     rec = EpisodeRecord(family=family, seed=seed)
     obs, info = env.reset(seed=seed, options={"family": family})
     rec.episode_id = info["episode_id"]
@@ -150,27 +265,27 @@ def play_episode(env: Any, client: Any, agent: AgentSettings, family: str, seed:
             kwargs["tools"] = info["tools"]
         try:
             resp = client.chat.completions.create(**kwargs)
+            content, calls, tin, tout = read_reply(resp, native=mode == "native")
         except BadRequestError as exc:
             if mode == "native" and agent.tool_mode == "auto" and rec.turns == 0:
                 mode = "text"  # the endpoint refuses tools: the model writes <tool_call> blocks itself
                 continue
-            rec.status, rec.error = "endpoint_failed", f"the endpoint refused the request: {exc}"[:500]
+            rec.status, rec.error = "endpoint_failed", redact(f"the endpoint refused the request: {exc}")[:500]
             break
         except APIError as exc:  # retries exhausted (429, 5xx, connection, timeout)
-            rec.status, rec.error = "endpoint_failed", f"{type(exc).__name__} after retries: {exc}"[:500]
+            rec.status, rec.error = "endpoint_failed", redact(f"{type(exc).__name__} after retries: {exc}")[:500]
             break
-        usage = resp.usage
-        tin = int(getattr(usage, "prompt_tokens", 0) or 0)
-        tout = int(getattr(usage, "completion_tokens", 0) or 0)
+        except Exception as exc:  # noqa: BLE001 - any answer that is not a usable completion ends the episode
+            rec.status, rec.error = "endpoint_failed", redact(f"unusable answer: {type(exc).__name__}: {exc}")[:500]
+            break
         usd = agent.prices.call_usd(tin, 0, tout)
         rec.tokens_in, rec.tokens_out, rec.llm_usd = rec.tokens_in + tin, rec.tokens_out + tout, rec.llm_usd + usd
         ledger.append(CostRecord(kind="llm", episode_id=rec.episode_id, tokens_in=tin, tokens_out=tout, usd=usd,
                                  meta={"model": agent.model, "turn": rec.turns + 1, "tool_mode": mode,
                                        "prices_as_of": agent.prices.as_of}))
-        choice = resp.choices[0].message
-        calls = choice.tool_calls if mode == "native" else None
-        action = action_text(choice.content, [(c.function.name, c.function.arguments) for c in calls or []])
-        text_msgs.append({"role": "assistant", "content": choice.content or ""})
+        content = redact(content)
+        action = action_text(content, [(name, redact(args)) for name, args in calls])
+        text_msgs.append({"role": "assistant", "content": content or ""})
         obs, _, terminated, truncated, info = env.step(action)
         text_msgs.append({"role": "user", "content": obs})
         rec.turns += 1
@@ -277,6 +392,7 @@ def run(agent: AgentSettings, families: list[str], episodes: int, *, backend: st
     settings = compose(backend=backend if isinstance(backend, str) else "stub", overrides=overrides)
     shared = backend if isinstance(backend, Backend) else make_backend(settings.backend, settings.env.runs_dir)
     client = _client(agent)
+    redact = redactor(agent.api_key)
     catalog = [m.name for m in shared.catalog()]
     plan = [(f, seed + i) for f in families for i in range(episodes)]
     records: list[EpisodeRecord] = []
@@ -293,10 +409,10 @@ def run(agent: AgentSettings, families: list[str], episodes: int, *, backend: st
         with lock:
             records.append(rec)
             with open(out / "episodes.jsonl", "a") as f:
-                f.write(rec.model_dump_json() + "\n")
-            log(f"[{len(records)}/{len(plan)} {time.time() - t0:.0f}s] {fam} seed {s}: {rec.status} "
-                f"reward {_fmt(rec.reward)} turns {rec.turns} ({rec.tool_mode}) LLM ${rec.llm_usd:.4f}"
-                + (f" — {rec.error}" if rec.error else ""))
+                f.write(redact(rec.model_dump_json()) + "\n")
+            log(redact(f"[{len(records)}/{len(plan)} {time.time() - t0:.0f}s] {fam} seed {s}: {rec.status} "
+                       f"reward {_fmt(rec.reward)} turns {rec.turns} ({rec.tool_mode}) LLM ${rec.llm_usd:.4f}"
+                       + (f" — {rec.error}" if rec.error else "")))
         return rec
 
     (out / "episodes.jsonl").write_text("")
@@ -314,8 +430,8 @@ def run(agent: AgentSettings, families: list[str], episodes: int, *, backend: st
             "prices": {"as_of": agent.prices.as_of, "source": agent.prices.source, "in": agent.prices.prefill,
                        "out": agent.prices.sample}, "seconds": round(time.time() - t0, 1),
             "date": time.strftime("%Y-%m-%d")}
-    (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-    (out / "results.md").write_text(markdown(rows, title))
+    (out / "results.json").write_text(redact(json.dumps({"meta": meta, "rows": rows}, indent=1)) + "\n")
+    (out / "results.md").write_text(redact(markdown(rows, title)))
     chart(rows, out / "results.png", title)
     return rows
 
@@ -347,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--max-tokens", type=int, default=4096)
     ap.add_argument("--max-retries", type=int, default=6)
+    ap.add_argument("--timeout", type=float, default=300.0,
+                    help="seconds one attempt may take from its start to the last byte of the answer")
     ap.add_argument("--price-in", type=float, default=0.0, help="USD per million prompt tokens")
     ap.add_argument("--price-out", type=float, default=0.0, help="USD per million completion tokens")
     ap.add_argument("--prices-as-of", default="", help="the date the prices were read (recorded with each cost)")
@@ -359,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
                                "train": 0.0, "as_of": args.prices_as_of, "source": "command line"})
     agent = AgentSettings(base_url=args.base_url, model=args.model, api_key=os.environ.get(args.api_key_env) or "none",
                           tool_mode=args.tool_mode, temperature=args.temperature, max_tokens=args.max_tokens,
-                          max_retries=args.max_retries, prices=prices)
+                          max_retries=args.max_retries, timeout_s=args.timeout, prices=prices)
     out = args.out or Path("runs") / "llm" / re.sub(r"[^\w.-]+", "_", f"{args.model}-{args.backend}")
     rows = run(agent, family_list(args.families), args.episodes, backend=args.backend, out=out,
                concurrency=args.concurrency, seed=args.seed)
@@ -369,4 +487,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # the canonical module's main, not this __main__ copy's: one class object per exception and type
+    from ait_env.agents.llm import main as _main
+
+    raise SystemExit(_main())

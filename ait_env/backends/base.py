@@ -76,6 +76,9 @@ class JobResult(BaseModel):
     #: seconds per phase (e.g. pre_eval, train, post_eval) and throughput figures (train_tokens_per_s)
     timings: dict[str, float] = Field(default_factory=dict)
     error: str = ""
+    #: the class of a ``job_failed`` the reward treats apart (``ait_env.reward.FORFEITING_FAULTS``, e.g.
+    #: ``"eval_leak"``: the job trained on hidden-eval data); empty otherwise
+    fault: str = ""
     log_tail: str = ""
     #: served from the job result cache: nothing was trained or paid for this job; ``cached_from`` is the
     #: job id the result was measured under

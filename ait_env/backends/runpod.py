@@ -671,7 +671,7 @@ class RunpodBackend(Backend):
 
     # ------------------------------------------------------------------ submit / wait
     def _payload(self, bundle: JobBundle) -> dict[str, Any]:
-        from gpu.worker import pack_bundle
+        from ait_env.jobs.wire import pack_bundle
 
         return {"kind": "job", "executor": self.options.executor,
                 "settings": self._worker_json, "bundle": pack_bundle(bundle.root),

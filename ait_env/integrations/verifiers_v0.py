@@ -109,6 +109,50 @@ def max_turns(env: Any) -> int:
     return int(getattr(env, "max_turns", 1) or 1)
 
 
+def _strings(value: Any, out: list[str], depth: int = 0) -> None:
+    """Every string inside a message (content, content parts, names, tool calls), depth-first."""
+    if depth > 8:
+        return
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _strings(v, out, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _strings(v, out, depth + 1)
+    elif hasattr(value, "model_dump"):
+        _strings(value.model_dump(), out, depth + 1)
+
+
+def prompt_texts(env: Any, skip: set[str], max_chars: int) -> tuple[list[str], bool]:
+    """The distinct texts a rollout's prompt is built from, row by row: every string in every message of
+    the dataset's ``prompt`` column (verifiers uses a supplied prompt as is; otherwise it holds the system
+    prompt, few-shot messages and the question), less those in ``skip``; plus the environment's system
+    prompt and few-shot messages. Returns (texts, whether ``max_chars`` cut them short)."""
+    seen: set[str] = set(skip)
+    out: list[str] = []
+    total = 0
+    pool: list[str] = []
+    _strings(getattr(env, "system_prompt", None), pool)
+    _strings(getattr(env, "few_shot", None), pool)
+    ds = getattr(env, "dataset", None)
+    rows = ds["prompt"] if ds is not None and "prompt" in ds.column_names else []
+    for chunk in ([pool], rows):
+        for item in chunk:
+            texts: list[str] = []
+            _strings(item, texts)
+            for t in texts:
+                if t in seen:
+                    continue
+                seen.add(t)
+                total += len(t)
+                if total > max_chars:
+                    return out, True
+                out.append(t)
+    return out, False
+
+
 def system_prompt(env: Any) -> str:
     return str(getattr(env, "system_prompt", "") or "")
 

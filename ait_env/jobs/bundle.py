@@ -87,6 +87,16 @@ def environment_module(job: Job) -> str:
     return Path(job.job.environment).with_suffix("").as_posix().replace("/", ".")
 
 
+def shadows_tools(rel: str) -> bool:
+    """Whether a workspace path would be importable as the family's tool module instead of the family's
+    own ``family_tools.py``: a package or namespace folder ``family_tools/`` (a package wins over a module
+    of the same name), an extension module ``family_tools.*.so`` (extensions are found before sources),
+    ``family_tools.pyc`` and any other ``family_tools.<suffix>`` at the top level. The agent's own
+    ``family_tools.py`` is not one: it is replaced by the family's."""
+    first = rel.split("/")[0]
+    return rel != f"{TOOLS_MODULE_NAME}.py" and first.split(".")[0] == TOOLS_MODULE_NAME
+
+
 def write_env_package(workspace_root: Path, job: Job, family: TaskFamily, parent: Path, env_id: str) -> Path:
     """Lay out the agent's files as the importable package ``<parent>/<env_id>/`` and return its folder.
 
@@ -105,7 +115,7 @@ def write_env_package(workspace_root: Path, job: Job, family: TaskFamily, parent
         rel = src.relative_to(ws)
         if "__pycache__" in rel.parts or src.is_symlink() or not src.is_file():
             continue
-        if rel.as_posix() in ("job.toml", f"{TOOLS_MODULE_NAME}.py", "__init__.py"):
+        if rel.as_posix() in ("job.toml", f"{TOOLS_MODULE_NAME}.py", "__init__.py") or shadows_tools(rel.as_posix()):
             continue
         dst = pkg / rel
         dst.parent.mkdir(parents=True, exist_ok=True)

@@ -29,24 +29,37 @@ from typing import Any
 from ait_env.jobs.bundle import JobBundle
 
 #: bump when training or evaluation changes what the same job produces (old entries stop matching)
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 _KEEP = ("succeeded", "job_failed")
 
 
 def job_key(bundle: JobBundle, backend_settings: dict[str, Any], weights_hash: str, hidden_set_hash: str) -> str:
-    """The content hash of a job (see the module docstring)."""
-    h = hashlib.sha256(f"ait-job-cache-v{CACHE_VERSION}\n".encode())
-    h.update((bundle.root / "job.toml").read_bytes())
+    """The content hash of a job (see the module docstring).
+
+    The hashed text is one canonical JSON document: every entry of the package as a (path, kind, size,
+    sha256) row, sorted, folders included (an empty folder is an importable namespace package), plus the
+    job file's hash and every setting. Nothing is concatenated, so no two different jobs share a key
+    by how their bytes are cut into files (a one-file job never collides with a two-file job whose
+    bytes join up to the same stream)."""
     pkg = bundle.package_dir
-    for path in sorted(p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    entries: list[list[Any]] = []
+    for path in sorted(pkg.rglob("*")):
         rel = path.relative_to(pkg).as_posix()
-        if rel == "__init__.py":  # generated; names the env id
+        if "__pycache__" in path.parts or rel == "__init__.py":  # bytecode; generated (names the env id)
             continue
-        h.update(f"\n{rel}\n".encode())
-        h.update(path.read_bytes())
-    h.update(json.dumps({"family": bundle.manifest.family, "backend": backend_settings, "weights": weights_hash,
-                         "hidden_set": hidden_set_hash}, sort_keys=True, default=str).encode())
-    return h.hexdigest()[:32]
+        if path.is_symlink():
+            entries.append([rel, "link", 0, hashlib.sha256(str(path.readlink()).encode()).hexdigest()])
+        elif path.is_dir():
+            entries.append([rel, "dir", 0, ""])
+        elif path.is_file():
+            data = path.read_bytes()
+            entries.append([rel, "file", len(data), hashlib.sha256(data).hexdigest()])
+    doc = {"cache_version": CACHE_VERSION,
+           "job_toml": hashlib.sha256((bundle.root / "job.toml").read_bytes()).hexdigest(),
+           "package": entries, "family": bundle.manifest.family, "backend": backend_settings,
+           "weights": weights_hash, "hidden_set": hidden_set_hash}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 class JobCache:

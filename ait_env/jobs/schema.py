@@ -174,14 +174,53 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) if parts else "(top level)"
 
 
+#: TOML integers are 64-bit signed (the TOML 1.0 spec: "If an integer cannot be represented losslessly, an
+#: error must be thrown"); Python's parser accepts any size, and a 20,000-digit one breaks JSON, ``str``
+#: (Python's 4,300-digit limit) and every consumer after it
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+
+
+def _big_int(value: Any, where: str, depth: int = 0) -> str | None:
+    """The dotted key of the first integer outside 64 bits in a parsed TOML value (None if there is none)."""
+    if depth > MAX_ENV_DEPTH + 4:
+        return None  # refused elsewhere for its depth
+    if isinstance(value, int) and not isinstance(value, bool):
+        return where if not INT_MIN <= value <= INT_MAX else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, item in items:
+        if (found := _big_int(item, f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}" if where else str(k),
+                              depth + 1)) is not None:
+            return found
+    return None
+
+
 def load_toml(text: str) -> tuple[dict[str, Any] | None, list[JobIssue]]:
-    """job.toml text as a TOML table, or the issue that says why it is not TOML."""
+    """job.toml text as a TOML table, or the issue that says why it is not TOML (integers are 64-bit, as
+    the TOML spec requires)."""
     try:
-        return tomllib.loads(text), []
+        raw = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:
         reason = "it nests too deeply" if isinstance(exc, RecursionError) else str(exc)
         return None, [JobIssue(where="job.toml", message=f"not valid TOML: {reason}",
                                fix="Check quotes, brackets and '=' signs; strings need double quotes.")]
+    try:
+        where = _big_int(raw, "")
+    except RecursionError:
+        return None, [JobIssue(where="job.toml", message="it nests too deeply to validate",
+                               fix="Pass flat values to load_environment.")]
+    if where is not None:
+        return None, [JobIssue(where=f"job.toml: {where}", message="not valid TOML: an integer outside the 64-bit "
+                               f"range {INT_MIN}..{INT_MAX}", fix="Use a smaller number.")]
+    return raw, []
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for any value (an int too long for ``repr`` included)."""
+    try:
+        text = repr(value)
+    except ValueError:  # Python's integer string conversion limit
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def validate_job(raw: dict[str, Any]) -> tuple[Job | None, list[JobIssue]]:
@@ -214,7 +253,7 @@ def validate_job(raw: dict[str, Any]) -> tuple[Job | None, list[JobIssue]]:
                 msg = msg[len("Value error, "):]
             value = err.get("input")
             if kind not in ("missing", "extra_forbidden") and not isinstance(value, (dict, list)):
-                msg = f"{msg} (got {value!r})"
+                msg = f"{msg} (got {short_repr(value)})"
             issues.append(JobIssue(where=where, message=msg, fix=fix))
         return None, issues
 

@@ -495,4 +495,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # the canonical module's main, not this __main__ copy's: one class object per exception and type
+    from ait_env.local.build import main as _main
+
+    raise SystemExit(_main())

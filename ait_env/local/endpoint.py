@@ -64,10 +64,15 @@ class _Req:
 
 @dataclass
 class Record:
+    """One recorded sampling (a training rollout's turn): exactly what the model saw and produced."""
+
     prompt_ids: list[int]
     completion_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+    #: the request's messages and tools, as sent (the training audit reads them: :mod:`ait_env.probe.training_audit`)
+    messages: list[Any] | None = None
+    tools: list[Any] | None = None
 
 
 class WorkerGone(RuntimeError):
@@ -271,7 +276,8 @@ class LocalEndpoint:
             resp["prompt_token_ids"] = prompt_ids
             choice["token_ids"] = gen.tokens
         if body.get("ait_record"):
-            self.records[rid] = Record(prompt_ids, gen.tokens, gen.logprobs, gen.finish_reason)
+            self.records[rid] = Record(prompt_ids, gen.tokens, gen.logprobs, gen.finish_reason, messages,
+                                       body.get("tools") or None)
         return web.json_response(resp)
 
     async def _work(self, request: web.Request) -> web.Response:

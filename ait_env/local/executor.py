@@ -144,17 +144,25 @@ class LocalExecutor:
         try:
             hello = ep.channel.wait_results(-1, opts.step_timeout_s)
         except WorkerGone:
-            raise JobFailed(f"the rollout worker did not start: {json.dumps(worker_out)[:1500]}") from None
+            if "infra" in worker_out:
+                raise RuntimeError(f"the sandbox failed: {worker_out['infra']}") from None
+            raise JobFailed(f"the rollout worker did not start: {json.dumps(worker_out, default=str)[:1500]}") from None
+        except TimeoutError:
+            raise JobFailed(f"your environment did not load within {opts.step_timeout_s:.0f} s in the rollout "
+                            "worker") from None
+        # the worker's process runs the agent's code: what it posts is untrusted input
+        if not isinstance(hello, dict):
+            raise JobFailed("the rollout worker's first message is not a JSON object")
         if "error" in hello:
-            raise JobFailed(f"load_environment failed in the sandbox: {hello['error']}\n"
-                            f"{hello.get('traceback', '')[-1200:]}")
-        rows = int(hello.get("rows") or 0)
-        if rows <= 0:
-            raise JobFailed("the environment's dataset is empty")
+            raise JobFailed(f"load_environment failed in the sandbox: {str(hello['error'])[:1500]}\n"
+                            f"{str(hello.get('traceback', ''))[-1200:]}")
+        rows = hello.get("rows")
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows <= 0:
+            raise JobFailed(f"the environment's dataset is empty or unreadable (rows: {str(rows)[:80]})")
         self.log(f"sandboxed rollout worker ready ({self.sandbox.mode}); dataset rows: {rows}; "
                  f"lr {job.prime_rl.optim.lr:g} x lr_scale {opts.lr_scale:g} = {job.prime_rl.optim.lr * opts.lr_scale:g}")
         trainer = LocalGRPOTrainer(ep, job, rows, lr_scale=opts.lr_scale, seed=opts.seed,
-                                   step_timeout_s=opts.step_timeout_s)
+                                   step_timeout_s=opts.step_timeout_s, audit=self._audit())
         bar = None
         if self.progress:
             from tqdm import tqdm
@@ -206,6 +214,14 @@ class LocalExecutor:
                   **{k: [float(s.metrics.get(k, 0.0)) for s in logs]
                      for k in ("masked_frac", "ratio_mean", "grad_norm", "rollout_errors")}}
         return Trained(train_seconds=train_seconds, curves=curves, timings=timings, weights=weights)
+
+    def _audit(self) -> Any:
+        """The training audit of this job: the hidden set's questions stay in this process (outside the
+        sandbox); the audit reads what the rollout worker sent the model (:mod:`ait_env.probe.training_audit`)."""
+        from ait_env.probe.training_audit import TrainingAudit
+        from ait_env.secrets import hidden_questions
+
+        return TrainingAudit(self.family, hidden_questions(self.family.name))
 
     def close(self) -> None:
         try:

@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from ait_env.jobs.schema import Job
 from ait_env.local import grpo
 from ait_env.local.endpoint import LocalEndpoint
@@ -27,6 +29,60 @@ from ait_env.local.endpoint import LocalEndpoint
 
 class RolloutWorkerError(RuntimeError):
     """The sandboxed rollout worker failed because of the job's code (its error is the job's fault)."""
+
+
+class _Rollout(BaseModel):
+    """One scored rollout as the worker reports it (:func:`ait_env.integrations.verifiers_v0.run_groups`)."""
+
+    model_config = ConfigDict(extra="ignore")
+    reward: float | None
+    reward_raw: str | None = None
+    response_ids: list[str]
+    error: str | None = None
+
+
+class _StepResults(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    step: int
+    groups: list[list[_Rollout]]
+
+
+def step_results(res: Any, step: int, groups: int, group_size: int) -> list[list[dict[str, Any]]]:
+    """The rollout worker's results for ``step`` as plain rollouts, checked against what was asked.
+
+    The worker runs the agent's code in its own process, so whatever it posts is untrusted input: a
+    malformed answer, the wrong number of groups or of rollouts per group, or an error it reports is the
+    job's fault (:class:`RolloutWorkerError`), never a crash of the trainer."""
+    if not isinstance(res, dict):
+        raise RolloutWorkerError(f"the rollout worker posted {type(res).__name__} for step {step}, not results")
+    if "error" in res:
+        raise RolloutWorkerError(f"rollouts failed at step {step}: {str(res['error'])[:1500]}\n"
+                                 f"{str(res.get('traceback', ''))[-1500:]}")
+    try:
+        parsed = _StepResults.model_validate(res)
+    except ValidationError as exc:
+        raise RolloutWorkerError(f"the rollout worker's results for step {step} are malformed (your "
+                                 f"environment's code runs in that process): {str(exc)[:800]}") from None
+    sizes = [len(g) for g in parsed.groups]
+    if len(sizes) != groups or any(n != group_size for n in sizes):
+        raise RolloutWorkerError(f"step {step} asked for {groups} groups of {group_size} rollouts; the rollout "
+                                 f"worker returned groups of sizes {sizes[:20]}")
+    out = [[r.model_dump() for r in g] for g in parsed.groups]
+    check_rewards(out, step + 1)
+    return out
+
+
+def check_finite_weights(model: Any, step: int) -> None:
+    """Refuse weights that a step made NaN or infinite (a learning rate or reward scale the model cannot
+    take): serving them would make every later sample, and the hidden eval, fail on our side."""
+    import torch
+
+    with torch.no_grad():
+        bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+    if bad:
+        raise RolloutWorkerError(f"training diverged at step {step}: the update made {len(bad)} weight tensors "
+                                 f"NaN or infinite (e.g. {bad[0]}); lower the learning rate, or keep rewards "
+                                 "and advantages in a normal range (e.g. 0..1)")
 
 
 def check_rewards(groups: list[list[dict[str, Any]]], step: int) -> None:
@@ -59,7 +115,10 @@ class StepLog:
 
 class LocalGRPOTrainer:
     def __init__(self, endpoint: LocalEndpoint, job: Job, dataset_size: int, *, lr_scale: float, seed: int = 0,
-                 step_timeout_s: float = 600.0, micro_batch: int = 32) -> None:
+                 step_timeout_s: float = 600.0, micro_batch: int = 32, audit: Any = None) -> None:
+        """``audit``: a :class:`ait_env.probe.training_audit.TrainingAudit` that reviews every recorded turn before
+        it is trained on (it raises the job's failure)."""
+        self.audit = audit
         self.ep = endpoint
         self.job = job
         self.p = job.prime_rl
@@ -83,19 +142,24 @@ class LocalGRPOTrainer:
             indices = [self.rng.randrange(self.n_rows) for _ in range(prompts_per_step)]
             self.ep.channel.publish({"step": step, "indices": indices, "group_size": self.p.group_size,
                                      "sampling_args": self.sampling_args(), "model": self.ep.model_name})
-            res = self.ep.channel.wait_results(step, self.step_timeout_s)
+            try:
+                res = self.ep.channel.wait_results(step, self.step_timeout_s)
+            except TimeoutError:
+                raise RolloutWorkerError(f"your environment's rollouts for step {step + 1} did not finish within "
+                                         f"{self.step_timeout_s:.0f} s (a hang, or far too slow tools or "
+                                         "rubric)") from None
             t1 = time.perf_counter()
-            if "error" in res:
-                raise RolloutWorkerError(f"rollouts failed at step {step}: {res['error']}\n{res.get('traceback', '')[-1500:]}")
-            check_rewards(res["groups"], step + 1)
+            groups = step_results(res, step, prompts_per_step, self.p.group_size)
             rewards: list[float] = []
             rollouts: list[list[grpo.TrainSeq]] = []
             errors = 0
-            for group in res["groups"]:
+            for group in groups:
                 for r in group:
                     rewards.append(float(r["reward"]))
-                    records = self.ep.pop_records(r["response_ids"])
-                    rollouts.append(grpo.rollout_sequences([t for t in records if t is not None]))
+                    records = [t for t in self.ep.pop_records(r["response_ids"]) if t is not None]
+                    if self.audit is not None:
+                        self.audit.review((t.messages, t.tools) for t in records)
+                    rollouts.append(grpo.rollout_sequences(records))
                     errors += r.get("error") is not None
             advs = grpo.advantages(rewards, self.p.group_size, self.p.algo.type)
             metrics: dict[str, float] = {"rollout_errors": float(errors)}
@@ -103,6 +167,7 @@ class LocalGRPOTrainer:
                 lr, trained = grpo.rl_step(self.ep.model, self.opt, rollouts, advs, self.p, step,
                                            self.lr_scale, self.ep.tok.pad_id, self.micro_batch)
                 if trained:
+                    check_finite_weights(self.ep.model, step + 1)
                     self.ep.weights_updated()
             metrics.update(trained)
             self.ep.clear_records()

@@ -6,9 +6,11 @@ is called. Checks (each failure says what, where and how to fix it):
 
 - it returns a classic verifiers ``ToolEnv`` (verifiers 0.2.0);
 - the dataset has ``question`` and ``answer`` columns, between the task's min and max rows, no empty
-  answers, and at most ``leak_tolerance_rows`` copies of hidden-eval questions (compared outside the
-  sandbox in a canonical form that undoes disguises, :mod:`ait_env.probe.leak`; a few accidental
-  collisions of short questions are tolerated);
+  answers, and at most ``leak_tolerance_rows`` hidden-eval questions in its questions or in any other
+  text its prompts are built from (a prompt column, the system prompt, few-shot messages, tool
+  descriptions), compared outside the sandbox as instances and in a canonical form that undoes disguises
+  (:mod:`ait_env.probe.leak`; a few accidental collisions of short questions are tolerated). The same
+  check runs again where the job trains, on what the model is given (:mod:`ait_env.probe.training_audit`);
 - the tools are exactly the family's (same names, defined in ``family_tools``);
 - the rubric runs on the dev examples with a correct and a wrong transcript, returns finite numbers
   without errors, and does not give both the same reward on every example;
@@ -32,7 +34,7 @@ from ait_env.backends.base import TokenCounter
 from ait_env.jobs.bundle import write_env_package
 from ait_env.jobs.primerl import token_budget_rule
 from ait_env.jobs.schema import Job
-from ait_env.probe.leak import LeakIndex
+from ait_env.probe.leak import LEAK_TOLERANCE, LeakIndex
 from ait_env.probe.report import ProbeFailure
 from ait_env.sandbox import Sandbox, SandboxSettings, shared_sandbox
 from ait_env.redact import for_agent
@@ -56,7 +58,7 @@ _STAGE_TEXT = {"start": "starting", "import": "importing your module", "load_env
 class DynamicSettings(BaseModel):
     enabled: bool = True
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
-    leak_tolerance_rows: int = Field(2, ge=0)
+    leak_tolerance_rows: int = Field(LEAK_TOLERANCE, ge=0)
 
 
 def estimate_tokens(messages: list[Any], tools: list[Any]) -> int:
@@ -115,7 +117,9 @@ class DynamicProbe:
 
     def leak_index(self, family: str) -> LeakIndex:
         if family not in self._leak_indexes:
-            self._leak_indexes[family] = LeakIndex(self._hidden_questions(family))
+            from task_families import get_family
+
+            self._leak_indexes[family] = LeakIndex(self._hidden_questions(family), get_family(family))
         return self._leak_indexes[family]
 
     @property
@@ -137,6 +141,7 @@ class DynamicProbe:
             dev.append({"row": row, "good": family.transcript(inst),
                         "bad": family.transcript(inst, correct=False, rng=rng)})
         return {"job": "inspect", "dir": inside_dir, "package": PROBE_ENV_ID, "args": job.env, "dev": dev,
+                "tools_module": TOOLS_MODULE_NAME,
                 "max_rows": task.bounds.max_examples + 1, "limits": self.settings.sandbox.limits.model_dump()}
 
     def __call__(self, root: Path, job: Job, task: TaskSpec, family: TaskFamily) -> tuple[list[ProbeFailure], str]:
@@ -213,11 +218,7 @@ class DynamicProbe:
         if r.get("empty_answers"):
             out.append(_fail("empty_answers", f"{env_file}: dataset", f"{r['empty_answers']} rows have an empty answer",
                              "Every row needs a non-empty answer string."))
-        leaked = self.leak_index(family.name).count(str(q) for q in r.get("questions") or [])
-        if leaked > self.settings.leak_tolerance_rows:
-            out.append(_fail("eval_leak", f"{env_file}: dataset", f"{leaked} dataset questions are copies of "
-                             "hidden-eval questions (compared after normalising case, spacing, punctuation and "
-                             "Unicode look-alikes)", "Generate fresh questions; do not copy evaluation data."))
+        out.extend(self._leak_checks(r, family, env_file))
         tools = r.get("tools") or {}
         want = set(family.tool_names)
         if set(tools) != want:
@@ -225,10 +226,13 @@ class DynamicProbe:
                              f"they must be exactly the family's {sorted(want)}",
                              f"Pass tools=TOOLS from {TOOLS_MODULE_NAME} (no extra or renamed tools)."))
         else:
-            foreign = [n for n, meta in tools.items() if meta.get("module") != TOOLS_MODULE_NAME]
+            foreign = {n: meta.get("not_own") or "defined elsewhere" for n, meta in tools.items()
+                       if meta.get("module") != TOOLS_MODULE_NAME or meta.get("not_own")}
             if foreign:
-                out.append(_fail("wrong_tools", f"{env_file}: tools", f"tool(s) {foreign} are not the family's "
-                                 "functions (redefined elsewhere)", f"Import them from {TOOLS_MODULE_NAME}."))
+                why = "; ".join(f"{n}: {reason}" for n, reason in sorted(foreign.items()))
+                out.append(_fail("wrong_tools", f"{env_file}: tools", f"tool(s) {sorted(foreign)} are not the "
+                                 f"family's own functions ({why})", f"Pass them unchanged: `from {TOOLS_MODULE_NAME} "
+                                 "import TOOLS`, then tools=TOOLS (no wrappers, copies or replacements)."))
         out.extend(self._rubric_checks(r.get("scores") or [], env_file))
         try:
             messages = json.loads(r.get("longest_prompt") or "[]")
@@ -244,6 +248,28 @@ class DynamicProbe:
         for iss in token_budget_rule(job, prompt_tokens=prompt_tokens, max_turns=turns):
             out.append(_fail("seq_len", iss.where, f"{iss.message} (prompt tokens {how})", iss.fix))
         return out
+
+    def _leak_checks(self, r: dict[str, Any], family: TaskFamily, env_file: str) -> list[ProbeFailure]:
+        """Hidden-eval questions in the dataset's questions or in any other text its prompts are built from
+        (a supplied prompt column, the system prompt, few-shot messages, tool descriptions), as copies or as
+        the same instances re-worded (:class:`ait_env.probe.leak.LeakIndex`). At most
+        ``leak_tolerance_rows`` rows, and as many distinct hidden questions, are tolerated (accidental
+        collisions of short questions)."""
+        index = self.leak_index(family.name)
+        tol = self.settings.leak_tolerance_rows
+        questions = [str(q) for q in r.get("questions") or []]
+        rows = index.count(questions)
+        others = [str(t) for t in r.get("prompt_texts") or []]
+        others += [str(r.get("system_prompt") or ""), str(r.get("tool_defs") or "")]
+        distinct = index.leaked(questions) | index.leaked(others)
+        if rows <= tol and len(distinct) <= tol:
+            return []
+        where = "dataset questions" if rows > tol else "prompts (system prompt, prompt column or tool descriptions)"
+        return [_fail("eval_leak", f"{env_file}: {where}", f"{max(rows, len(distinct))} hidden-eval questions "
+                      f"appear in your {where} ({rows} question rows; {len(distinct)} distinct hidden questions "
+                      "in all texts of the prompts), compared as instances (the same numbers, people or items "
+                      "however worded) and as text after normalising case, spacing, punctuation and Unicode "
+                      "look-alikes", "Generate fresh questions; do not copy or re-word evaluation data.")]
 
     @staticmethod
     def _rubric_checks(scores: list[dict[str, Any]], env_file: str) -> list[ProbeFailure]:

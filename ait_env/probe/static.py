@@ -21,6 +21,7 @@ import sys
 import threading
 from pathlib import Path
 
+from ait_env.jobs.bundle import shadows_tools
 from ait_env.jobs.primerl import PRIME_RL_ENV_MODULES, PRIME_RL_TAG, config_rules, renderer_for
 from ait_env.jobs.schema import Job, check_bounds, load_toml, validate_job
 from ait_env.probe.report import ProbeFailure
@@ -114,6 +115,11 @@ def _shadowing(rel: dict[str, Path]) -> list[ProbeFailure]:
             tops.setdefault(first, first + "/")
         elif name.endswith(".py"):
             tops.setdefault(name[:-3], name)
+    for name in sorted({n.split("/")[0] + ("/" if "/" in n else "") for n in rel if shadows_tools(n)}):
+        out.append(_fail("tools_shadowed", name, f"{name!r} would be imported as {TOOLS_MODULE_NAME!r} instead of "
+                         f"the family's own {TOOLS_MODULE_NAME}.py (the inner model's tools must be the family's, "
+                         "unchanged in training and in the hidden eval)",
+                         f"Remove or rename it; import the tools with `from {TOOLS_MODULE_NAME} import TOOLS`."))
     for module, where in sorted(tops.items()):
         if module == TOOLS_MODULE_NAME or not module.isidentifier():
             continue

@@ -14,6 +14,9 @@ from task_families.arithmetic import tools
 from task_families.base import Instance, TaskFamily, ToolStep, strip_think
 
 _INT = re.compile(r"-?\d+")
+#: operator words and signs, as the leak check reads them (after case folding)
+_OP_WORDS = (("multiplied by", "*"), ("times", "*"), ("plus", "+"), ("minus", "-"), ("\u00b7", "*"), ("x", "*"))
+_TOKEN = re.compile(r"\d+(?:\.\d+)?|[+\-*]|[()\[\]{}\s]+|.")
 
 
 def last_integer(text: str) -> int | None:
@@ -33,6 +36,41 @@ class ArithmeticFamily(TaskFamily):
                           "then reply with the final result as 'Answer: <integer>'.")
     answer_format = ("the last integer in the model's final message (after any <think> block) must equal "
                      "the exact value; score 1 or 0 per question, averaged.")
+
+    def instance_signatures(self, text: str) -> set[str]:
+        """A question is its chain of operands and operators: ``(((4+9)+45)+43)``, ``4 + 9 + 45 + 43`` and
+        ``4 plus 9 plus 45 plus 43`` are one instance (the chain is always evaluated left to right). Each
+        maximal chain of two or more operations in ``text`` is one signature."""
+        for word, op in _OP_WORDS:
+            pattern = rf"(?<=\d)\s*{re.escape(word)}\s*(?=[\d(])" if word == "x" else rf"\s*\b{re.escape(word)}\b\s*"
+            text = re.sub(pattern, op, text)
+        found: set[str] = set()
+        chain: list[str] = []
+
+        def close() -> None:
+            while chain and not chain[-1][0].isdigit():  # a chain ends on a number
+                chain.pop()
+            if sum(1 for t in chain if not t[0].isdigit()) >= 2:
+                found.add("".join(chain))
+            chain.clear()
+
+        for tok in _TOKEN.findall(text):
+            if tok[0].isdigit():
+                if chain and chain[-1][0].isdigit():  # two numbers in a row: a new chain
+                    close()
+                if "." in tok:  # not an integer chain
+                    close()
+                    continue
+                chain.append(tok)
+            elif tok in "+-*":
+                if not chain or not chain[-1][0].isdigit():
+                    close()
+                    continue
+                chain.append(tok)
+            elif tok.strip() and tok not in "()[]{}" and not set(tok) <= set("()[]{} \t\n\r"):
+                close()
+        close()
+        return found
 
     def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
         n_ops = 2 + round(3 * difficulty)

@@ -14,7 +14,7 @@ import json
 import random
 import re
 
-from task_families.base import Instance, TaskFamily, ToolStep, and_list, answer_text
+from task_families.base import Instance, TaskFamily, ToolStep, and_list, answer_text, text_segments
 from task_families.calendar import tools
 
 _TIME = re.compile(r"(\d{1,2})\s*[:.h]\s*(\d{2})\s*(am|pm|a\.m\.|p\.m\.)?", re.IGNORECASE)
@@ -79,6 +79,13 @@ def shortcuts(masks: list[list[bool]], minutes: int, answer: str) -> tuple[bool,
 #: task (docs/local_models.md); ``balanced`` draws, per question, whether each shortcut is to be right as
 #: a fair coin, so that no shortcut pays.
 RULES = ("natural", "balanced", "shortcuts_wrong")
+_PERSON = re.compile(r"(?<![a-z0-9])p(\d+)(?!\d)")
+_DAYS = {**{d.casefold(): d for d in tools.DAYS},
+         **{f"{d.casefold()}day": d for d in ("Mon", "Fri")}, "tuesday": "Tue", "wednesday": "Wed",
+         "thursday": "Thu", "tues": "Tue", "thur": "Thu", "thurs": "Thu"}
+_MINUTES = re.compile(r"(?<![\d.])(\d+)\s*-?\s*(?:minutes?|mins?)\b")
+_HOURS = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*-?\s*(?:hours?|hrs?)\b")
+
 
 
 class CalendarFamily(TaskFamily):
@@ -96,6 +103,19 @@ class CalendarFamily(TaskFamily):
     answer_format = ("the first time after the last 'Answer:' in the model's final message (after any <think> "
                      "block), read as HH:MM, must equal the start of the earliest common free slot; "
                      "score 1 or 0 per question, averaged.")
+
+    def instance_signatures(self, text: str) -> set[str]:
+        """A question is its day, its slot length and its set of people: in each clause with a weekday, a
+        length (minutes or hours) and two or more person ids, in any order ("p52, p39 and p62" and
+        "p62, p39, p52" alike)."""
+        found = set()
+        for seg in text_segments(text):
+            people = sorted(set(_PERSON.findall(seg)), key=int)
+            days = {_DAYS[d] for d in re.findall(r"[a-z]+", seg) if d in _DAYS}
+            lengths = {int(m) for m in _MINUTES.findall(seg)} | {round(float(h) * 60) for h in _HOURS.findall(seg)}
+            if len(people) >= 2 and len(days) == 1 and len(lengths) == 1:
+                found.add(f"{days.pop()}|{lengths.pop()}|{','.join('p' + p for p in people)}")
+        return found
 
     def generate_one(self, rng: random.Random, difficulty: float, rule: str = "natural") -> Instance:
         """One question; ``rule`` (:data:`RULES`) other than the eval's ``natural`` is for experiments."""

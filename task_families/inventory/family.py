@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import re
 
-from task_families.base import Instance, TaskFamily, ToolStep, and_list, answer_text
+from task_families.base import Instance, TaskFamily, ToolStep, and_list, answer_text, text_segments
 from task_families.inventory import tools
 
 _SUPPLIER = re.compile(r"supplier\s*[=:]?\s*(s\d+)", re.IGNORECASE)
@@ -31,6 +31,10 @@ def parse_answer(text: str | None) -> tuple[str | None, int | None]:
 def order_text(items: list[str], quantities: list[int]) -> str:
     """The order as the question and ``quote`` write it: "30 bolt, 12 nut"."""
     return ", ".join(f"{q} {i}" for i, q in zip(items, quantities))
+_ITEM_WORDS = "|".join(sorted((re.escape(i) for i in tools.ITEMS), key=len, reverse=True))
+_QTY_ITEM = re.compile(rf"(?<![\d.])(\d+)\s*(?:x\s*|\*\s*)?({_ITEM_WORDS})(?:e?s)?\b")
+_ITEM_QTY = re.compile(rf"\b({_ITEM_WORDS})(?:e?s)?\s*(?:x|\*|:|=|\()\s*(\d+)(?![\d.])")
+
 
 
 class InventoryFamily(TaskFamily):
@@ -48,6 +52,17 @@ class InventoryFamily(TaskFamily):
     answer_format = ("after the last 'Answer:' in the model's final message (after any <think> block), "
                      "'supplier=<id>;cost=<integer>' must name the cheapest supplier able to fill the whole "
                      "order and its exact total; score 1 or 0 per question, averaged.")
+
+    def instance_signatures(self, text: str) -> set[str]:
+        """A question is its order: in each clause, every (quantity, item) pair, written "20 pump", "20 pumps",
+        "20 x pump" or "pump x 20" / "pump: 20", in any order; two or more pairs make an order."""
+        found = set()
+        for seg in text_segments(text):
+            pairs = {(item, int(qty)) for qty, item in _QTY_ITEM.findall(seg)}
+            pairs |= {(item, int(qty)) for item, qty in _ITEM_QTY.findall(seg)}
+            if len(pairs) >= 2:
+                found.add(",".join(f"{item}={qty}" for item, qty in sorted(pairs)))
+        return found
 
     def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
         n_candidates = 1 + round(3 * difficulty)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import re
 
-from task_families.base import Instance, TaskFamily, ToolStep, answer_text
+from task_families.base import Instance, TaskFamily, ToolStep, answer_text, text_segments
 from task_families.persona import tools
 
 _QUESTIONS = {
@@ -25,6 +25,11 @@ _QUESTIONS = {
 
 def _norm(value: str) -> str:
     return re.sub(r"\s+", "", value.lower()).strip("`*\"'.,;:!")
+_PERSON = re.compile(r"p\d+")
+#: how a clause names the asked attribute
+_ATTRIBUTE_WORDS = {"city": "city", "live": "city", "lives": "city", "living": "city", "job": "job",
+                    "occupation": "job", "hobby": "hobby", "pet": "pet"}
+
 
 
 class PersonaFamily(TaskFamily):
@@ -42,6 +47,29 @@ class PersonaFamily(TaskFamily):
     answer_format = ("the text after the last 'Answer:' in the model's final message (after any <think> block) "
                      "must equal the looked-up value (a city, job, hobby or pet), ignoring case and spaces; "
                      "score 1 or 0 per question, averaged.")
+
+    def instance_signatures(self, text: str) -> set[str]:
+        """A question is its start person, the relations it follows in order and the attribute it asks: in
+        each clause, a person id, the relation words before it read inwards ("the mentor of the cousin of
+        p3156": cousin, then mentor) or, when none precede it, the ones after it read outwards ("p3156's
+        cousin's mentor": cousin, then mentor), and the clause's attribute word."""
+        found = set()
+        for seg in text_segments(text):
+            # (quotes are gone in normalised text: "p3156's cousin's" reads "p3156s cousins")
+            tokens = [w[:-1] if w[:-1] in tools.RELATIONS else w
+                      for w in re.findall(r"p\d+(?!\d)|[a-z]+", seg)]
+            attrs = {_ATTRIBUTE_WORDS[w] for w in tokens if w in _ATTRIBUTE_WORDS}
+            if len(attrs) != 1:
+                continue
+            attr = attrs.pop()
+            for i, tok in enumerate(tokens):
+                if not _PERSON.fullmatch(tok):
+                    continue
+                before = [w for w in tokens[:i] if w in tools.RELATIONS]
+                chain = before[::-1] if before else [w for w in tokens[i + 1:] if w in tools.RELATIONS]
+                if chain:
+                    found.add(f"{tok}|{attr}|{'>'.join(chain)}")
+        return found
 
     def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
         hops = 1 + round(3 * difficulty)

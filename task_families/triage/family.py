@@ -44,6 +44,8 @@ def parse_answer(text: str | None) -> tuple[str | None, str | None]:
 
 def incident_calls(facts: dict) -> int:
     return 1 + len(facts["chain"]) + (1 if facts["action"] in _NEEDS_DEPLOYS else 0)
+_INCIDENT = re.compile(r"(?<![a-z0-9])inc\s*-\s*([a-z0-9]{4})(?![a-z0-9])")
+
 
 
 class TriageFamily(TaskFamily):
@@ -62,6 +64,11 @@ class TriageFamily(TaskFamily):
     answer_format = ("after the last 'Answer:' in the model's final message (after any <think> block), "
                      "'service=<name>;action=<action>' is read: 0.5 for the right root-cause service plus 0.5 "
                      "for the right action (rollback, restart, scale_up or fix_config); averaged over questions.")
+
+    def instance_signatures(self, text: str) -> set[str]:
+        """A question is its incident: every incident id in ``text`` (the tools derive the whole incident
+        from it)."""
+        return set(_INCIDENT.findall(text))
 
     def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
         target = 2 + round(3 * difficulty)

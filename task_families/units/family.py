@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 import re
 
-from task_families.base import Instance, TaskFamily, ToolStep, answer_text
+from task_families.base import Instance, TaskFamily, ToolStep, answer_text, text_segments
 from task_families.units import tools
 
 _NUM = re.compile(r"-?\d+(?:\.\d+)?")
@@ -36,6 +36,18 @@ def close_enough(got: float, want: float) -> bool:
 def _num_arg(text: str) -> int | float:
     x = float(text)
     return int(x) if x.is_integer() else x
+_WORDS = "|".join(sorted((re.escape(u.casefold()) for u in tools.UNITS + tools.CURRENCIES), key=len, reverse=True))
+_START = re.compile(rf"(?<![\d.])(\d+(?:\.\d+)?)\s*({_WORDS})\b")
+_NEXT = re.compile(rf"(?:\bto|\binto|->|\u2192|>|\bthen|\band|,)\s*(?:to\s+)?({_WORDS})\b")
+
+
+def _amount(text: str) -> str:
+    """An amount in one canonical spelling (``839``, ``839.0`` and ``839.00`` alike)."""
+    from decimal import Decimal
+
+    value = Decimal(text).normalize()
+    return format(value, "f")
+
 
 
 class UnitsFamily(TaskFamily):
@@ -52,6 +64,20 @@ class UnitsFamily(TaskFamily):
     answer_format = ("the first number after the last 'Answer:' in the model's final message (after any <think> "
                      "block) must match the result of the stated route within 0.05% (or 0.011); "
                      "score 1 or 0 per question, averaged.")
+
+    def instance_signatures(self, text: str) -> set[str]:
+        """A question is its start amount and its route: in each clause, an amount followed by a unit or
+        currency, then every unit or currency introduced by "to", "into", an arrow, "then", "and" or a comma,
+        in order ("convert 91.6 tbsp to cup, then to ml" and "91.6 tbsp -> cup -> ml" alike)."""
+        found = set()
+        for seg in text_segments(text):
+            start = _START.search(seg)
+            if start is None:
+                continue
+            route = [start.group(2)] + _NEXT.findall(seg, start.end())
+            if len(route) >= 2:
+                found.add(f"{_amount(start.group(1))}|{'>'.join(route)}")
+        return found
 
     def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
         legs = 2 + round(3 * difficulty)

@@ -10,8 +10,10 @@ from pathlib import Path
 
 from gpu.processes import tagged_pids
 
+ROOT = Path(__file__).resolve().parents[2]
 FAKES = Path(__file__).with_name("fakes")
-FAKE_RL = [sys.executable, str(FAKES / "fake_rl.py")]
+FAKE_RL = [sys.executable, str(FAKES / "fake_rl.py")]   # the fake run as a script (the installed one:
+                                                       # gpu_fixtures.fake_primerl)
 FAKE_VLLM = [sys.executable, str(FAKES / "fake_vllm.py")]
 MODEL = "Qwen/Qwen3-0.6B"       # the job's base model: prime-rl v0.7.0 has a renderer for it
 OTHER = "Qwen/Qwen3-1.7B"

@@ -228,3 +228,89 @@ def test_jail_command_binds_only_what_it_is_given(tmp_path):
     if os.getuid() == 0:
         i = cmd.index("--no-new-privs") if "--no-new-privs" in cmd else cmd.index("-I")
         assert cmd[-3:] == ["/usr/bin/python3", "-c", "pass"] and i < len(cmd) - 3
+
+
+# ----------------------------------------------------------------------------- issue 31: what prime-rl needs
+
+NEEDS = textwrap.dedent('''
+    import json, multiprocessing as mp, os, socket, subprocess, sys
+    report = {}
+    try:
+        report["localhost"] = sorted({a[4][0] for a in socket.getaddrinfo("localhost", 80)})
+    except OSError as exc:
+        report["localhost"] = "FAILED: " + str(exc)
+    try:
+        q = mp.get_context("spawn").Queue(); q.put(1); report["mp_queue"] = q.get(timeout=20)
+    except Exception as exc:
+        report["mp_queue"] = "FAILED: " + type(exc).__name__ + ": " + str(exc)
+    out = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True)
+    report["ldconfig"] = out.returncode == 0 and "libc.so" in out.stdout
+    report["shm_mode"] = oct(os.stat("/dev/shm").st_mode & 0o7777)
+    report["etc_hosts"] = os.access("/etc/hosts", os.R_OK)
+    json.dump(report, open(sys.argv[1], "w"))
+''')
+
+
+@root_only
+@with_bwrap
+def test_bwrap_jail_gives_localhost_ldconfig_and_a_writable_dev_shm(open_tmp):
+    """Issue 31, items 2 and 3, as the jail's uid: bwrap would make /etc 0700 (no /etc/hosts: localhost does
+    not resolve, ``ldconfig -p`` fails) and /dev/shm 0755 root (no multiprocessing queue, no NCCL/vLLM)."""
+    script = open_tmp / "code" / "needs.py"
+    script.parent.mkdir()
+    script.write_text(NEEDS)
+    script.parent.chmod(0o755)
+    jail = TrainingJail(JailConfig(mode="bwrap", uid=UID))
+    out = open_tmp / "home" / "report.json"
+    proc = jail.popen([SYSTEM_PYTHON, str(script), str(out)], home=open_tmp / "home", readable=[script.parent],
+                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log = proc.communicate(timeout=60)[0]
+    assert not jail.reap()
+    report = json.loads(out.read_text())
+    assert report == {"localhost": ["127.0.0.1"], "mp_queue": 1, "ldconfig": True, "shm_mode": "0o1777",
+                      "etc_hosts": True}, (report, log)
+
+
+@root_only
+def test_the_trees_temporary_folder_is_short_and_private(tmp_path):
+    """Issue 31, item 7: vLLM's IPC sockets live at ``$VLLM_RPC_BASE_PATH/<uuid4>``, and a Unix socket path
+    has at most 107 bytes: under a long job folder ``$HOME/tmp`` would pass it."""
+    import uuid
+
+    home = tmp_path / ("a-rather-long-job-folder-name-" * 4) / "home"
+    for mode, uid in (("user", UID), ("none", None)):
+        jail = TrainingJail(JailConfig(mode=mode, uid=uid))
+        env = jail.env(home, base={})
+        tmp = Path(env["VLLM_RPC_BASE_PATH"])
+        assert env["TMPDIR"] == str(tmp) and tmp.is_dir() and str(home) not in str(tmp)
+        assert len(f"{tmp}/{uuid.uuid4()}".encode()) <= 107 - 20   # room to spare
+        assert tmp.stat().st_mode & 0o777 == 0o700 and tmp.stat().st_uid == (uid if uid is not None else 0)
+        jail.cleanup()
+        assert not tmp.exists()
+    env = TrainingJail(JailConfig(mode="bwrap", uid=UID)).env(home, base={})
+    assert env["TMPDIR"] == env["VLLM_RPC_BASE_PATH"] == "/tmp"   # the jail's private tmpfs
+
+
+def test_editable_installs_are_found_wherever_they_live(tmp_path):
+    """Issue 31, item 1: prime-rl's lock installs prime-rl, its configs package, verifiers, renderers and
+    pydantic-config editable; a venv holds only pointers to them (.pth folders, setuptools' finder,
+    direct_url.json), so the jail reads those to bind what the interpreter imports."""
+    from gpu.venv_paths import editable_roots, program_paths
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    a, b, c, d = (tmp_path / x for x in ("checkout/src", "checkout/deps/verifiers", "elsewhere/pkg", "gone"))
+    for folder in (a, b, c):
+        folder.mkdir(parents=True)
+    (site / "_editable_impl_prime_rl.pth").write_text(f"{a}\n")        # uv + hatchling
+    (site / "_editable_impl_verifiers.pth").write_text(f"{b}\nimport sys\n{d}\n")
+    (site / "__editable___pkg_finder.py").write_text(                   # setuptools PEP 660
+        f"MAPPING: dict[str, str] = {{'pkg': {str(c)!r}}}\nNAMESPACES: dict[str, list[str]] = {{}}\n")
+    (site / "inside.pth").write_text(f"{site / 'sub'}\n")
+    (site / "sub").mkdir()
+    assert set(editable_roots(venv)) == {a.resolve(), b.resolve(), c.resolve()}
+    paths = program_paths(venv / "bin" / "python")
+    assert {str(a.resolve()), str(b.resolve()), str(c.resolve()), str(venv)} <= set(paths)
+    assert str(Path(sys.base_prefix).resolve()) in paths             # the interpreter the venv points to
+    assert str(d) not in paths and str(site / "sub") not in paths

@@ -101,7 +101,8 @@ def test_two_gpus_and_no_hidden_question_reaches_the_policy_server(gpu_bundle: A
     res = _run(bundle, settings, baselines_dir=pinned)
     assert res.status == "succeeded", res.error + res.log_tail
     log = (bundle.root / "job.log").read_text()
-    assert "CUDA_VISIBLE_DEVICES=3,5" in log and "--weight-broadcast.type" not in log
+    # the filesystem weight broadcast on two GPUs too (issue 31, item 4: v0.7.0's CI turns NCCL off)
+    assert "CUDA_VISIBLE_DEVICES=3,5" in log and "--weight-broadcast.type filesystem" in log
     assert "inference on GPU 3, trainer on GPU(s) 5" in log
     assert "no eval points during training" in log
     assert res.curves["eval_step"] == [0.0, 3.0] and len(res.curves["eval_score"]) == 2
@@ -131,8 +132,9 @@ def test_an_environment_that_raises_in_load_environment_is_job_failed(gpu_bundle
 ])
 def test_the_jobs_own_failures(scenario: str, message: str, gpu_bundle: Any, gpu_settings: Any,
                                pinned: Path) -> None:
+    """On two GPUs (the trainer has one of its own: an OOM there is the job's)."""
     bundle = gpu_bundle()
-    res = _run(bundle, gpu_settings(scenario, measure_pre=False), pinned)
+    res = _run(bundle, gpu_settings(scenario, measure_pre=False, gpus=[0, 1]), pinned)
     assert res.status == "job_failed", res.error + res.log_tail
     assert message in res.error
     assert res.post_score is None and not (bundle.root / "outputs" / "weights" / "step_3" / "STABLE").exists()
@@ -189,7 +191,8 @@ def test_prime_rl_not_installed(gpu_bundle: Any, gpu_settings: Any) -> None:
 
 def test_gpu_placement() -> None:
     two = plan_gpus([0, 1], 1, 1, 0.3)
-    assert (two.visible, two.eval_gpu, two.colocated, two.flags) == ("0,1", 0, False, [])
+    assert (two.visible, two.eval_gpu, two.colocated) == ("0,1", 0, False)
+    assert two.flags == ["--weight-broadcast.type", "filesystem"]   # issue 31, item 4
     assert plan_gpus([2, 4, 6], 1, 1, 0.3).visible == "2,4"
     one = plan_gpus([7], 1, 1, 0.3)
     assert (one.visible, one.eval_gpu, one.colocated) == ("7,7", 7, True)
@@ -212,7 +215,9 @@ def test_command_and_scrubbed_environment(gpu_bundle: Any, gpu_settings: Any,
     ex = PrimeRLExecutor(bundle, settings, log=lambda _: None, progress=False)
     root = bundle.root.resolve()
     assert ex.primerl_command() == ["/opt/prime-rl/.venv/bin/rl", "@", str(root / "rl.toml"),
-                                    "--output-dir", str(root / "outputs")]
+                                    "--output-dir", str(root / "outputs"), "--weight-broadcast.type",
+                                    "filesystem", "--inference.model.max-model-len",
+                                    str(bundle.job.prime_rl.seq_len)]
     env = ex.child_env(CUDA_VISIBLE_DEVICES="0,1")
     readable, writable = ex.jail_paths(env)    # what the training jail may read and write
     assert {str(root), "/opt/prime-rl/.venv", "/cache/hf"} <= set(readable)
@@ -298,8 +303,10 @@ def test_the_training_tree_runs_in_the_bwrap_jail(gpu_bundle: Any, gpu_settings:
     monkeypatch.setenv("HF_TOKEN", "hf_not_for_the_job")
     bundle = gpu_bundle(lambda t: t + HOSTILE_ENV.replace("SECRET", repr(str(secret)))
                         .replace("PORT", str(listener.getsockname()[1])))
-    settings = gpu_settings("success", measure_pre=False, readable=[str(Path(__file__).resolve().parents[2])],
-                            wall_clock_s=120)
+    # nothing of this checkout is named readable: the fake rl is an editable install in a venv of its own
+    # (gpu_fixtures.fake_primerl), which the jail must resolve itself (issue 31, item 1); its launcher
+    # resolves localhost and its orchestrator reports over a multiprocessing queue (items 2 and 3)
+    settings = gpu_settings("success", measure_pre=False, wall_clock_s=120)
     monkeypatch.setenv(JAIL_ENV, JailConfig(mode="bwrap", uid=UID).model_dump_json())
     try:
         res = _run(bundle, settings, baselines_dir=pinned)   # _run: no process of the run is left
@@ -326,3 +333,92 @@ def test_a_job_folder_the_jails_uid_cannot_reach_is_infra_failed(gpu_bundle: Any
     res = _run(bundle, settings, baselines_dir=pinned)
     assert res.status == "infra_failed"
     assert "the training jail cannot be set up" in res.error and "chmod o+x" in res.error
+
+
+# ----------------------------------------------------------------------------- issue 31
+
+def _stamp(log: str, needle: str) -> int:
+    """Seconds of day of the first job.log line holding ``needle`` (lines start ``[HH:MM:SS]``)."""
+    line = next(x for x in log.splitlines() if needle in x)
+    h, m, sec = (int(v) for v in line[1:9].split(":"))
+    return h * 3600 + m * 60 + sec
+
+
+@pytest.mark.parametrize("edit,expected", [
+    # load_environment raises (verifiers: "Failed to load environment ...")
+    (lambda t: t.replace("    dataset = build_dataset(num_examples, seed)\n",
+                         "    raise ValueError('agent bug: no dataset today')\n"),
+     ("failed to load under prime-rl (load_environment raised)", "agent bug: no dataset today")),
+    # the module's own import fails: verifiers turns any ImportError into "Could not import"
+    (lambda t: t.replace("from __future__ import annotations\n", "from __future__ import annotations\n"
+                         "import ait_no_such_dependency_31  # an import prime-rl's venv lacks\n", 1),
+     ("failed to import under prime-rl", "No module named 'ait_no_such_dependency_31'")),
+], ids=["load_raises", "import_fails"])
+def test_an_environment_that_fails_to_start_is_job_failed_within_seconds(
+        edit: Any, expected: tuple[str, str], gpu_bundle: Any, gpu_settings: Any, pinned: Path) -> None:
+    """Issue 31, item 5: the orchestrator waits for a dead env server without end; the run is stopped within
+    30 s of the dry run, job_failed, with the agent's traceback (what the agent reads: redacted)."""
+    from ait_env.redact import for_agent
+
+    bundle = gpu_bundle(edit)
+    res = _run(bundle, gpu_settings("success", measure_pre=False, wall_clock_s=90.0), pinned)
+    assert res.status == "job_failed", res.error + res.log_tail
+    assert res.error.startswith(f"your environment {expected[0]}") and expected[1] in res.error
+    assert "Traceback (most recent call last)" in res.error
+    log = (bundle.root / "job.log").read_text()
+    assert _stamp(log, "stopping prime-rl") - _stamp(log, "prime-rl dry run passed") <= 30
+    seen = for_agent(res.error)
+    assert expected[1] in seen and "environment.py" in seen and str(bundle.root) not in seen
+
+
+def test_a_missing_job_package_is_ours(gpu_bundle: Any, gpu_settings: Any, pinned: Path) -> None:
+    """The job's own package not importable where prime-rl runs (PYTHONPATH, the jail's binds) is ours."""
+    bundle = gpu_bundle()
+    pkg = next(p for p in (bundle.root / "src").iterdir() if p.is_dir())
+    settings = gpu_settings("success", measure_pre=False, dry_run=False, wall_clock_s=90.0,
+                            env={"PYTHONPATH": str(bundle.root / "elsewhere")})   # as a wrong bind would
+    res = _run(bundle, settings, pinned)
+    assert res.status == "infra_failed", res.error + res.log_tail
+    assert "prime-rl's env server failed on our side before training started" in res.error
+    assert f"No module named '{pkg.name}'" in res.error
+
+
+def test_an_oom_in_shared_mode_within_the_bounds_is_ours(gpu_bundle: Any, gpu_settings: Any,
+                                                         pinned: Path) -> None:
+    """Issue 31, item 8: one GPU shared with vLLM; a job within the backend's bounds that runs out of memory
+    was given too little by us, and the message says which share was in force."""
+    res = _run(gpu_bundle(), gpu_settings("oom", measure_pre=False, colocated_gpu_memory_utilization=0.3),
+               pinned)
+    assert res.status == "infra_failed", res.error + res.log_tail
+    assert res.error.startswith("the trainer ran out of GPU memory after 1 of 3 steps in shared mode: vLLM "
+                                "held 0.3 of GPU 0's memory")
+    assert "is within this backend's bounds" in res.error
+
+
+def test_max_model_len_and_the_shared_gpu_share(gpu_bundle: Any, gpu_settings: Any,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31, item 6: the policy server's max_model_len is the job's seq_len, and vLLM's share of a
+    shared GPU follows gpu.gpu_share's rule (model size x GPU memory) unless the option fixes it."""
+    import gpu.primerl_executor as pe
+    from gpu.gpu_share import colocated_share, vllm_need_gib
+
+    bundle = gpu_bundle()
+    seq_len = bundle.job.prime_rl.seq_len
+    monkeypatch.setattr(pe, "gpu_memory_gib", lambda index: 24.0)
+    ex = PrimeRLExecutor(bundle, gpu_settings(dry_run=False), log=lambda _: None, progress=False)
+    cmd = ex.primerl_command()
+    assert cmd[cmd.index("--inference.model.max-model-len") + 1] == str(seq_len)
+    rule = colocated_share(MODEL, seq_len, 24.0)
+    assert ex.plan.share == rule and cmd[cmd.index("--inference.gpu-memory-utilization") + 1] == f"{rule:g}"
+    ex.close()
+    # the rule: weights + 8 full-length sequences of KV cache + 2 GiB, over the GPU, within [0.1, 0.5]
+    assert vllm_need_gib("Qwen/Qwen3-1.7B", 4096) == pytest.approx(1.7e9 * 2 / 2**30 + 8 * 4096 * 114688 / 2**30
+                                                                 + 2.0)
+    assert colocated_share("Qwen/Qwen3-1.7B", 4096, 24.0) == 0.37
+    assert colocated_share("Qwen/Qwen3-0.6B", 2048, 80.0) == 0.1
+    assert colocated_share("Qwen/Qwen3-1.7B", 40960, 24.0) == 0.5
+    assert colocated_share("some/other-model", 2048, 24.0) is None
+    monkeypatch.setattr(pe, "gpu_memory_gib", lambda index: None)   # unknown GPU: the stated fallback
+    ex = PrimeRLExecutor(bundle, gpu_settings(dry_run=False), log=lambda _: None, progress=False)
+    assert ex.plan.share == pe.COLOCATED_FALLBACK
+    ex.close()

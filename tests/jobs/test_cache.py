@@ -97,3 +97,52 @@ def test_only_results_about_the_job_are_kept(tmp_path):
     assert cache.get_or_run("k3", flaky) == ({"status": "infra_failed", "job_id": "1"}, False)
     assert cache.get_or_run("k3", flaky) == ({"status": "succeeded", "job_id": "2"}, False)  # retried, not served
     assert cache.get_or_run("k3", flaky) == ({"status": "succeeded", "job_id": "2"}, True)
+
+
+def _files_bundle(tmp_path, name: str, extra: dict[str, str]) -> Any:
+    files = {**reference_files("arithmetic", MODEL), **extra}
+    (tmp_path / name).mkdir()
+    return make_bundle(files, tmp_path / name)
+
+
+def test_file_boundaries_are_part_of_the_key(tmp_path):
+    """Two jobs whose bytes join up to the same stream but are cut into files differently run different
+    code: a one-file job must not get a two-file job's result (the key once hashed path + bytes with no
+    lengths)."""
+    env = reference_files("arithmetic", MODEL)["environment.py"]
+    helper = "HIDDEN = 1\n"
+    two = _files_bundle(tmp_path, "two", {"environment_x.py": helper})
+    one = _files_bundle(tmp_path, "one", {"environment.py": env + "\nenvironment_x.py\n" + helper})
+    settings = {"name": "stub", "options": {}}
+    assert job_key(one, settings, "w", "h") != job_key(two, settings, "w", "h")
+
+
+def test_an_empty_folder_changes_the_key(tmp_path):
+    """An empty folder in the package is an importable namespace package: it can change what runs."""
+    a = _files_bundle(tmp_path, "a", {})
+    b = _files_bundle(tmp_path, "b", {})
+    (b.package_dir / "helpers").mkdir()
+    settings = {"name": "stub", "options": {}}
+    assert job_key(a, settings, "w", "h") != job_key(b, settings, "w", "h")
+
+
+def test_distinct_trees_get_distinct_keys(tmp_path):
+    """Collisions by construction: every way of cutting one byte stream into files and names is a
+    different key (all splits of a short stream into 1-3 files)."""
+    from itertools import combinations
+
+    stream = "ab\ncd\nef"
+    settings = {"name": "stub", "options": {}}
+    base = _files_bundle(tmp_path, "base", {})
+    keys: dict[str, tuple[int, ...]] = {}
+    for n_cuts in range(3):
+        for cuts in combinations(range(1, len(stream)), n_cuts):
+            parts = [stream[i:j] for i, j in zip((0, *cuts), (*cuts, len(stream)))]
+            for extra in base.package_dir.glob("extra_*.py"):
+                extra.unlink()
+            for k, part in enumerate(parts):
+                (base.package_dir / f"extra_{k}.py").write_text(part)
+            key = job_key(base, settings, "w", "h")
+            assert key not in keys, (cuts, keys.get(key))
+            keys[key] = cuts
+    assert len(keys) == 1 + 7 + 21

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from ait_env.probe.leak import LeakIndex, canonical
-from ait_env.secrets import hidden_keys, hidden_questions, hidden_set_hash
+from ait_env.probe.leak import LEAK_TOLERANCE, LeakIndex, canonical
+from ait_env.secrets import hidden_keys, hidden_questions, hidden_set, hidden_set_hash
 from task_families import FAMILY_NAMES, get_family
 
 FULLWIDTH = {c: chr(ord(c) + 0xFEE0) for c in map(chr, range(0x21, 0x7F))}
@@ -83,4 +83,87 @@ def test_the_probe_rejects_a_dataset_of_disguised_hidden_questions(make_env):
                             f"    rows += [{{'question': q, 'answer': '0'}} for q in {disguised!r}]\n"
                             "    return Dataset.from_list(rows)\n")
     obs, _ = submit(make_env(family="arithmetic"), files)
-    assert "[eval_leak]" in obs and "copies of hidden-eval questions" in obs, obs
+    assert "[eval_leak]" in obs and "30 hidden-eval questions appear in your dataset questions" in obs, obs
+
+
+# ---------------------------------------------------------------- instances, not strings
+def _reworded(family: str, question: str, info: dict) -> str:
+    """The same instance written as a question the string check cannot match."""
+    if family == "arithmetic":
+        return f"Compute (({info['expression']})) , please?"
+    if family == "persona":
+        attr = {"city": "home city", "job": "job", "hobby": "hobby", "pet": "pet"}[info["attribute"]]
+        return info["start"] + "".join(f"'s {r}" for r in info["relations"]) + f": which {attr}?"
+    if family == "units":
+        amount = info["values"][0]
+        return f"Starting from {amount} {info['route'][0]} -> " + " -> ".join(info["route"][1:])
+    if family == "calendar":
+        people = ", ".join(reversed(info["people"]))
+        return f"{people}: earliest common {info['minutes']} minutes on {info['day']} ,?"
+    if family == "inventory":
+        pairs = [f"{item} x {qty}" for item, qty in zip(info["items"], info["quantities"])]
+        return "Order: " + "; ".join(reversed(pairs)).replace(";", ",") + ". cheapest supplier?"
+    if family == "triage":
+        return f"Root cause of {info['incident'].upper()} please"
+    raise AssertionError(family)
+
+
+@pytest.mark.parametrize("family", ["arithmetic", "persona", "units", "calendar", "inventory", "triage"])
+def test_each_family_finds_its_hidden_instances_re_worded(family):
+    from ait_env.secrets import hidden_set
+    from task_families import get_family
+
+    fam = get_family(family)
+    hidden = hidden_set(family)
+    index = LeakIndex([i.question for i in hidden], fam)
+    assert index.signatures == len(hidden)  # every hidden question parses back to its own instance
+    for i, inst in enumerate(hidden[:60]):
+        text = _reworded(family, inst.question, inst.info)
+        assert not LeakIndex([i.question for i in hidden]).is_copy(text), text  # the string check misses it
+        assert i in index.find(text), (text, inst.question)
+        assert i in index.find("Some preamble.\n" + text + "\nAnd more text after it."), text
+
+
+@pytest.mark.parametrize("family", ["arithmetic", "persona", "units", "calendar", "inventory", "triage"])
+def test_fresh_questions_of_the_familys_generator_are_not_leaks(family):
+    """Instances compare exactly: a fresh question with other numbers, people or items is not a hidden one
+    (a few accidental collisions aside)."""
+    from ait_env.secrets import hidden_questions
+    from task_families import get_family
+
+    fam = get_family(family)
+    index = LeakIndex(hidden_questions(family), fam)
+    fresh = [i.question for i in fam.generate(20261201, 2000)]
+    assert len(index.leaked(fresh)) <= LEAK_TOLERANCE
+
+
+def _leaky_env(kind: str, n: int = 42) -> dict[str, str]:
+    from hostile import with_env
+
+    stolen = [(i.question, i.answer) for i in hidden_set("arithmetic")[:n]]
+    if kind == "prompt column":  # verifiers uses a supplied prompt as is
+        return with_env(suffix="\n_own_dataset = build_dataset\n\n\n"
+                               "def build_dataset(num_examples: int, seed: int) -> Dataset:\n"
+                               "    rows = _own_dataset(num_examples, seed).to_list()\n"
+                               f"    for row, (q, a) in zip(rows, {stolen!r}):\n"
+                               "        row['prompt'] = [{'role': 'system', 'content': SYSTEM_PROMPT},\n"
+                               "                         {'role': 'user', 'content': q}]\n"
+                               "    for row in rows[len(" + repr(stolen) + "):]:\n"
+                               "        row['prompt'] = [{'role': 'system', 'content': SYSTEM_PROMPT},\n"
+                               "                         {'role': 'user', 'content': row['question']}]\n"
+                               "    return Dataset.from_list(rows)\n")
+    # the system prompt: every stolen question with its answer appended
+    examples = "\\n".join(f"{q} Answer: {a}" for q, a in stolen)
+    return with_env(replace=("SYSTEM_PROMPT = (", f'SYSTEM_PROMPT = ("Examples:\\n{examples}\\n"\n                 '))
+
+
+@pytest.mark.parametrize("kind", ["prompt column", "system prompt"])
+def test_the_probe_rejects_hidden_questions_outside_the_question_column(make_env, kind):
+    pytest.importorskip("verifiers")
+    from hostile import submit
+
+    files = _leaky_env(kind)
+    if kind == "system prompt":  # a long prompt needs the context for it (raised, as the agent did)
+        files["job.toml"] = files["job.toml"].replace("seq_len = 2048", "seq_len = 8192")
+    obs, _ = submit(make_env(family="arithmetic"), files)
+    assert "[eval_leak]" in obs and "42 distinct hidden questions" in obs, obs

@@ -134,7 +134,7 @@ def test_hostile_submissions_never_raise(make_env, value, snippet, rubric, name,
         env.step(call("write_file", path=path, content=text))
     obs, reward, terminated, truncated, info = env.step(call("submit_job"))
     assert isinstance(obs, str) and isinstance(reward, float)
-    assert terminated and info["reward"]["status"] in ("scored", "invalid", "unparsable", "infra_failed")
+    assert terminated and info["reward"]["status"] in ("scored", "invalid", "unparsable"), obs[-600:]
     sandbox = env.unwrapped.probe.dynamic.sandbox
     assert not sandbox.request_folders(), "a request folder was left on the host"
 

@@ -36,8 +36,10 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing as mp
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -46,14 +48,20 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+try:   # installed like prime-rl: the package ait_fake_primerl, editable, in a venv of its own
+    from .common import logline, models, scenario, serve_local, wait_forever
 
-from tests.gpu.fakes.common import logline, models, scenario, serve_local, wait_forever
+    SELF = [sys.executable, "-m", f"{__package__}.fake_rl"]
+except ImportError:   # run as a script from the checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    from tests.gpu.fakes.common import logline, models, scenario, serve_local, wait_forever
+
+    SELF = [sys.executable, str(Path(__file__).resolve())]
 
 VALUE_FLAGS = {"output-dir", "weight-broadcast.type", "inference.gpu-memory-utilization",
                "inference.server.port", "orchestrator.model.client.base-url"}
+VALUE_FLAGS |= {"inference.model.max-model-len"}
 BOOL_FLAGS = {"dry-run", "clean-output-dir"}
-SELF = [sys.executable, str(Path(__file__).resolve())]
 
 
 def say(level: str, message: str) -> None:
@@ -91,7 +99,7 @@ def parse_cli(argv: list[str]) -> tuple[dict[str, Any], bool] | str:
             value: Any = argv[i + 1]
             if keys[-1] == "gpu_memory_utilization":
                 value = float(value)
-            elif keys[-1] == "port":
+            elif keys[-1] in ("port", "max_model_len"):
                 value = int(value)
             elif keys[-1] == "base_url":
                 value = [value]
@@ -139,6 +147,12 @@ def launcher(argv: list[str]) -> int:
     if dry:
         say("SUCCESS", "Dry run complete. To start an RL run locally, remove --dry-run from your command.")
         return 0
+    try:   # prime-rl's launcher gives torchrun --rdzv-endpoint=localhost:<port>
+        socket.getaddrinfo("localhost", 29500)
+    except OSError as exc:
+        print(f"torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: localhost: {exc}",
+              flush=True)
+        return 1
     ids = [int(t) for t in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if t.strip()]
     dep = cfg.get("deployment", {})
     n_infer, n_train = dep.get("num_infer_gpus", 1), dep.get("num_train_gpus", 1)
@@ -228,18 +242,20 @@ def inference(out: Path, cfg: dict[str, Any]) -> int:
 
 
 def orchestrator(out: Path, cfg: dict[str, Any]) -> int:
+    """Starts its env server the way prime-rl's ``Env._spawn`` does: a ``spawn`` child whose output goes to
+    the env log, reporting back over a ``multiprocessing`` queue (which needs a writable ``/dev/shm``)."""
     env = cfg["orchestrator"]["train"]["env"][0]
     name = env.get("name", env["id"])
     env_log = out / "logs" / "envs" / "train" / f"{name}.log"
     env_log.parent.mkdir(parents=True, exist_ok=True)
-    with open(env_log, "w") as f:
-        server = subprocess.Popen([*SELF, "--fake-role", "env_server", str(out)], stdout=f, stderr=f)
-    ready = out / ".fake" / "env_ready"
-    while not ready.exists():  # like prime-rl: no end to the wait for an env server that died
-        time.sleep(0.1)
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    server = ctx.Process(target=env_server_entry, args=(str(out), str(env_log), queue), daemon=False)
+    server.start()
+    num_tasks = queue.get()   # like prime-rl's elastic pool: no end to the wait for a server that died
     while not (out / ".fake" / "inference_ready").exists():  # it waits for its policy server, too
         time.sleep(0.1)
-    say("INFO", f"Env {name} ready: num_tasks={ready.read_text()} group_scoring=False")
+    say("INFO", f"Env {name} ready: num_tasks={num_tasks} group_scoring=False")
     batch, group = cfg["orchestrator"]["batch_size"], cfg["orchestrator"]["group_size"]
     for step in range(1, cfg["max_steps"] + 1):
         if scenario() == "empty_batches":
@@ -258,11 +274,20 @@ def orchestrator(out: Path, cfg: dict[str, Any]) -> int:
         while not (out / ".fake" / f"trained_{step}").exists():
             time.sleep(0.05)
     server.terminate()
-    server.wait()
+    server.join()
     return 0
 
 
-def env_server(out: Path, cfg: dict[str, Any]) -> int:
+def env_server_entry(out: str, log_file: str, queue: Any) -> None:
+    """The spawned env server: output to ``log_file`` (prime-rl's ``_run_env_server``), then serve."""
+    fh = open(log_file, "w", buffering=1)
+    os.dup2(fh.fileno(), sys.stdout.fileno())
+    os.dup2(fh.fileno(), sys.stderr.fileno())
+    os.environ.pop("FAKE_ROLE", None)
+    env_server(Path(out), json.loads((Path(out) / ".fake" / "config.json").read_text()), queue)
+
+
+def env_server(out: Path, cfg: dict[str, Any], queue: Any) -> int:
     import logging
 
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
@@ -272,7 +297,7 @@ def env_server(out: Path, cfg: dict[str, Any]) -> int:
     env_cfg = cfg["orchestrator"]["train"]["env"][0]
     env = verifiers.load_environment(env_cfg["id"], **env_cfg.get("args", {}))
     print(f"INFO EnvServer up: taskset={env_cfg['id']}", flush=True)
-    (out / ".fake" / "env_ready").write_text(str(len(env.get_dataset())))
+    queue.put(len(env.get_dataset()))
     wait_forever()
     return 0
 
@@ -342,11 +367,16 @@ def save_perturbed(model: str, dst: Path) -> None:
     (dst / "STABLE").touch()
 
 
-ROLES = {"inference": inference, "orchestrator": orchestrator, "env_server": env_server, "trainer": trainer,
-         "trainer_rank": trainer_rank}
+ROLES = {"inference": inference, "orchestrator": orchestrator, "trainer": trainer, "trainer_rank": trainer_rank}
 
-if __name__ == "__main__":
+
+def main() -> int:
+    """The ``rl`` console script of the installed fake (and the script's entry)."""
     if sys.argv[1:2] == ["--fake-role"]:
         out_dir = Path(sys.argv[3])
-        sys.exit(ROLES[sys.argv[2]](out_dir, json.loads((out_dir / ".fake" / "config.json").read_text())))
-    sys.exit(launcher(sys.argv[1:]))
+        return ROLES[sys.argv[2]](out_dir, json.loads((out_dir / ".fake" / "config.json").read_text()))
+    return launcher(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

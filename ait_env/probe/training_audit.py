@@ -1,0 +1,143 @@
+"""The training audit: what the model is actually given during training, checked where it trains.
+
+The validation probe loads the agent's environment once, in its own sandbox request, and checks what the
+environment reports. An environment can tell that load apart from training (its arguments, its folder,
+the time) and behave differently there; any check it can detect, it can evade. This audit needs no
+cooperation: it reads the conversations the model was sampled on and trained from — the requests the
+sandboxed rollout worker sent to the model endpoint, recorded by the endpoint itself outside the sandbox
+(:attr:`ait_env.local.endpoint.Record.messages`) — so what it checks is exactly what training used. On a
+GPU the same audit reads prime-rl's per-step rollout traces (:mod:`gpu.primerl_traces`).
+
+- **Hidden-eval leaks**: every string of every message (system, user, tool, assistant: an environment can
+  forge few-shot turns) and the tool descriptions, looked for with the probe's
+  :class:`ait_env.probe.leak.LeakIndex` (copies and re-worded instances). More than ``tolerance`` distinct
+  hidden questions seen fail the job with code ``eval_leak``.
+- **The family's tools, unchanged**: every tool result the model was shown is compared with what the
+  family's own tool returns for the same call (``str(tool(**arguments))``, as verifiers 0.2.0's
+  ``ToolEnv.call_tool`` formats it); a different answer, or a tool list that is not the family's, fails
+  the job with code ``foreign_tools``. Calls the family's tool refuses (bad arguments, an unknown tool)
+  are not compared: their error text is the environment's ``error_formatter``'s to choose.
+
+Both codes void the job's validation in the reward (:data:`ait_env.reward.FORFEITING_FAULTS`). Each
+message is read once per job (by content hash), so the cost grows with new text only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ait_env.jobs.failures import JobFailed
+from ait_env.probe.leak import LEAK_TOLERANCE, LeakIndex
+from task_families.base import TaskFamily
+
+#: how many message hashes a job remembers (a bound on memory; beyond it messages are read again)
+MAX_SEEN = 500_000
+
+
+def _strings(value: Any, out: list[str], depth: int = 0) -> None:
+    if depth > 8:
+        return
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _strings(v, out, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _strings(v, out, depth + 1)
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class TrainingAudit:
+    """See the module docstring. :meth:`review` raises :class:`~ait_env.jobs.failures.JobFailed`."""
+
+    def __init__(self, family: TaskFamily, hidden_questions: Sequence[str], tolerance: int = LEAK_TOLERANCE) -> None:
+        self.family = family
+        self.index = LeakIndex(hidden_questions, family)
+        self.tolerance = tolerance
+        self.tools = {t.__name__: t for t in family.tools}
+        self.leaked: dict[int, str] = {}          # hidden index -> the role that carried it
+        self.seen: set[str] = set()
+        self.checked_results = 0
+
+    def review(self, conversations: Iterable[tuple[list[Any] | None, list[Any] | None]]) -> None:
+        """Check each (messages, tools) a training request carried."""
+        for messages, tools in conversations:
+            if tools:
+                self._check_tool_list(tools)
+            if isinstance(messages, list):
+                self._check_messages(messages)
+        if len(self.leaked) > self.tolerance:
+            roles = sorted(set(self.leaked.values()))
+            raise JobFailed(f"your environment gave the model {len(self.leaked)} hidden-eval questions during "
+                            f"training (in {', '.join(roles)} content), compared as instances and as text; the "
+                            "validation probe did not see them. Training on the evaluation set is not allowed.",
+                            code="eval_leak")
+
+    # ------------------------------------------------------------------ checks
+    def _remember(self, key: str) -> bool:
+        """True the first time ``key`` is seen."""
+        if key in self.seen:
+            return False
+        if len(self.seen) >= MAX_SEEN:
+            self.seen.clear()
+        self.seen.add(key)
+        return True
+
+    def _check_tool_list(self, tools: list[Any]) -> None:
+        if not self._remember(_digest("tools", tools)):
+            return
+        texts: list[str] = []
+        _strings(tools, texts)
+        self._scan(texts, "tool description")
+        names = {str(((t or {}).get("function") or {}).get("name")) for t in tools if isinstance(t, dict)}
+        if names != set(self.tools):
+            raise JobFailed(f"your environment offered the model the tools {sorted(names)} during training; the "
+                            f"tools must be exactly the family's {sorted(self.tools)}", code="foreign_tools")
+
+    def _check_messages(self, messages: list[Any]) -> None:
+        calls: dict[str, tuple[str, Any]] = {}
+        for msg in messages:
+            if not isinstance(msg, dict):
+                continue
+            role = str(msg.get("role"))
+            for call in msg.get("tool_calls") or []:
+                if isinstance(call, dict):  # OpenAI's nested form, or verifiers v1's flat {id, name, arguments}
+                    fn = call.get("function") if isinstance(call.get("function"), dict) else call
+                    calls[str(call.get("id"))] = (str(fn.get("name")), fn.get("arguments"))
+            if not self._remember(_digest("msg", msg)):
+                continue
+            texts: list[str] = []
+            _strings(msg, texts)
+            self._scan(texts, role)
+            if role == "tool" and str(msg.get("tool_call_id")) in calls:
+                self._check_result(*calls[str(msg.get("tool_call_id"))], msg.get("content"))
+
+    def _scan(self, texts: list[str], role: str) -> None:
+        for text in texts:
+            for i in self.index.find(text):
+                self.leaked.setdefault(i, role)
+
+    def _check_result(self, name: str, arguments: Any, content: Any) -> None:
+        fn = self.tools.get(name)
+        if fn is None:
+            return  # an unknown tool: the environment answers with its own error text
+        try:
+            args = json.loads(arguments) if isinstance(arguments, str) else arguments
+            if not isinstance(args, dict):
+                return
+            expected = str(fn(**args))
+        except Exception:  # noqa: BLE001 - the family's tool refuses the call: error texts are not compared
+            return
+        self.checked_results += 1
+        if content != expected:
+            raise JobFailed(f"during training the tool {name!r} answered {str(content)[:120]!r} to "
+                            f"{json.dumps(args)[:200]}, but the family's {name} returns {expected[:120]!r}: the "
+                            "inner model's tools must be the family's own, unchanged (do not wrap, replace or "
+                            "post-process them)", code="foreign_tools")

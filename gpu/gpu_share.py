@@ -1,0 +1,83 @@
+"""vLLM's share of a GPU it shares with prime-rl's trainer (the one-GPU "shared" mode), by one stated rule.
+
+Contract: :func:`colocated_share` returns the ``--inference.gpu-memory-utilization`` for a model, the job's
+``seq_len`` and the GPU's memory, or None when the model or the GPU memory is unknown (the executor then
+uses ``GpuOptions.colocated_gpu_memory_utilization``'s fallback); :func:`gpu_memory_gib` reads a GPU's
+memory from ``nvidia-smi``.
+
+The rule (UNMEASURED: no GPU run has checked it yet; ``docs/gpu.md`` says so):
+
+    vLLM needs  = weights (params x 2 bytes, bf16)
+                + KV cache for KV_SEQUENCES sequences of seq_len tokens
+                  (2 x layers x kv_heads x head_dim x 2 bytes per token)
+                + OVERHEAD_GIB (CUDA context, activations of the profile run, CUDA graphs)
+    share       = needs / GPU memory, rounded up to 0.01, within [MIN_SHARE, MAX_SHARE]
+
+vLLM refuses to start when its share cannot hold the weights and one ``max_model_len`` sequence of KV
+cache (vllm 0.24.0 ``v1/core/kv_cache_utils.py`` ``check_enough_kv_cache_memory``), which is why the
+executor passes ``--inference.model.max-model-len <seq_len>`` (prime-rl v0.7.0
+``packages/prime-rl-configs/src/prime_rl/configs/inference.py`` ``ModelConfig.max_model_len``; unset, vLLM
+takes the model's 40,960 tokens for Qwen3). The trainer gets the rest of the GPU. The geometry below is
+from the models' ``config.json`` (Qwen3-0.6B and -1.7B: 28 layers, 8 KV heads of 128; tied embeddings).
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    params: float
+    layers: int
+    kv_heads: int
+    head_dim: int
+
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * 2   # K and V, bf16
+
+
+MODELS: dict[str, ModelSize] = {
+    "Qwen/Qwen3-0.6B": ModelSize(params=0.6e9, layers=28, kv_heads=8, head_dim=128),
+    "Qwen/Qwen3-1.7B": ModelSize(params=1.7e9, layers=28, kv_heads=8, head_dim=128),
+}
+KV_SEQUENCES = 8          # concurrent full-length rollouts the policy server can hold at once
+OVERHEAD_GIB = 2.0
+MIN_SHARE = 0.10
+MAX_SHARE = 0.50          # the trainer keeps at least half of the GPU
+GIB = 2**30
+
+
+def vllm_need_gib(model: str, seq_len: int) -> float | None:
+    """GiB vLLM needs for ``model`` at ``seq_len`` by the rule (None: unknown model)."""
+    size = MODELS.get(model)
+    if size is None:
+        return None
+    weights = size.params * 2
+    kv = KV_SEQUENCES * seq_len * size.kv_bytes_per_token()
+    return (weights + kv) / GIB + OVERHEAD_GIB
+
+
+def colocated_share(model: str, seq_len: int, gpu_gib: float | None) -> float | None:
+    """vLLM's ``gpu_memory_utilization`` on a shared GPU by the rule (module docstring), or None."""
+    need = vllm_need_gib(model, seq_len)
+    if need is None or not gpu_gib:
+        return None
+    share = math.ceil(need / gpu_gib * 100) / 100
+    return min(MAX_SHARE, max(MIN_SHARE, share))
+
+
+def gpu_memory_gib(index: int) -> float | None:
+    """Total memory of GPU ``index`` (``nvidia-smi --query-gpu=index,memory.total``, MiB), or None."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0] == str(index) and parts[1].isdigit():
+            return int(parts[1]) / 1024
+    return None
