@@ -122,8 +122,8 @@ def test_worker_runs_a_job_and_reports_itself(tmp_path, wenv):
     for key in ("status", "backend", "post_score", "post_ci95", "baselines", "error"):
         assert res[key] == ref[key], key
     assert set(res["curves"]) == set(ref["curves"])   # timings and float noise (grad_norm) aside:
-    for curve in ("train_reward", "eval_step", "eval_score"):
-        assert res["curves"][curve] == ref["curves"][curve], curve
+    for curve in ("train_reward", "eval_step", "eval_score"):   # a mean's last bit depends on the order
+        assert res["curves"][curve] == pytest.approx(ref["curves"][curve], rel=1e-12, abs=1e-15), curve
 
 
 @pytest.mark.parametrize("sandbox", ["bwrap", "fallback"])
