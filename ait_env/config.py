@@ -11,22 +11,17 @@ among the families not marked ``held_out``), ``reward`` (weights), ``backend`` (
 
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, Field, ValidationError
 
-from ait_env.backends.base import BackendSettings
-from ait_env.ledger import LedgerSettings
+from ait_env.conf import ConfigError, conf_dir, load_group
+from ait_env.jobs.settings import BackendSettings
+from ait_env.observe.ledger import LedgerSettings
 from ait_env.probe.dynamic import DynamicSettings
-from ait_env.reward import RewardSettings
-from ait_env.workspace import WorkspaceQuota
-
-
-class ConfigError(ValueError):
-    pass
+from ait_env.episode.reward import RewardSettings
+from ait_env.sandbox.workspace import WorkspaceQuota
 
 
 class EnvSettings(BaseModel):
@@ -54,24 +49,6 @@ class Settings(BaseModel):
     family: FamilySettings = Field(default_factory=FamilySettings)
     reward: RewardSettings = Field(default_factory=RewardSettings)
     backend: BackendSettings
-
-
-def conf_dir() -> Path:
-    """The directory holding the config groups (``conf/`` in a checkout)."""
-    return Path(str(resources.files("ait_env.conf")))
-
-
-def group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
-
-
-def load_group(group: str, name: str) -> dict[str, Any]:
-    path = conf_dir() / group / f"{name}.yaml"
-    if not path.is_file():
-        raise ConfigError(f"no {group} config named {name!r}; available: {', '.join(group_options(group))} "
-                          f"(files in {conf_dir() / group})")
-    data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    return dict(data or {})  # type: ignore[arg-type]
 
 
 def family_settings(name: str) -> FamilySettings:

@@ -1,10 +1,10 @@
 """``JobWritingEnv``: one episode = one agent writing and submitting one RL training job (or, in a
 research episode, up to ``env.max_jobs_per_episode`` jobs, each result shown to the agent).
 
-The env only orchestrates: actions are parsed by :mod:`ait_env.toolcalls`, tools run through
-:class:`ait_env.tools.ToolBox` on a :class:`ait_env.workspace.Workspace`, submissions go through the
+The env only orchestrates: actions are parsed by :mod:`ait_env.jobs.toolcalls`, tools run through
+:class:`ait_env.episode.tools.ToolBox` on a :class:`ait_env.sandbox.workspace.Workspace`, submissions go through the
 :class:`ait_env.probe.ValidationProbe`, valid jobs are bundled (:mod:`ait_env.jobs.bundle`) and run by
-a backend, and :mod:`ait_env.reward` turns the result into the reward.
+a backend, and :mod:`ait_env.episode.reward` turns the result into the reward.
 
 Observations and actions are strings. ``info`` always carries the whole conversation as
 OpenAI-style ``messages``, the agent ``tools`` as JSON schemas, ``family``, ``instance_id``,
@@ -17,7 +17,7 @@ much of the episode's USD budget (``env.ledger.episode_budget_usd``, the ledger'
 remain, and may revise the workspace and submit again, or call ``finish``. The episode ends after the last
 allowed job, when what is left of the budget cannot pay for another job like the last one (or the ledger
 refuses the next dispatch), at ``finish``, at the turn limit, or when a job's submit_job attempts run out;
-it is then scored on the jobs that ran (:func:`ait_env.reward.combine`). An infrastructure failure in any
+it is then scored on the jobs that ran (:func:`ait_env.episode.reward.combine`). An infrastructure failure in any
 job drops the episode (``infra_failed``). ``info`` then also has ``jobs_left`` and ``budget_left_usd``.
 """
 
@@ -34,21 +34,22 @@ from typing import Any
 
 import gymnasium as gym
 
-from ait_env.toolcalls import CALL_FORMAT, ToolCall, parse_action
-from ait_env.backends import Backend, JobResult, make_backend
-from ait_env.baselines import BaselinesNotSeeded
+from ait_env.jobs.toolcalls import CALL_FORMAT, ToolCall, parse_action
+from ait_env.backends import Backend, make_backend
+from ait_env.jobs.result import JobResult
+from ait_env.hidden.baselines import BaselinesNotSeeded
 from ait_env.config import Settings, compose, split_families
 from ait_env.jobs.bundle import build_bundle
-from ait_env.ledger import BudgetExceeded, CostLedger, CostRecord
+from ait_env.observe.ledger import BudgetExceeded, CostLedger, CostRecord
 from ait_env.probe import ValidationProbe
 from ait_env.probe.dynamic import DynamicProbe
 from ait_env.sandbox import SandboxError
-from ait_env.redact import for_agent
-from ait_env.reward import End, RewardBreakdown, Status, best_job, combine, compose as compose_reward
-from ait_env.spaces import UnicodeText
-from ait_env.spec import ResearchTerms, system_prompt, task_message
-from ait_env.tools import ToolBox, ToolOutcome, tool_schemas
-from ait_env.workspace import Workspace
+from ait_env.hidden.redact import for_agent
+from ait_env.episode.reward import End, RewardBreakdown, Status, best_job, combine, compose as compose_reward
+from ait_env.episode.spaces import UnicodeText
+from ait_env.episode.spec import ResearchTerms, system_prompt, task_message
+from ait_env.episode.tools import ToolBox, ToolOutcome, tool_schemas
+from ait_env.sandbox.workspace import Workspace
 from task_families import FAMILY_NAMES, get_family
 from task_families.base import TOOLS_MODULE_NAME, Bounds, TaskFamily, TaskSpec
 
@@ -378,7 +379,7 @@ class JobWritingEnv(gym.Env[str, str]):
         """``submit_job``: validate, dispatch, score. Never raises, whatever the submission holds: an
         unexpected exception is our bug, so the episode ends ``infra_failed`` (unscored, never blamed on
         the agent) and the traceback goes to the ``ait_env`` log. What the agent reads has every host
-        path redacted (:func:`ait_env.redact.for_agent`)."""
+        path redacted (:func:`ait_env.hidden.redact.for_agent`)."""
         try:
             outcome = self._submit_checked()
         except Exception as exc:  # noqa: BLE001 - the contract: step never raises
@@ -428,7 +429,7 @@ class JobWritingEnv(gym.Env[str, str]):
             bundle = build_bundle(self._ws.root, job, self._family, self.runs_dir / "jobs",
                                   episode_id=self.episode_id,
                                   renderer=self._spec.bounds.model_renderers.get(job.job.base_model))
-            # the job's bound is held against the budgets until its charge replaces it (ait_env/ledger.py)
+            # the job's bound is held against the budgets until its charge replaces it (ait_env/observe/ledger.py)
             estimate = self.backend.estimate_cost_usd(bundle)
             hold = self.ledger.reserve(self.episode_id, estimate, what=bundle.job_id)
         except BudgetExceeded as exc:

@@ -5,7 +5,7 @@
 Generic phases (this module), the same whatever trains the model:
 
 1. **verify** the bundle (its files' hashes);
-2. **pre scores**: the baselines policy (:meth:`ait_env.baselines.BaselineStore.for_job`) says which
+2. **pre scores**: the baselines policy (:meth:`ait_env.hidden.baselines.BaselineStore.for_job`) says which
    untrained scores hold for the weights built here; the job's own model is otherwise scored on the
    hidden set while the executor serves it, other models by the executor's ``measure_base``; a
    full-set measurement is recorded in the user store (pinned for this build from then on);
@@ -14,10 +14,10 @@ Generic phases (this module), the same whatever trains the model:
 4. **post eval** of the trained model on the whole hidden set;
 5. **result.json**, written atomically (:meth:`JobResult.save`), with curves, timings and a log tail.
 
-The hidden-eval harness (:mod:`ait_env.evaluation`) runs in a child process against an
+The hidden-eval harness (:mod:`ait_env.hidden.evaluation`) runs in a child process against an
 OpenAI-compatible base URL (vLLM on a GPU, the local endpoint here): nothing in these phases depends
 on how the model is served or trained. That is the **trainer executor**'s part
-(:class:`TrainerExecutor`): the local tiny-model GRPO (:mod:`ait_env.local.executor`) today, prime-rl
+(:class:`TrainerExecutor`): the local tiny-model GRPO (:mod:`ait_env.cpu_trainer.executor`) today, prime-rl
 on GPUs next. Executors are looked up by backend name in :data:`EXECUTORS`.
 
 Status rules: a failure caused by the job's own code or settings (:class:`JobFailed`: its environment
@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
 
-from ait_env.backends.base import BackendSettings, JobResult
-from ait_env.baselines import BaselineEntry, BaselineStore
+from ait_env.jobs.settings import BackendSettings, RunnerSettings
+from ait_env.jobs.result import JobResult
+from ait_env.hidden.baselines import BaselineEntry, BaselineStore
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.failures import InfraFailed, JobFailed
 from task_families import get_family
@@ -50,19 +50,6 @@ from task_families import get_family
 Log = Callable[[str], None]
 
 __all__ = ["InfraFailed", "JobFailed", "Served", "Trained", "TrainerExecutor", "run"]
-
-
-class RunnerSettings(BaseModel):
-    """The generic phases' knobs (part of every executing backend's ``options``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    eval_every: int = 10            # eval points: hidden-eval subset every N steps (0 = off)
-    eval_subset: int = 100          # instances of the hidden set used for eval points
-    eval_concurrency: int = 300     # the harness runs in its own process; the server batches continuously
-    eval_max_tokens: int = 160      # per-turn cap of the hidden eval (tiny models stop at <|im_end|> anyway)
-    eval_limit: int | None = None   # tests only: score the first N hidden instances instead of all
-    measure_pre: bool = False       # measure the job's base model even when a pin holds
 
 
 @dataclass
@@ -111,7 +98,7 @@ class TrainerExecutor(Protocol):
 
 
 #: backend name -> "module:factory" of its trainer executor
-EXECUTORS: dict[str, str] = {"local": "ait_env.local.executor:LocalExecutor",
+EXECUTORS: dict[str, str] = {"local": "ait_env.cpu_trainer.executor:LocalExecutor",
                              "gpu": "gpu.primerl_executor:PrimeRLExecutor"}
 
 
@@ -150,16 +137,10 @@ class _Tee:
         return "\n".join(self.lines)
 
 
-def runner_settings(backend: BackendSettings) -> RunnerSettings:
-    """The generic phases' knobs out of a backend's ``options`` (the executor's own keys are left)."""
-    return RunnerSettings.model_validate({k: v for k, v in backend.options.items()
-                                          if k in RunnerSettings.model_fields})
-
-
 def hidden_evaluator(family: str, settings: RunnerSettings) -> Callable[[Served, int], Any]:
     """``evaluate(served, n)``: the first ``n`` hidden instances of ``family`` scored by the harness in its
     own process (raises when the eval itself failed)."""
-    from ait_env.evaluation import evaluate_subprocess
+    from ait_env.hidden.evaluation import evaluate_subprocess
 
     fam = get_family(family)
     max_tokens = min(fam.eval_max_tokens, settings.eval_max_tokens)
@@ -177,9 +158,9 @@ def _phases(bundle: JobBundle, backend: BackendSettings, store: BaselineStore, r
             progress: bool, factory: Callable[..., TrainerExecutor], known: dict[str, float]) -> JobResult:
     """The phases; ``known`` receives the base scores as soon as they are known (a job that fails in
     training still reports what it was compared with)."""
-    from ait_env.secrets import hidden_set, hidden_set_hash
+    from ait_env.hidden.secrets import hidden_set, hidden_set_hash
 
-    settings = runner_settings(backend)
+    settings = RunnerSettings.of(backend.options)
     job = bundle.job
     fam = get_family(bundle.manifest.family)
     model_name = job.job.base_model
@@ -303,7 +284,7 @@ def main() -> None:
     if args.backend_settings:
         settings = BackendSettings.model_validate_json(args.backend_settings.read_text())
     else:
-        from ait_env.config import load_group
+        from ait_env.conf import load_group
 
         settings = BackendSettings.model_validate(load_group("backend", "local"))
     if args.measure_pre:

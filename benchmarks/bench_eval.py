@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ait_env.evaluation import evaluate  # noqa: E402
-from ait_env.secrets import hidden_set  # noqa: E402
+from ait_env.hidden.evaluation import evaluate  # noqa: E402
+from ait_env.hidden.secrets import hidden_set  # noqa: E402
 from tests.fakes.openai_server import ScriptedOpenAIServer, correct_policy, slow_policy  # noqa: E402
 
 

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ait_env.agents.reference import reference_files
+from task_families import reference_files
 from ait_env.probe import ValidationProbe
 from ait_env.probe.dynamic import DynamicProbe, DynamicSettings, probe_sandbox
 from task_families import FAMILY_NAMES, get_family

@@ -33,8 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ait_env.agents.reference import reference_files  # noqa: E402
-from ait_env.backends.base import BackendSettings, JobHandle, JobResult  # noqa: E402
+from task_families import reference_files  # noqa: E402
+from ait_env.backends.base import JobHandle
+from ait_env.jobs.settings import BackendSettings
+from ait_env.jobs.result import JobResult  # noqa: E402
 from ait_env.backends.runpod import RunpodBackend  # noqa: E402
 from ait_env.config import load_group  # noqa: E402
 from ait_env.jobs.bundle import JobBundle, build_bundle  # noqa: E402
@@ -76,7 +78,7 @@ def main() -> int:
     ap.add_argument("--max-in-flight", type=int, default=10_000)
     ap.add_argument("--poll-interval", type=float, default=0.05)
     ap.add_argument("--http", action="store_true",
-                    help="gpu.runpod_api.ServerlessClient over HTTP to tests/gpu/fake_runpod.py "
+                    help="fleet.runpod_api.ServerlessClient over HTTP to tests/gpu/fake_runpod.py "
                          "(instant mode)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ait-bench-runpod-"))

@@ -25,14 +25,15 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ait_env.agents.reference import reference_files
-from ait_env.backends.base import BackendSettings, JobResult
+from task_families import reference_files
+from ait_env.jobs.settings import BackendSettings
+from ait_env.jobs.result import JobResult
 from ait_env.config import load_group
 from ait_env.jobs.bundle import build_bundle
 from ait_env.jobs.schema import parse_job
-from ait_env.reward import RewardSettings, compose
+from ait_env.episode.reward import RewardSettings, compose
 from ait_env.runner import run
-from ait_env.secrets import hidden_set
+from ait_env.hidden.secrets import hidden_set
 from task_families import FAMILY_NAMES, get_family
 
 OUT = Path("runs/benchmarks/local_jobs.jsonl")

@@ -18,7 +18,7 @@ import gymnasium as gym
 from openai import OpenAI
 
 import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
-from ait_env.spec import strip_tool_sections
+from ait_env.episode.spec import strip_tool_sections
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--base-url", required=True)

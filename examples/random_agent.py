@@ -12,7 +12,7 @@ import random
 import gymnasium as gym
 
 import ait_env  # noqa: F401
-from ait_env.tools import TOOL_NAMES
+from ait_env.episode.tools import TOOL_NAMES
 
 
 def random_action(rng: random.Random, env: gym.Env) -> str:

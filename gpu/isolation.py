@@ -31,30 +31,24 @@ only, and serve the post eval from a process started after ``train`` returned (t
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from ait_env.jobs.settings import DEFAULT_TRAINING_UID, TRAINING_UID_ENV
+from ait_env.sandbox.processes import kill_all, live_descendants, python_roots
+
 JailMode = Literal["bwrap", "user", "none"]
 #: the variable that carries the worker's :class:`JailConfig` (JSON) to the runner and its executor
 JAIL_ENV = "AIT_TRAINING_JAIL"
-#: the training tree's uid: dedicated (the image creates ``ait-train`` with it); no other process may use it.
-#: Workers sharing one machine need one each (``$AIT_TRAINING_UID``): a worker kills every process of its
-#: uid before and after a request, so two workers on one uid would kill each other's training
-DEFAULT_TRAINING_UID = 61000
-TRAINING_UID_ENV = "AIT_TRAINING_UID"
 
 
 def training_uid() -> int:
@@ -106,114 +100,6 @@ def secret_values(base: Mapping[str, str] | None = None, min_len: int = 8) -> se
     """The values of the credential-looking variables of ``base`` (scrubbed from text leaving the worker)."""
     base = os.environ if base is None else base
     return {v for k, v in base.items() if (CREDENTIAL.search(k) or k in WORKER_ONLY) and len(v) >= min_len}
-
-
-# ------------------------------------------------------------------------------------------------ processes
-@dataclass(frozen=True)
-class Proc:
-    pid: int
-    ppid: int
-    uid: int          # real uid
-    state: str        # "Z" for a zombie (dead, not yet reaped)
-
-
-def process_table() -> dict[int, Proc]:
-    """Every process visible in ``/proc`` (processes that vanish while it is read are left out)."""
-    table: dict[int, Proc] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{entry}/status") as f:
-                uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
-        except (OSError, IndexError, ValueError, StopIteration):
-            continue
-        table[int(entry)] = Proc(int(entry), int(fields[1]), uid, fields[0])
-    return table
-
-
-def live_descendants(pid: int, table: dict[int, Proc] | None = None) -> set[int]:
-    """The live (not zombie) processes below ``pid``."""
-    table = process_table() if table is None else table
-    kids: dict[int, list[int]] = {}
-    for p in table.values():
-        kids.setdefault(p.ppid, []).append(p.pid)
-    out: set[int] = set()
-    todo = [pid]
-    while todo:
-        for k in kids.get(todo.pop(), []):
-            if k not in out:
-                out.add(k)
-                todo.append(k)
-    return {p for p in out if table[p].state != "Z"}
-
-
-def processes_of_uid(uid: int, table: dict[int, Proc] | None = None) -> set[int]:
-    """The live processes whose real uid is ``uid``."""
-    table = process_table() if table is None else table
-    return {p.pid for p in table.values() if p.uid == uid and p.state != "Z" and p.pid != os.getpid()}
-
-
-def become_subreaper() -> bool:
-    """Make this process a child subreaper: orphaned processes below it are re-parented to it, not to init
-    (so a daemonised grandchild stays a descendant). False where the kernel refuses."""
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        return False
-
-
-def _reap(pids: Iterable[int]) -> None:
-    """Collect the exit status of those of ``pids`` that are this process's children (never ``waitpid(-1)``:
-    that would steal the status of a child another part of the program waits for)."""
-    for pid in pids:
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except (ChildProcessError, OSError):
-            pass
-
-
-def kill_as_uid(uid: int) -> None:
-    """``kill(-1, SIGKILL)`` from a helper running as ``uid``: every process of that uid at once (the
-    kernel's own iteration, which a forking process cannot outrun). Needs root (CAP_SETUID)."""
-    # a system binary: the uid must be able to execute it (an interpreter under /root would not do)
-    kill = shutil.which("kill", path="/usr/bin:/bin")
-    argv = ([kill, "-KILL", "--", "-1"] if kill
-            else ["/usr/bin/python3", "-I", "-c", "import os; os.kill(-1, 9)"])
-    subprocess.run(argv, user=uid, group=uid, extra_groups=[], check=False, timeout=30,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def kill_all(pids: Iterable[int] = (), *, uid: int | None = None, below: int | None = None,
-             keep: Iterable[int] = (), timeout_s: float = 10.0) -> tuple[set[int], set[int]]:
-    """SIGKILL ``pids``, every process of ``uid`` (when given) and every live process below ``below``
-    except ``keep``, rescanning until none is alive or ``timeout_s`` passed (what forks meanwhile is
-    caught by the next scan). Returns ``(killed, survivors)``."""
-    targets, keep = set(pids), set(keep)
-    killed: set[int] = set()
-    deadline = time.monotonic() + timeout_s
-    while True:
-        table = process_table()
-        alive = {p for p in targets if p in table and table[p].state != "Z"}
-        if uid is not None:
-            alive |= processes_of_uid(uid, table)
-        if below is not None:
-            alive |= live_descendants(below, table) - keep
-        alive.discard(os.getpid())
-        if not alive or time.monotonic() > deadline:
-            return killed, alive
-        if uid is not None and os.getuid() == 0:
-            kill_as_uid(uid)
-        for pid in alive:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except OSError:
-                pass
-        _reap(alive)
-        time.sleep(0.05)
 
 
 # ------------------------------------------------------------------------------------------------- the jail
@@ -298,11 +184,6 @@ _GPU_DEVICES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri")
 #: ``tempfile.gettempdir()``; ``utils/network_utils.py`` ``get_open_zmq_ipc_path``) and Python's
 #: multiprocessing its listeners below ``$TMPDIR``: the tree gets a short private folder for both
 SHORT_TMP_PREFIX = "/tmp/ait-t-"
-
-
-def _python_roots(python: str) -> list[str]:
-    p = Path(python)
-    return sorted({str(p.parent.parent), str(p.resolve().parent.parent)})
 
 
 class TrainingJail:
@@ -419,7 +300,7 @@ class TrainingJail:
         pythons = program_paths(argv[0]) if os.path.isabs(argv[0]) else []
         drop = self._drop()
         if drop and drop[0] == sys.executable:
-            pythons += _python_roots(sys.executable)
+            pythons += python_roots(sys.executable)
         ro = dict.fromkeys([*pythons, *map(str, readable)])
         binds = [("--ro-bind", d) for d in ro if os.path.exists(d)]
         binds += [("--bind", str(d)) for d in writable]

@@ -63,7 +63,7 @@ def audit_traces(output_dir: Path, family: str, log: Any = None) -> int:
     :class:`~ait_env.jobs.failures.JobFailed` (``eval_leak`` / ``foreign_tools``). Returns how many tool
     results were compared."""
     from ait_env.probe.training_audit import TrainingAudit
-    from ait_env.secrets import hidden_questions
+    from ait_env.hidden.secrets import hidden_questions
     from task_families import get_family
 
     files = trace_files(output_dir)

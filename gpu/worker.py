@@ -5,7 +5,7 @@
     python -m gpu.worker --serve          # the Runpod Serverless handler (runpod.serverless.start)
 
 (a) the CLI on any machine, (b) :func:`handler`, the Runpod Serverless handler (its input: the bundle as a
-base64 tar.gz, :func:`pack_bundle`, plus the run settings; its output: the result; progress through the
+base64 tar.gz, :func:`ait_env.jobs.wire.pack_bundle`, plus the run settings; its output: the result; progress through the
 SDK's ``progress_update``), (c) with the local tiny-model executor (``--backend local``) in tests. The
 ``gpu-local`` backend (:mod:`ait_env.backends.gpu_local`) runs the CLI in a subprocess.
 
@@ -22,7 +22,7 @@ family's hidden set through the executor's ``measure_base``):
    the runner, the jail's uid) and checks none is left **before the post eval starts**;
 3. after the child, everything it left below the worker is killed, and the result gets the worker's
    versions, image revision, GPUs and isolation (``JobResult.worker``); text that came from the job
-   (``error``, ``log_tail``, progress lines) is scrubbed: host paths (:func:`ait_env.redact.for_agent`),
+   (``error``, ``log_tail``, progress lines) is scrubbed: host paths (:func:`ait_env.hidden.redact.for_agent`),
    credential values, the secret seeds and the family's hidden questions never leave the worker.
 
 Runpod facts relied on (runpod-python 1.12.0, commit 07fc6e2b; runpod/docs a900806e): a handler gets
@@ -55,18 +55,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ait_env.backends.base import BackendSettings, JobResult, JobStatus
-from ait_env.baselines import BaselineEntry, BaselineFile, BaselineStore
-# the bundle's wire format (bounded decoder): ait_env/jobs/wire.py; re-exported for callers of gpu.worker
-from ait_env.jobs.wire import MAX_BUNDLE_B64, MAX_BUNDLE_BYTES, MAX_BUNDLE_FILES, BundleWireError, pack_bundle, unpack_bundle  # noqa: F401
+from ait_env.jobs.settings import EVAL_ALLOWANCE_S, BackendSettings, RunnerSettings, worker_settings
+from ait_env.jobs.result import JobResult, JobStatus
+from ait_env.hidden.baselines import BaselineEntry, BaselineFile, BaselineStore
+from ait_env.jobs.wire import unpack_bundle
 from gpu import isolation
+from ait_env.sandbox import processes
 from gpu.isolation import JailConfig
 from gpu.selfcheck import SelfCheck
 
 Progress = Callable[[str], None]
 ROOT = Path(__file__).resolve().parents[1]
-#: the evals' share of a job's time limit on top of its wall-clock bound (pre eval, eval points, post eval)
-EVAL_ALLOWANCE_S = 1800.0
 
 
 class WorkerRequest(BaseModel):
@@ -98,7 +97,7 @@ class BaselineOutcome(BaseModel):
 def carrier_bundle(family: str, model: str, parent: Path, executor: str) -> Any:
     """A bundle of ``family``'s reference job on ``model``: what the executor factory needs to exist (a
     baseline request trains nothing and imports none of its code)."""
-    from ait_env.agents.reference import reference_files
+    from task_families import reference_files
     from ait_env.jobs.bundle import build_bundle
     from ait_env.jobs.schema import parse_job
     from task_families import get_family
@@ -126,7 +125,7 @@ class Scrubber:
         self.secrets = sorted(set(self.secrets) | {v for v in values if v}, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
-        from ait_env.redact import for_agent
+        from ait_env.hidden.redact import for_agent
 
         if not text:
             return text
@@ -137,14 +136,14 @@ class Scrubber:
 
 def _private_secrets(private: Path) -> tuple[Path | None, set[str]]:
     """A private copy (0600) of the secret seeds (``$AIT_SECRETS_JSON``, a Runpod secret, or the file
-    :func:`ait_env.secrets.secrets_path` names) and the seed values to scrub (6 digits or more)."""
-    from ait_env.secrets import secrets_path
+    :func:`ait_env.hidden.secrets.secrets_path` names) and the seed values to scrub (6 digits or more)."""
+    from ait_env.hidden.secrets import secrets_path
 
     raw = os.environ.get("AIT_SECRETS_JSON")
     if not raw:
         path = secrets_path()
         if path is None:
-            return None, set()  # the published default seeds (public by design: ait_env/secrets.py)
+            return None, set()  # the published default seeds (public by design: ait_env/hidden/secrets.py)
         raw = path.read_text()
     seeds = json.loads(raw)
     if not isinstance(seeds, dict):
@@ -166,7 +165,7 @@ class GuardedExecutor:
         self.log = log
         self.jail = jail
         self.report = report
-        self.before_job = isolation.live_descendants(os.getpid())
+        self.before_job = processes.live_descendants(os.getpid())
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -175,7 +174,7 @@ class GuardedExecutor:
         from ait_env.runner import InfraFailed
 
         uid = self.jail.uid if os.getuid() == 0 else None
-        killed, survivors = isolation.kill_all(uid=uid, below=os.getpid(), keep=keep)
+        killed, survivors = processes.kill_all(uid=uid, below=os.getpid(), keep=keep)
         state = json.loads(self.report.read_text()) if self.report and self.report.exists() else {}
         state[when] = {"killed": len(killed), "survivors": sorted(survivors)}
         if self.report:
@@ -187,7 +186,7 @@ class GuardedExecutor:
                  else f"training tree: no process left {when}")
 
     def train(self, eval_point: Callable[[int], float | None]) -> Any:
-        keep = isolation.live_descendants(os.getpid())   # the executor's servers, started before training
+        keep = processes.live_descendants(os.getpid())   # the executor's servers, started before training
         try:
             return self.inner.train(eval_point)
         finally:
@@ -215,11 +214,11 @@ def _measure_baseline(req: WorkerRequest, log: Callable[[str], None]) -> Baselin
     """The baseline request, in the runner child: ``measure_base`` of the executor on the full hidden set
     (``eval_limit`` in tests), through the same harness the runner uses."""
     import ait_env.runner as runner
-    from ait_env.secrets import hidden_set, hidden_set_hash
+    from ait_env.hidden.secrets import hidden_set, hidden_set_hash
     from task_families import get_family
 
     assert req.family and req.model
-    settings = runner.runner_settings(req.settings)
+    settings = RunnerSettings.of(req.settings.options)
     fam = get_family(req.family)
     n = min(settings.eval_limit or len(hidden_set(fam.name)), len(hidden_set(fam.name)))
     scored = runner.hidden_evaluator(fam.name, settings)
@@ -254,7 +253,7 @@ def _child(request_path: Path) -> int:
     import ait_env.runner as runner
 
     req = WorkerRequest.model_validate_json(Path(request_path).read_text())
-    isolation.become_subreaper()
+    processes.become_subreaper()
     jail = isolation.TrainingJail.from_env().config
     report = req.private_dir / "guard.json" if req.private_dir else None
     if req.kind == "job":
@@ -287,7 +286,7 @@ class Worker:
         self.isolation_mode = isolation_mode
         self._checks: dict[str, SelfCheck] = {}
         self._one_at_a_time = threading.Lock()
-        isolation.become_subreaper()
+        processes.become_subreaper()
 
     def check(self, executor: str) -> SelfCheck:
         """The self-check for ``executor`` (run once per process)."""
@@ -370,14 +369,14 @@ class Worker:
                    timeout_s: float) -> tuple[int | str, str, dict[str, Any]]:
         private = Path(tempfile.mkdtemp(prefix="ait-worker-"))  # mode 0700
         jail = chk.isolation or JailConfig(mode="none", reason="not probed")
-        keep = isolation.live_descendants(os.getpid())   # e.g. the Runpod SDK's heartbeat process
+        keep = processes.live_descendants(os.getpid())   # e.g. the Runpod SDK's heartbeat process
         uid = jail.uid if os.getuid() == 0 else None
         try:
             secrets_file, seeds = _private_secrets(private)
             scrub.add(seeds | isolation.secret_values())
             if family:
                 scrub.add(_hidden_questions(family, secrets_file))
-            if uid is not None and isolation.kill_all(uid=uid)[1]:
+            if uid is not None and processes.kill_all(uid=uid)[1]:
                 raise RuntimeError(f"processes of the training uid {uid} are running and cannot be killed")
             (private / "tmp").mkdir()
             req = req.model_copy(update={"private_dir": private})
@@ -405,7 +404,7 @@ class Worker:
                 extra["baseline"] = json.loads((private / "baseline.json").read_text())
             return code, "\n".join(tail), extra
         finally:
-            killed, survivors = isolation.kill_all(uid=uid, below=os.getpid(), keep=keep)
+            killed, survivors = processes.kill_all(uid=uid, below=os.getpid(), keep=keep)
             if killed or survivors:
                 left = f"; {len(survivors)} survived: {sorted(survivors)}" if survivors else ""
                 sys.stderr.write(f"ait worker: killed {len(killed)} process(es) left after the request"
@@ -456,7 +455,7 @@ def _family_of(bundle_dir: Path) -> str | None:
 
 def _hidden_questions(family: str, secrets_file: Path | None) -> set[str]:
     """The hidden questions of ``family`` under the worker's seeds (scrubbed from text that leaves)."""
-    from ait_env.secrets import hidden_questions
+    from ait_env.hidden.secrets import hidden_questions
 
     saved = os.environ.get("AIT_SECRETS_FILE")
     try:
@@ -521,7 +520,7 @@ def handle_input(payload: dict[str, Any], progress: Progress | None = None,
                                       cancel=cancel, timeout_s=inp.timeout_s)
             return {"kind": "baseline", "result": out.model_dump(mode="json")}
         if not inp.bundle:
-            raise ValueError("a job request needs 'bundle' (gpu.worker.pack_bundle of the bundle folder)")
+            raise ValueError("a job request needs 'bundle' (ait_env.jobs.wire.pack_bundle of the bundle folder)")
         bundle_dir = unpack_bundle(inp.bundle, root / "jobs")
         store = BaselineStore(inp.settings.name, user_dir=root / "baselines")
         if inp.baselines:
@@ -578,7 +577,7 @@ def load_settings(path: Path | None, executor: str) -> BackendSettings:
     """``--settings`` (JSON or YAML of :class:`BackendSettings`), else the defaults for ``executor``:
     ``conf/backend/local.yaml`` for ``local``, the worker part of ``conf/backend/gpu-local.yaml`` for
     ``gpu``."""
-    from ait_env.config import load_group
+    from ait_env.conf import load_group
 
     if path is not None:
         text = Path(path).read_text()
@@ -590,8 +589,6 @@ def load_settings(path: Path | None, executor: str) -> BackendSettings:
         return BackendSettings.model_validate_json(text)
     if executor == "local":
         return BackendSettings.model_validate(load_group("backend", "local"))
-    from ait_env.backends.gpu_local import worker_settings
-
     return worker_settings(BackendSettings.model_validate(load_group("backend", "gpu-local")))
 
 

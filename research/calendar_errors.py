@@ -31,7 +31,7 @@ from collections import Counter
 
 import torch
 
-from ait_env.local.quick_eval import Conversation, evaluate
+from ait_env.tiny_models.quick_eval import Conversation, evaluate
 from research.model_cli import load_model_arg
 from task_families.base import Instance
 from task_families.calendar import tools as ctools
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     model, tok, path = load_model_arg(args.model)
     instances = None
     if args.rule:
-        from ait_env.secrets import hidden_seed
+        from ait_env.hidden.secrets import hidden_seed
         from task_families.calendar.family import FAMILY
 
         instances = FAMILY.hidden_eval(hidden_seed("calendar"), rule=args.rule)

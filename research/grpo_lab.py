@@ -1,7 +1,7 @@
 """A fast, in-process GRPO lab for recipe search on the local models (not the job path).
 
-It samples rollouts with :func:`ait_env.local.quick_eval.run_conversations` (the batched in-process
-evaluator, at the job's temperature) and takes optimizer steps with :func:`ait_env.local.grpo.rl_step`,
+It samples rollouts with :func:`ait_env.tiny_models.quick_eval.run_conversations` (the batched in-process
+evaluator, at the job's temperature) and takes optimizer steps with :func:`ait_env.cpu_trainer.grpo.rl_step`,
 the local trainer's own update (advantages, loss, optimizer and schedule). There is no endpoint, no
 verifiers, no sandbox and no agent code: the reward is the family's own check, optionally mixed with
 "looked up every person" (calendar, ``--shape``) or with the share of scratchpad lines the rollout wrote
@@ -38,11 +38,11 @@ from typing import Any
 
 import torch
 
-from ait_env.config import load_group
+from ait_env.conf import load_group
 from ait_env.jobs.schema import PrimeRL
-from ait_env.local import grpo
-from ait_env.local.quick_eval import Conversation, evaluate, run_conversations
-from ait_env.secrets import hidden_set
+from ait_env.cpu_trainer import grpo
+from ait_env.tiny_models.quick_eval import Conversation, evaluate, run_conversations
+from ait_env.hidden.secrets import hidden_set
 from research.model_cli import load_model_arg
 from task_families import get_family
 from task_families.calendar.family import looked_up
@@ -114,7 +114,7 @@ def eval_set(family: str, rule: str | None, n: int) -> list[Any]:
     under it (an experiment's eval set; never a workspace's)."""
     if not rule:
         return hidden_set(family)[:n]
-    from ait_env.secrets import hidden_seed
+    from ait_env.hidden.secrets import hidden_seed
 
     return get_family(family).hidden_eval(hidden_seed(family), rule=rule)[:n]
 

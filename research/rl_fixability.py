@@ -1,11 +1,11 @@
 """In-process GRPO of the local base models: are they fixable by RL, gradually, and do the controls behave?
 
 For each family: load a fresh copy of the base model, then run GRPO with the local trainer's own update
-(:func:`ait_env.local.grpo.rl_step`: advantages, batch, loss, optimizer, schedule) on rollouts from
-the same batched tool loop the evaluator uses (:func:`ait_env.local.quick_eval.run_conversations` at
+(:func:`ait_env.cpu_trainer.grpo.rl_step`: advantages, batch, loss, optimizer, schedule) on rollouts from
+the same batched tool loop the evaluator uses (:func:`ait_env.tiny_models.quick_eval.run_conversations` at
 the job's temperature; reward = ``family.check`` of the final answer), on training questions drawn
 from the family's generator with their own seed (hidden questions excluded by key). The greedy
-hidden-eval score (:func:`ait_env.local.quick_eval.evaluate`) is measured at ``--eval-at`` steps.
+hidden-eval score (:func:`ait_env.tiny_models.quick_eval.evaluate`) is measured at ``--eval-at`` steps.
 
 The default job is the families' reference job (batch 128 = 16 prompts x group 8, AdamW lr 3e-6 with a
 cosine schedule, warmup 5, min_lr lr/10, no weight decay) with ``--steps`` steps; the local lr is
@@ -29,9 +29,9 @@ from pathlib import Path
 import torch
 
 from ait_env.jobs.schema import PrimeRL
-from ait_env.local import grpo, quick_eval
-from ait_env.local.model import TinyLM
-from ait_env.local.tokenizer import ChatTokenizer
+from ait_env.cpu_trainer import grpo; from ait_env.tiny_models import quick_eval
+from ait_env.tiny_models.model import TinyLM
+from ait_env.tiny_models.tokenizer import ChatTokenizer
 from task_families import FAMILY_NAMES, get_family
 
 POOL_SEED = 4_242_000
@@ -48,7 +48,7 @@ def job_config(steps: int, prompts: int, group: int, lr: float, temperature: flo
 
 
 def train_pool(family: str, n: int = 3000) -> list:
-    from ait_env.secrets import hidden_keys
+    from ait_env.hidden.secrets import hidden_keys
 
     hidden = hidden_keys(family)
     return [i for i in get_family(family).generate(POOL_SEED, n) if i.key not in hidden]
@@ -65,10 +65,10 @@ def run_family(model_dir: Path, family: str, args: argparse.Namespace) -> dict:
     rng = random.Random(f"probe:{family}:{args.seed}")
     gen = torch.Generator().manual_seed(args.seed)
     eval_at = sorted({int(x) for x in args.eval_at.split(",") if x.strip()})
-    from ait_env.secrets import hidden_set
+    from ait_env.hidden.secrets import hidden_set
 
     hidden = hidden_set(family)[:args.eval_limit]
-    from ait_env.local.pretrain import weights_hash
+    from ait_env.tiny_models.pretrain import weights_hash
 
     hash0 = weights_hash(model)
     curve: dict[int, float] = {}
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     path = Path(args.model)
     if not path.is_dir():
-        from ait_env.local.catalog import ensure_built
+        from ait_env.tiny_models.build import ensure_built
 
         path = ensure_built(args.model)
     for fam in args.families.split(","):

@@ -8,7 +8,7 @@
 a 5-step first job, then, when its eval curve was still rising, the reference job; it needs
 ``env.max_jobs_per_episode`` of 2 or more.
 
-The ``local`` backend trains models built beforehand by ``python -m ait_env.local.build`` (``scripts/main.sh``
+The ``local`` backend trains models built beforehand by ``python -m ait_env.tiny_models.build`` (``scripts/main.sh``
 runs it first); this script builds nothing. Each turn's tool output is shown clipped to
 :data:`SHOWN_CHARS` characters at a line or word boundary, with a marker saying how much was left out;
 a surrogate backend's reward is labelled as one.
@@ -23,7 +23,7 @@ from rich.table import Table
 
 from ait_env.agents.reference import ScriptedReferenceAgent, TwoJobReferenceAgent
 from ait_env.config import settings_from_cfg
-from ait_env.display import clip, status_label
+from ait_env.observe.display import clip, status_label
 from ait_env.env import JobWritingEnv
 
 AGENTS = {"reference": ScriptedReferenceAgent, "research": TwoJobReferenceAgent}
@@ -77,8 +77,8 @@ def main(cfg: DictConfig) -> None:
     if "job" in info:
         job_dir = env.runs_dir / "jobs" / info["job"]["job_id"]
         console.print(f"job bundle and result: {job_dir}")
-        from ait_env.backends.base import JobResult
-        from ait_env.plots import plot_job_curves
+        from ait_env.jobs.result import JobResult
+        from ait_env.observe.plots import plot_job_curves
         from task_families import get_family
 
         opts = cfg.backend.get("options") or {}  # the local runner's eval_limit / eval_subset, when set

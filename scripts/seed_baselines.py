@@ -14,7 +14,8 @@ from omegaconf import DictConfig, ListConfig
 from rich.console import Console
 from rich.progress import track
 
-from ait_env.backends import BackendSettings, make_backend
+from ait_env.backends import make_backend
+from ait_env.jobs.settings import BackendSettings
 from ait_env.config import EnvSettings
 from task_families import FAMILY_NAMES
 

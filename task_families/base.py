@@ -134,7 +134,7 @@ def strip_think(text: str | None) -> str:
     """Drop reasoning: everything up to the last ``</think>`` and any unclosed ``<think>`` tail.
 
     Every checker reads a response through this, and so does the hidden eval's tool-call reader
-    (:mod:`ait_env.toolcalls`)."""
+    (:mod:`ait_env.jobs.toolcalls`)."""
     text = text or ""
     if "</think>" in text:
         text = text.rsplit("</think>", 1)[1]

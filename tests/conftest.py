@@ -11,9 +11,9 @@ import pytest
 
 import ait_env  # noqa: F401  (registers the env)
 import torch
-from ait_env.local.chat import render
-from ait_env.local.model import TinyConfig, TinyLM
-from ait_env.local.tokenizer import ChatTokenizer, train_tokenizer
+from ait_env.tiny_models.chat import render
+from ait_env.tiny_models.model import TinyConfig, TinyLM
+from ait_env.tiny_models.tokenizer import ChatTokenizer, train_tokenizer
 from task_families import get_family
 
 
@@ -55,7 +55,7 @@ def load_reference_environment(family: str, model: str, folder: Path, args: dict
     ``load_environment(**args)``: the verifiers environment an agent's job would train with."""
     import uuid
 
-    from ait_env.agents.reference import reference_files
+    from task_families import reference_files
     from ait_env.integrations import verifiers_v0 as V
     from ait_env.jobs.bundle import write_env_package
     from ait_env.jobs.schema import parse_job

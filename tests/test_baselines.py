@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from ait_env.baselines import BaselineEntry, BaselinesNotSeeded, BaselineStore
+from ait_env.hidden.baselines import BaselineEntry, BaselinesNotSeeded, BaselineStore
 from conftest import call
 
 
@@ -75,7 +75,7 @@ def test_store_keeps_one_pin_per_build_and_picks_the_matching_one(tmp_path):
 
 
 def test_lookup_says_why_a_pin_does_not_hold(tmp_path):
-    from ait_env.secrets import hidden_set_hash
+    from ait_env.hidden.secrets import hidden_set_hash
 
     store = BaselineStore("local-test", user_dir=tmp_path)
     store.put([BaselineEntry(backend="local-test", family="units", model="m", score=0.4, model_hash="a", n=300,
@@ -119,7 +119,7 @@ def test_pins_without_a_hash_hold_and_unseeded_models_are_missing(tmp_path: Path
 
 
 def test_each_build_takes_its_own_pin_and_a_pin_of_another_hidden_set_is_missing(tmp_path: Path) -> None:
-    from ait_env.secrets import hidden_set_hash
+    from ait_env.hidden.secrets import hidden_set_hash
 
     store = BaselineStore("unit-test-backend", user_dir=tmp_path)
     now = hidden_set_hash("arithmetic")

@@ -2,7 +2,8 @@ import pytest
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 
-from ait_env.config import ConfigError, compose, conf_dir, settings_from_cfg, split_families
+from ait_env.conf import ConfigError, conf_dir
+from ait_env.config import compose, settings_from_cfg, split_families
 from task_families import FAMILY_NAMES
 
 

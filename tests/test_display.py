@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ait_env.display import clip, status_label
+from ait_env.observe.display import clip, status_label
 
 
 def test_text_within_the_limit_is_unchanged() -> None:

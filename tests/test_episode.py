@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ait_env.agents.reference import reference_files
-from ait_env.reward import RewardSettings, uplift_score
+from task_families import reference_files
+from ait_env.episode.reward import RewardSettings, uplift_score
 from conftest import call
 
 

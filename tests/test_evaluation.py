@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from ait_env.evaluation import (
+from ait_env.hidden.evaluation import (
     EvalInfraError, EvalRecord, confidence_interval, evaluate, evaluate_async, evaluate_subprocess, final_text,
     main,
     parse_text_tool_calls, wilson_interval,
 )
-from ait_env.secrets import hidden_set, hidden_set_hash
+from ait_env.hidden.secrets import hidden_set, hidden_set_hash
 from task_families import FAMILY_NAMES, get_family
 from tests.fakes.openai_server import (
     PolicyHTTPError, ScriptedOpenAIServer, correct_policy, error_policy, malformed_tool_policy,
@@ -300,7 +300,7 @@ def test_parse_text_tool_calls():
 
 
 def test_harness_imports_no_agent_code():
-    code = ("import sys, ait_env.evaluation; "
+    code = ("import sys, ait_env.hidden.evaluation; "
             "bad = [m for m in sys.modules if m in ('environment', 'family_tools') or m.startswith('ait_env.agents')]; "
             "print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -3,7 +3,7 @@ import multiprocessing as mp
 
 import pytest
 
-from ait_env.ledger import BudgetExceeded, CostLedger, CostRecord
+from ait_env.observe.ledger import BudgetExceeded, CostLedger, CostRecord
 from conftest import call
 
 
@@ -47,7 +47,7 @@ def test_budgets(tmp_path):
 
 
 def test_dispatch_refused_when_over_budget(make_env, runs_dir):
-    from ait_env.agents.reference import reference_files
+    from task_families import reference_files
 
     env = make_env(family="arithmetic", overrides={"env": {"ledger": {"global_budget_usd": 1.0}},
                                                    "backend": {"cost_usd_per_job": 2.0}})

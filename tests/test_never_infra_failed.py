@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ait_env  # noqa: F401
-from ait_env.agents.reference import reference_files
+from task_families import reference_files
 from conftest import call
 from tests.fakes.local_models import install_untrained_models
 

@@ -1,4 +1,4 @@
-"""Charts say what they show (ait_env/plots.py): distinct labels for different measurements, integer step
+"""Charts say what they show (ait_env/observe/plots.py): distinct labels for different measurements, integer step
 ticks, the legend outside the axes."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from ait_env.backends.base import JobResult
-from ait_env.plots import job_curves_figure, plot_job_curves
+from ait_env.jobs.result import JobResult
+from ait_env.observe.plots import job_curves_figure, plot_job_curves
 
 
 def legend_labels(fig) -> list[str]:

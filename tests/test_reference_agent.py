@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ait_env.baselines import BaselineEntry, BaselineStore
+from ait_env.hidden.baselines import BaselineEntry, BaselineStore
 from ait_env.agents.reference import ScriptedReferenceAgent, baseline_scores, pick_model
 from task_families import FAMILY_NAMES
 

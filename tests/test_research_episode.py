@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from ait_env.agents.reference import TwoJobReferenceAgent, eval_curve, reference_files, with_steps
+from ait_env.agents.reference import TwoJobReferenceAgent, eval_curve, with_steps
+from task_families import reference_files
 from ait_env.backends.stub import StubBackend
 from ait_env.config import compose
-from ait_env.ledger import CostRecord
-from ait_env.reward import RewardSettings
-from ait_env.tools import TOOL_NAMES
+from ait_env.observe.ledger import CostRecord
+from ait_env.episode.reward import RewardSettings
+from ait_env.episode.tools import TOOL_NAMES
 from conftest import call, play
 
 MODEL = "Qwen/Qwen3-1.7B"
@@ -217,7 +218,7 @@ def test_a_failed_job_shows_its_cause_and_log_then_a_fix_counts(make_env, runs_d
     env.step(_write(FILES["job.toml"]))
     obs, _, term, _, info = env.step(call("submit_job"))
     assert not term and "was valid but failed while running: loss is NaN at step 3" in obs
-    assert "step 3: loss nan" in obs and str(Path.home()) not in obs  # through ait_env.redact.for_agent
+    assert "step 3: loss nan" in obs and str(Path.home()) not in obs  # through ait_env.hidden.redact.for_agent
     assert "Jobs left: 1 of 2" in obs and info["jobs"][0]["status"] == "job_failed"
     obs, r, term, _, info = env.step(call("submit_job"))
     b = info["reward"]

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from ait_env.reward import RewardSettings, combine, compose, research_charge, uplift_score
+from ait_env.episode.reward import RewardSettings, combine, compose, research_charge, uplift_score
 
 S = RewardSettings()
 
@@ -119,7 +119,7 @@ def test_combine_statuses_and_infra_failure():
 
 
 def test_research_charge_comes_from_config():
-    from ait_env.config import load_group
+    from ait_env.conf import load_group
 
     s = RewardSettings.model_validate(load_group("reward", "default"))
     assert s.research == RewardSettings().research  # the yaml and the code defaults agree
@@ -130,7 +130,7 @@ def test_research_charge_comes_from_config():
 def test_a_job_failed_for_a_forfeiting_fault_scores_as_a_refused_submission():
     """A job that trained on the hidden set (or swapped the family's tools) hid it from the probe: it must
     not earn the validation share a merely broken job keeps."""
-    from ait_env.reward import FORFEITING_FAULTS, RewardSettings, compose
+    from ait_env.episode.reward import FORFEITING_FAULTS, RewardSettings, compose
 
     s = RewardSettings()
     broken = compose("job_failed", s, attempts=1, validated_attempt=1)

@@ -1,9 +1,9 @@
-"""The tool-call reader of the env, the hidden-eval harness and the local endpoint (ait_env/toolcalls.py)."""
+"""The tool-call reader of the env, the hidden-eval harness and the local endpoint (ait_env/jobs/toolcalls.py)."""
 
 import json
 from types import SimpleNamespace
 
-from ait_env.toolcalls import (
+from ait_env.jobs.toolcalls import (
     decode_arguments, final_text, find_blocks, parse_action, parse_text_tool_calls, split_completion,
     strip_think, strip_tool_calls, structured_tool_calls,
 )

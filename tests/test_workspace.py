@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from ait_env.workspace import Workspace, WorkspaceError, WorkspaceQuota
+from ait_env.sandbox.workspace import Workspace, WorkspaceError, WorkspaceQuota
 
 
 @pytest.fixture
@@ -130,7 +130,7 @@ def test_template_copy_removed_when_collected_or_at_exit(tmp_path):
     gc.collect()
     assert not root.exists()
     # an env that is never closed: the copy goes at interpreter exit
-    code = ("import sys, pathlib\nfrom ait_env.workspace import Workspace\n"
+    code = ("import sys, pathlib\nfrom ait_env.sandbox.workspace import Workspace\n"
             "ws = Workspace.from_template(pathlib.Path(sys.argv[1]), parent=pathlib.Path(sys.argv[2]))\n"
             "print(ws.root)\n")
     out = subprocess.run([sys.executable, "-c", code, str(tpl), str(tmp_path)], capture_output=True,

@@ -42,7 +42,7 @@ import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.agents.slot_policy import SlotPolicy, job_files, play, slots_for
 from ait_env.backends import make_backend
 from ait_env.config import compose
-from ait_env.episode_metrics import episode_metrics, fill_model_share, model_key
+from ait_env.observe.metrics import episode_metrics, fill_model_share, model_key
 from ait_env.jobs.schema import parse_job
 
 

@@ -16,7 +16,7 @@ chart, skipping a chart whose metrics are absent (and saying so):
 - ``cost``: LLM USD and tokens per episode;
 - ``cache``: the share of jobs served from the job result cache (the local outer loop).
 
-Every chart follows :mod:`ait_env.plots`' conventions: integer step ticks, the legend below the axes.
+Every chart follows :mod:`ait_env.observe.plots`' conventions: integer step ticks, the legend below the axes.
 Returns (and prints) the written paths. Uses matplotlib's Agg backend (no display needed).
 """
 
@@ -29,7 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ait_env.plots import finish_figure, save_figure, step_figure
+from ait_env.observe.plots import finish_figure, save_figure, step_figure
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

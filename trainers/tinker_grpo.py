@@ -144,7 +144,7 @@ def build_train_config(cfg: DictConfig) -> Any:
 
     from tinker_cookbook.rl import train
 
-    from ait_env.config import conf_dir, group_options
+    from ait_env.conf import conf_dir, group_options
     from ait_env.integrations.tinker import JobWritingDatasetBuilder, drop_infra_strategy
 
     p = cfg.pilot

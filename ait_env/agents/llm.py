@@ -11,7 +11,7 @@ Contract:
 - **Tool calls**: ``native`` sends the env's six tools as OpenAI ``tools`` (the system prompt without
   its text tool sections) and turns each returned ``tool_calls`` entry into the env's
   ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` text
-  (:func:`ait_env.integrations.messages.action_text`, as every outer loop does); the conversation sent back is the
+  (:func:`ait_env.episode.messages.action_text`, as every outer loop does); the conversation sent back is the
   env's own (``info["messages"]``: its assistant turns carry the tool calls, its ``tool`` messages the
   results). ``text`` sends no ``tools``: the model writes ``<tool_call>`` blocks itself and reads the
   env's observations as user messages. ``auto`` starts native and switches an episode to text when the
@@ -60,11 +60,11 @@ from pydantic import BaseModel, Field
 import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.backends import Backend, make_backend
 from ait_env.config import compose, split_families
-from ait_env.episode_metrics import Prices, episode_metrics, fill_model_share, model_key
-from ait_env.integrations.messages import action_text
+from ait_env.observe.metrics import Prices, episode_metrics, fill_model_share, model_key
+from ait_env.episode.messages import action_text
 from ait_env.jobs.schema import Job, parse_job
-from ait_env.ledger import CostRecord
-from ait_env.spec import strip_tool_sections
+from ait_env.observe.ledger import CostRecord
+from ait_env.episode.spec import strip_tool_sections
 from task_families import FAMILY_NAMES
 
 ToolMode = Literal["auto", "native", "text"]

@@ -17,29 +17,9 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
-import task_families
-
-
-def reference_files(family: str, base_model: str, backend: str | None = None) -> dict[str, str]:
-    """The reference job's files for ``family`` with ``base_model`` filled in.
-
-    A competent engineer sizes the job for the hardware: ``job.<backend>.toml`` (e.g. ``job.local.toml``
-    for the tiny CPU models) replaces ``job.toml`` when it exists."""
-    root = Path(task_families.__file__).parent / family / "reference"
-    if not root.is_dir():
-        raise FileNotFoundError(f"family {family!r} has no reference job ({root})")
-    out = {}
-    for p in sorted(root.iterdir()):
-        if p.is_file() and not p.name.startswith(".") and p.suffix in (".py", ".toml", ".md") \
-                and not (p.suffix == ".toml" and p.name != "job.toml"):
-            out[p.name] = p.read_text(encoding="utf-8").replace("{base_model}", base_model)
-    variant = root / f"job.{backend}.toml"
-    if backend and variant.is_file():
-        out["job.toml"] = variant.read_text(encoding="utf-8").replace("{base_model}", base_model)
-    return out
+from task_families import reference_files
 
 
 def tool_call(name: str, **arguments: Any) -> str:

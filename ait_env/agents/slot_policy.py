@@ -2,7 +2,7 @@
 any LLM agent.
 
 The agent starts from the family's reference job for the local backend
-(:func:`ait_env.agents.reference.reference_files`) and decides each **slot** (:data:`SLOTS`): the base
+(:func:`task_families.reference_files`) and decides each **slot** (:data:`SLOTS`): the base
 model, the learning rate (with ``min_lr`` = lr / 10), ``max_steps`` (with the warmup kept below it), the
 sampling temperature, batch and group size, the loss and algorithm variants, the rubric's weighting of
 its reward functions and the dataset's difficulty range (the last two edit ``environment.py`` where the
@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ait_env.agents.reference import reference_files, tool_call
+from ait_env.agents.reference import tool_call
+from task_families import reference_files
 
 Files = dict[str, str]
 

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ait_env.backends.base import (
-    Backend,
-    BackendOptionsError,
-    BackendSettings,
-    JobHandle,
-    JobResult,
-    ModelInfo,
-    TokenCounter,
-)
+from ait_env.backends.base import Backend, BackendOptionsError, JobHandle
+from ait_env.jobs.result import JobResult
+from ait_env.jobs.settings import BackendSettings, ModelInfo, TokenCounter
 
 __all__ = ["Backend", "BackendOptionsError", "BackendSettings", "JobHandle", "JobResult", "ModelInfo",
            "TokenCounter", "make_backend"]

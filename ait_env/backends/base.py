@@ -1,98 +1,29 @@
 """The backend protocol: what runs a validated job bundle and reports how the trained model scored.
 
 A backend takes a :class:`JobBundle` (see :mod:`ait_env.jobs.bundle`), returns a :class:`JobHandle`
-from :meth:`Backend.submit`, and :meth:`Backend.wait` returns a :class:`JobResult`:
-
-- ``status``: ``succeeded`` | ``job_failed`` (the job itself broke: bad code, divergence, OOM from
-  its own settings) | ``infra_failed`` (not the job's fault: pod lost, out of stock, our bug);
-- ``post_score`` (hidden-eval score of the trained model), ``baselines`` (per-model untrained scores),
-  wall and training seconds, USD cost, per-step curves and a log tail.
-
+from :meth:`Backend.submit`, and :meth:`Backend.wait` returns a :class:`~ait_env.jobs.result.JobResult`
+(the contracts a job crosses, its result and the settings it runs with, live in :mod:`ait_env.jobs`).
 Backends also publish their model catalog (name + role) and the bounds they allow.
 """
 
 from __future__ import annotations
 
 import abc
-import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ait_env.baselines import BaselineEntry, BaselineStore
+from ait_env.hidden.baselines import BaselineEntry, BaselineStore
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.cache import JobCache, job_key
-
-JobStatus = Literal["succeeded", "job_failed", "infra_failed"]
-
-
-class ModelInfo(BaseModel):
-    name: str
-    role: str = ""          # e.g. "small", "larger"
-    params: str = ""
-
-
-class BackendBounds(BaseModel):
-    max_steps: int = 200
-    batch_size: int = 512
-    group_size: int = 32
-    seq_len: int = 8192
-    max_tokens: int = 2048
-    wall_clock_minutes: int = 60
-
-
-class BackendSettings(BaseModel):
-    name: str
-    surrogate: bool = False
-    models: list[ModelInfo] = Field(default_factory=list)
-    bounds: BackendBounds = Field(default_factory=BackendBounds)
-    cost_usd_per_job: float = 0.0
-    options: dict[str, Any] = Field(default_factory=dict)
-    #: serve identical jobs from the run's job result cache (<runs_dir>/job_cache.sqlite) instead of
-    #: training them again (:mod:`ait_env.jobs.cache`)
-    job_cache: bool = False
-
+from ait_env.jobs.result import JobResult
+from ait_env.jobs.settings import BackendSettings, ModelInfo, TokenCounter
 
 class JobHandle(BaseModel):
     job_id: str
     backend: str
     meta: dict[str, Any] = Field(default_factory=dict)
-
-
-class JobResult(BaseModel):
-    job_id: str
-    backend: str
-    status: JobStatus
-    surrogate: bool = False           # True: the score is a formula, not training (stub backend)
-    post_score: float | None = None
-    post_ci95: float | None = None
-    baselines: dict[str, float] = Field(default_factory=dict)
-    wall_seconds: float = 0.0
-    train_seconds: float = 0.0
-    cost_usd: float = 0.0
-    curves: dict[str, list[float]] = Field(default_factory=dict)
-    #: seconds per phase (e.g. pre_eval, train, post_eval) and throughput figures (train_tokens_per_s)
-    timings: dict[str, float] = Field(default_factory=dict)
-    error: str = ""
-    #: the class of a ``job_failed`` the reward treats apart (``ait_env.reward.FORFEITING_FAULTS``, e.g.
-    #: ``"eval_leak"``: the job trained on hidden-eval data); empty otherwise
-    fault: str = ""
-    log_tail: str = ""
-    #: served from the job result cache: nothing was trained or paid for this job; ``cached_from`` is the
-    #: job id the result was measured under
-    cache_hit: bool = False
-    cached_from: str = ""
-    #: the worker that ran the job (GPU worker only, ``gpu/worker.py``): its image revision, versions, GPUs,
-    #: model files and the isolation of the training tree (``gpu.selfcheck.SelfCheck.summary``)
-    worker: dict[str, Any] = Field(default_factory=dict)
-
-    def save(self, path: Path) -> None:
-        """Write this result to ``path`` atomically (a reader sees the old file or the whole new one)."""
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(self.model_dump_json(indent=1))
-        os.replace(tmp, path)
 
 
 class NoOptions(BaseModel):
@@ -103,10 +34,6 @@ class NoOptions(BaseModel):
 
 class BackendOptionsError(ValueError):
     """A backend's ``options`` do not validate; the message names the allowed keys."""
-
-
-#: prompt tokens of (model, messages, tool schemas), or None when the backend has no tokenizer for it
-TokenCounter = Callable[[str, list[Any], list[Any]], "int | None"]
 
 
 class Backend(abc.ABC):
@@ -196,7 +123,7 @@ class Backend(abc.ABC):
         ``cache_hit``), and identical jobs running at once are trained once."""
         if self.job_cache is None:
             return self.wait(self.submit(bundle), timeout=timeout)
-        from ait_env.secrets import hidden_set_hash
+        from ait_env.hidden.secrets import hidden_set_hash
 
         key = job_key(bundle, self.settings.model_dump(exclude={"job_cache"}),
                       self.built_weights_hash(bundle.job.job.base_model), hidden_set_hash(bundle.manifest.family))

@@ -1,5 +1,5 @@
 """The ``runpod`` backend: job bundles run by the GPU worker (``gpu/worker.py``) on a Runpod Serverless
-queue-based endpoint, through :class:`gpu.runpod_api.ServerlessClient`.
+queue-based endpoint, through :class:`fleet.runpod_api.ServerlessClient`.
 
 Contract (docs/fleet.md, "Guarantees under faults", states each guarantee with the test that shows it):
 
@@ -10,7 +10,7 @@ Contract (docs/fleet.md, "Guarantees under faults", states each guarantee with t
   ``max_in_flight`` are out; **one poller thread** reads the status of every job in flight, checks every
   deadline on every sweep (also while status reads fail), cancels, and wakes each waiter when its job ends.
   The poller never sends, packs or sleeps on a ``Retry-After``: a slow ``/run`` delays no status read.
-- **Durable, never paid twice** (:mod:`ait_env.jobs.journal`, ``<runs_dir>/runpod_journal.sqlite``): a job's
+- **Durable, never paid twice** (:mod:`fleet.journal`, ``<runs_dir>/runpod_journal.sqlite``): a job's
   key is its content hash (:func:`ait_env.jobs.cache.job_key` over the bundle and the worker's settings)
   plus a nonce (``"0"``; ``rerun: true`` uses the bundle's job id, so a deliberate re-run is a new key).
   An identical job already finished is served from the journal (``cache_hit``, $0); one in flight, here
@@ -33,7 +33,7 @@ Contract (docs/fleet.md, "Guarantees under faults", states each guarantee with t
   handler, i.e. a lost worker; TIMED_OUT; CANCELLED by Runpod; a result expired before it was read (404);
   the deadline; a run call that surely queued nothing, e.g. a 429 or no connection, past the client's
   retries) are retried as new attempts (journaled) up to ``retry_budget`` times, then end
-  ``infra_failed``. A run call without a clear answer (:class:`gpu.runpod_api.SubmitUncertain`: a job may
+  ``infra_failed``. A run call without a clear answer (:class:`fleet.runpod_api.SubmitUncertain`: a job may
   be queued unseen, and without its id it cannot be cancelled) is not resent: the job ends
   ``infra_failed`` at once; so does a 4xx that is ours (key, endpoint, payload). A result from a worker
   whose image revision or versions differ from the pins (``require_revision``, ``expected_versions``) is
@@ -44,20 +44,20 @@ Contract (docs/fleet.md, "Guarantees under faults", states each guarantee with t
   ``executionTime`` of the status, rounded up to a whole second as Runpod rounds: queue wait and worker
   initialization are counted, which is an upper bound: see docs/fleet.md) x the dated $/GPU-second of the
   GPU type that ran it (the worker's ``result.worker["gpus"]``; ``gpu_type`` when unknown;
-  :class:`GpuPrices`: its pool's flex rate in :mod:`gpu.prices`) x its GPUs. **An attempt that may have
+  :class:`GpuPrices`: its pool's flex rate in :mod:`fleet.prices`) x its GPUs. **An attempt that may have
   run and whose bill cannot be read** (status unreadable up to its end, result expired, the run call's
   answer lost, the orchestrator died between sending and recording the id) is charged at its upper bound:
   the time from its send to when it surely ended (a confirmed cancel, a 404) or else its ttl, x the
   dearest pool's rate x GPUs, plus the idle bound, marked ``estimated`` in the journal;
-  ``python -m gpu.reconcile --correct`` replaces an estimate by the bill it can read later. The sum over a
+  ``python -m fleet.reconcile --correct`` replaces an estimate by the bill it can read later. The sum over a
   job's attempts is ``JobResult.cost_usd`` (the env writes it to the cost ledger).
-- **Budgets** (one mechanism with the env's ledger, :mod:`ait_env.ledger`): each job **reserves its
+- **Budgets** (one mechanism with the env's ledger, :mod:`ait_env.observe.ledger`): each job **reserves its
   bound** (:meth:`RunpodBackend.estimate_cost_usd`: ttl x rate x GPUs, plus the idle bound) in the
   journal when it is accepted (:meth:`Journal.reserve`, atomic across orchestrators), the reservation is
   re-checked when the job leaves the local queue (a retry reserves its new attempt there), and its bill
   replaces it when it ends. ``run_budget_usd`` counts jobs + idle + active + every open reservation;
   ``episode_budget_usd`` one episode's jobs + their reservations. A refused job ends ``infra_failed`` with
-  the budget's message (never charged to the agent), as a :class:`ait_env.ledger.BudgetExceeded` would.
+  the budget's message (never charged to the agent), as a :class:`ait_env.observe.ledger.BudgetExceeded` would.
   The budget can then be passed only by the error of bounds already held.
 - **Run costs** (not the agent's: never in ``JobResult.cost_usd``). Runpod bills a worker "from when a
   worker starts until it fully stops" and its idle timeout after each request ("You're billed during idle
@@ -69,15 +69,15 @@ Contract (docs/fleet.md, "Guarantees under faults", states each guarantee with t
   It is an **upper bound**: a worker that takes the next queued job at once does not idle. (b)
   **active**: ``workers_min`` x GPUs per worker x the pool's active $/GPU-s over each orchestrator
   session's wall time (journal ``sessions``; overlapping sessions count once). The active rate is the
-  flex rate (Runpod's docs unified the two on 2026-05-13, :data:`gpu.prices.UNIFIED_SINCE`) unless
+  flex rate (Runpod's docs unified the two on 2026-05-13, :data:`fleet.prices.UNIFIED_SINCE`) unless
   ``active_usd_per_gpu_s`` gives a negotiated one. :meth:`RunpodBackend.run_costs` returns jobs, idle,
   active and total USD; :meth:`RunpodBackend.charge_run_costs` puts idle and active into the env's cost
   ledger once (``gpu_idle``/``gpu_active`` records). The idle timeout, ``workers_min``, GPUs per worker and
   the pools are read from the endpoint (REST v2 ``GET /serverless/<id>``: ``workers.idleTimeout``,
   ``workers.min``, ``gpu.count``, ``gpu.pools``: what Runpod bills by) when this backend built its own
-  client, else from ``options``, else from ``gpu/fleet_defaults.yaml``. The REST base URL follows the job
+  client, else from ``options``, else from ``fleet/fleet_defaults.yaml``. The REST base URL follows the job
   API's: ``rest_base_url``, else ``$AIT_RUNPOD_REST_BASE_URL``, else ``base_url`` when that was
-  overridden (a fake's, a proxy's), else Runpod's. ``python -m gpu.reconcile`` compares the journal with
+  overridden (a fake's, a proxy's), else Runpod's. ``python -m fleet.reconcile`` compares the journal with
   Runpod's billing.
 - **Baselines.** :meth:`RunpodBackend.measure_baseline` sends a ``kind: "baseline"`` request through the
   same handler and journal (``python scripts/seed_baselines.py backend=runpod``); baselines a job measured
@@ -105,22 +105,25 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
 
-from ait_env.backends.base import Backend, BackendSettings, JobHandle, JobResult
-from ait_env.baselines import BaselineEntry
+from ait_env.backends.base import Backend, JobHandle
+from ait_env.hidden.baselines import BaselineEntry
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.cache import job_key
-from ait_env.jobs.journal import Billing, Journal, JournalRow, RunCosts, Session, this_owner
-from ait_env.runner import RunnerSettings
+from ait_env.jobs.result import JobResult
+from ait_env.jobs.settings import EVAL_ALLOWANCE_S, BackendSettings, worker_settings
+from fleet.billing import (EndpointCosts, Limits, ManagementLike, RunpodJobStatus, ServerlessClientLike,
+                           attempt_billing)
+from fleet.journal import Billing, Journal, JournalRow, RunCosts, Session, this_owner
+from fleet.settings import RunpodOptions
 
-from gpu.runpod_api import ResultExpired, RunpodAPIError, SubmitUncertain
+from fleet.runpod_api import ResultExpired, RunpodAPIError, SubmitUncertain
 
 if TYPE_CHECKING:
-    from ait_env.ledger import CostLedger
-    from gpu.runpod_api import ManagementClient
+    from ait_env.observe.ledger import CostLedger
+    from fleet.runpod_api import ManagementClient
 
 _log = logging.getLogger(__name__)
 _IN_FLIGHT = {"IN_QUEUE": "in_queue", "IN_PROGRESS": "in_progress"}
@@ -132,198 +135,12 @@ WORKER_OVERHEAD_S = 300.0
 _EXEC_MIN_S, _TTL_MIN_S, _POLICY_MAX_S = 5.0, 10.0, 7 * 86400.0
 #: jobs a submitter takes from the local queue at once (recorded in one transaction, then sent one by one)
 _SEND_BATCH = 32
-#: the longest a run call retries (gpu.runpod_api.RetryPolicy.max_seconds) plus a second
+#: the longest a run call retries (fleet.runpod_api.RetryPolicy.max_seconds) plus a second
 _RUN_RETRY_S = 61.0
-
-
-class RunpodJobStatus(Protocol):
-    """What ``ServerlessClient.status`` returns (``gpu.runpod_api.RunpodJob``)."""
-
-    id: str
-    status: str
-    output: Any
-    error: Any
-    delay_time_ms: int | None
-    execution_time_ms: int | None
-    worker_id: str | None
-
-
-class ManagementLike(Protocol):
-    """The part of ``gpu.runpod_api.ManagementClient`` this backend uses (the endpoint's settings)."""
-
-    def get(self, endpoint_id: str) -> dict[str, Any]: ...
-
-
-class EndpointCosts(BaseModel):
-    """What the run costs besides its jobs, and where each figure comes from."""
-
-    idle_timeout_s: float
-    workers_min: int
-    workers_max: int
-    gpus_per_worker: int
-    pool: str
-    active_usd_per_gpu_s: float
-    source: str
-    #: every pool the endpoint may place a worker on (the bound of an unread attempt takes the dearest)
-    pools: list[str] = Field(default_factory=list)
-
-
-class ServerlessClientLike(Protocol):
-    """The part of ``gpu.runpod_api.ServerlessClient`` this backend uses (``status_many`` is used when
-    present)."""
-
-    def run(self, input: dict[str, Any], *, execution_timeout_s: float | None = None,  # noqa: A002
-            ttl_s: float | None = None) -> str: ...
-
-    def status(self, job_id: str) -> RunpodJobStatus: ...
-
-    def cancel(self, job_id: str) -> Any: ...
-
-
-class GpuPrices(BaseModel):
-    """$/GPU-second of the GPU type that ran a job: its pool's dated flex rate in :mod:`gpu.prices`
-    (``pools`` adds or overrides GPU type -> pool), or an explicit ``usd_per_gpu_s`` (say where it is
-    from)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    pools: dict[str, str] = Field(default_factory=dict)
-    usd_per_gpu_s: dict[str, float] = Field(default_factory=dict)
-
-    def price(self, gpu_type: str) -> float:
-        """$/GPU-second of ``gpu_type`` (unknown: the dearest pool's, with a warning: never under-billed)."""
-        from gpu import prices
-
-        hits = [k for k in self.usd_per_gpu_s if gpu_type.lower().startswith(k.lower())]
-        if hits:
-            return self.usd_per_gpu_s[max(hits, key=len)]
-        pool = prices.pool_for_gpu(gpu_type, self.pools)
-        if pool in prices.FLEX_USD_PER_S:
-            return prices.price_per_s(pool)
-        _log.warning("no price for GPU type %r (gpu/prices.py of %s): billed at the dearest pool's rate; "
-                     "add it to backend.options.prices.pools", gpu_type, prices.AS_OF)
-        return max(prices.FLEX_USD_PER_S.values())
-
-
-class RunpodOptions(RunnerSettings):
-    """``options`` of the runpod backend (unknown keys are refused)."""
-
-    #: the queue-based endpoint (else ``$RUNPOD_ENDPOINT_ID``); the API key is read from ``$RUNPOD_API_KEY``
-    endpoint_id: str | None = None
-    #: the API's base URL (None: the client's default, https://api.runpod.ai/v2); a fake's in tests. The
-    #: REST API (the endpoint's settings) follows it unless rest_base_url says otherwise
-    base_url: str | None = None
-    #: the worker's trainer executor: "gpu" (prime-rl), "local" (the tiny CPU models: tests)
-    executor: str = "gpu"
-    #: the executor's own options, passed to it unchanged
-    executor_options: dict[str, Any] = Field(default_factory=dict)
-    #: seconds between two sweeps of the poller over the jobs in flight
-    poll_interval_s: float = Field(5.0, gt=0)
-    #: a status that cannot be read is read again after poll_interval_s, doubling up to this
-    status_backoff_max_s: float = Field(60.0, gt=0)
-    #: jobs sent to Runpod at once (more wait locally, in order). None: the endpoint's ``workers_max`` (read
-    #: like the run costs' settings): a job sent beyond it waits in Runpod's queue, and that wait is in its
-    #: ``delayTime``, which the bill counts although Runpod does not charge it (docs/fleet.md)
-    max_in_flight: int | None = Field(None, ge=1)
-    #: threads that record and send queued jobs (the poller never does)
-    submit_threads: int = Field(4, ge=1)
-    #: the worker's limit for one job (None: the job's wall-clock bound plus its eval allowance)
-    job_timeout_s: float | None = Field(None, gt=0)
-    #: Runpod's executionTimeout per request (None: the worker's limit + WORKER_OVERHEAD_S)
-    execution_timeout_s: float | None = Field(None, gt=0)
-    #: queue wait and cold start allowed to an attempt on top of its execution timeout
-    startup_allowance_s: float = Field(600.0, ge=0)
-    #: an attempt without a result this long after it was sent is cancelled and retried (None:
-    #: startup_allowance_s + the execution timeout)
-    deadline_s: float | None = Field(None, gt=0)
-    #: Runpod's ttl per request is the deadline plus this: the job's hard end even if a cancel cannot reach
-    #: Runpod (and the bound an attempt is charged at when its bill cannot be read)
-    ttl_margin_s: float = Field(300.0, ge=0)
-    #: Runpod-side failures retried per job (new attempts) before it ends infra_failed
-    retry_budget: int = Field(2, ge=0)
-    #: true: a new key per bundle (an identical job trains again); false: identical jobs are served
-    rerun: bool = False
-    #: the pins a result must carry: the image revision ($AIT_IMAGE_REVISION, also sent to the worker's
-    #: self-check) and versions (``result.worker["versions"]`` keys, e.g. ``train:prime-rl-commit``)
-    require_revision: str | None = None
-    expected_versions: dict[str, str] = Field(default_factory=dict)
-    #: the endpoint's first GPU type and GPUs per worker (bills attempts that report no GPUs)
-    gpu_type: str = "NVIDIA RTX A5000"
-    gpus_per_worker: int = Field(2, ge=1)
-    prices: GpuPrices = Field(default_factory=GpuPrices)
-    #: USD over this run's journal (every attempt, idle, active workers, the bounds of jobs in flight) / one
-    #: episode's jobs; None = no limit
-    run_budget_usd: float | None = Field(None, ge=0)
-    episode_budget_usd: float | None = Field(None, ge=0)
-    #: an orchestrator whose journal heartbeat is older than this (or whose session closed, or whose
-    #: process is gone) no longer owns its rows: another one adopts them
-    owner_stale_s: float = Field(120.0, gt=0)
-    #: wait()'s default limit (None: (retry_budget + 1) attempts' bounds plus the status backoff)
-    wait_timeout_s: float | None = Field(None, gt=0)
-    #: close(): cancel the jobs still in flight (false: they keep running; a restart re-attaches them)
-    cancel_on_close: bool = False
-    #: run costs: the endpoint's idle timeout and active workers, used when the endpoint's own settings
-    #: cannot be read (None: gpu/fleet_defaults.yaml); the REST v2 base URL they are read from (None:
-    #: $AIT_RUNPOD_REST_BASE_URL, else base_url when set, else https://api.runpod.io/v2)
-    idle_timeout_s: float | None = Field(None, ge=0)
-    workers_min: int | None = Field(None, ge=0)
-    rest_base_url: str | None = None
-    #: false: never read the endpoint's settings (options and the fleet defaults only)
-    read_endpoint: bool = True
-    #: a negotiated active-worker rate in $/GPU-s (None: the flex rate, Runpod's one published price since
-    #: 2026-05-13; gpu/prices.py UNIFIED_SINCE)
-    active_usd_per_gpu_s: float | None = Field(None, gt=0)
-
-
-def attempt_billing(st: RunpodJobStatus | None, worker: dict[str, Any] | None, *, prices: GpuPrices,
-                    gpu_type: str, gpus_per_worker: int, idle_timeout_s: float) -> Billing:
-    """The bill of one attempt, the one place it is computed (:meth:`RunpodBackend.billing` and the fleet
-    simulator, ``gpu/simulate.py``, call it): (``delayTime`` + ``executionTime``, rounded up to a whole
-    second: Runpod bills "rounded up to the nearest second", ``serverless/pricing.mdx``) x $/GPU-s of the GPU
-    type that ran it (``worker["gpus"]``, else ``gpu_type``) x its GPUs (else ``gpus_per_worker``), and as
-    ``idle_usd`` ``idle_timeout_s`` x the same rate when a worker took the attempt and it did not end
-    TIMED_OUT (see the module docstring, "Run costs")."""
-    gpus = [str(g).split(" (")[0] for g in (worker or {}).get("gpus") or []]
-    gpu = gpus[0] if gpus else gpu_type
-    n = len(gpus) or gpus_per_worker
-    delay = int(getattr(st, "delay_time_ms", 0) or 0) if st is not None else 0
-    execution = int(getattr(st, "execution_time_ms", 0) or 0) if st is not None else 0
-    rate = prices.price(gpu) * n
-    usd = math.ceil((delay + execution) / 1000.0 - 1e-9) * rate
-    # a worker that took the attempt idles its idle timeout afterwards (an upper bound: it may take the
-    # next job at once, or have died); not after TIMED_OUT ("the job fails and the worker stops",
-    # endpoint-configurations.mdx), nor for an attempt no worker took (still queued, cancelled there)
-    ran = bool(execution or getattr(st, "worker_id", None))
-    status = str(getattr(st, "status", "") or "")
-    idle_s = idle_timeout_s if ran and status and status != "TIMED_OUT" else 0.0
-    return Billing(delay_time_ms=delay, execution_time_ms=execution, gpu_type=gpu, gpus_per_worker=n,
-                   cost_usd=round(usd, 6), idle_usd=round(idle_s * rate, 6))
-
-
-def worker_settings(settings: BackendSettings) -> BackendSettings:
-    """What the worker's runner gets: name, models, bounds, and as ``options`` the runner's own plus
-    ``executor_options`` (the orchestrator-side keys stay here)."""
-    opts = RunpodOptions.model_validate(settings.options)
-    runner = opts.model_dump(include=set(RunnerSettings.model_fields))
-    return settings.model_copy(update={"options": {**runner, **opts.executor_options}, "job_cache": False})
 
 
 def _utc(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
-
-
-@dataclass(frozen=True)
-class Limits:
-    """An attempt's time limits (seconds) and what it can cost at most (USD): ``execution_s`` (Runpod's
-    executionTimeout), ``deadline_s`` (cancelled and retried after it), ``bound_s`` (Runpod's ttl: the
-    attempt cannot bill longer), ``job_usd`` (``bound_s`` x the dearest pool's rate x GPUs) and ``idle_usd``
-    (the idle bound after it)."""
-
-    execution_s: float
-    deadline_s: float
-    bound_s: float
-    job_usd: float
-    idle_usd: float
 
 
 @dataclass
@@ -417,7 +234,7 @@ class RunpodBackend(Backend):
         """Where the REST v2 API (the endpoint's settings) is read: ``rest_base_url``, else
         ``$AIT_RUNPOD_REST_BASE_URL``, else the job API's base URL when it was overridden (``base_url`` or
         ``$RUNPOD_ENDPOINT_BASE_URL``: a fake or a proxy serves both), else Runpod's REST host."""
-        from gpu.runpod_api import DEFAULT_REST_BASE_URL, JOB_BASE_ENV, REST_BASE_ENV
+        from fleet.runpod_api import DEFAULT_REST_BASE_URL, JOB_BASE_ENV, REST_BASE_ENV
 
         return (self.options.rest_base_url or os.environ.get(REST_BASE_ENV) or self.options.base_url
                 or os.environ.get(JOB_BASE_ENV) or DEFAULT_REST_BASE_URL)
@@ -426,7 +243,7 @@ class RunpodBackend(Backend):
         key = os.environ.get("RUNPOD_API_KEY")
         if not key:
             return None
-        from gpu.runpod_api import ManagementClient, RetryPolicy
+        from fleet.runpod_api import ManagementClient, RetryPolicy
 
         # one GET at start: a short retry budget, the defaults stand in when it fails
         return ManagementClient(key, base_url=self.rest_base_url(), timeout_s=10.0,
@@ -434,10 +251,10 @@ class RunpodBackend(Backend):
 
     def _endpoint_costs(self, management: ManagementLike | None) -> EndpointCosts:
         """The idle timeout, active workers, GPUs and pools the run costs are computed with: the endpoint's
-        own settings (REST v2: what Runpod bills by), else ``options``, else ``gpu/fleet_defaults.yaml``
+        own settings (REST v2: what Runpod bills by), else ``options``, else ``fleet/fleet_defaults.yaml``
         (see the module docstring)."""
-        from gpu import prices
-        from gpu.endpoint import fleet_settings
+        from fleet import prices
+        from fleet.settings import fleet_settings
 
         o, ep, why = self.options, None, ""
         endpoint_id = self._endpoint_id()
@@ -447,7 +264,7 @@ class RunpodBackend(Backend):
             except (RunpodAPIError, OSError) as exc:
                 why = f" (reading endpoint {endpoint_id} failed: {str(exc)[:200]})"
                 _log.warning("run costs: could not read endpoint %s (%s); using the options and "
-                             "gpu/fleet_defaults.yaml", endpoint_id, str(exc)[:200])
+                             "fleet/fleet_defaults.yaml", endpoint_id, str(exc)[:200])
         workers, gpu = (ep or {}).get("workers") or {}, (ep or {}).get("gpu") or {}
         fleet = fleet_settings()
         sources: list[str] = []
@@ -463,7 +280,7 @@ class RunpodBackend(Backend):
             if option is not None:
                 sources.append(f"{name}: options")
                 return option
-            sources.append(f"{name}: gpu/fleet_defaults.yaml{why}")
+            sources.append(f"{name}: fleet/fleet_defaults.yaml{why}")
             return default
 
         idle = float(pick("idle_timeout_s", o.idle_timeout_s, workers.get("idleTimeout"),
@@ -495,7 +312,7 @@ class RunpodBackend(Backend):
             raise ValueError(f"backend runpod needs {missing}: export RUNPOD_API_KEY=<key> and "
                              "RUNPOD_ENDPOINT_ID=<id> (or backend.options.endpoint_id=<id>); the endpoint is "
                              "created by the gpu endpoint tooling (gpu/README.md)")
-        from gpu.runpod_api import RetryPolicy, ServerlessClient
+        from fleet.runpod_api import RetryPolicy, ServerlessClient
 
         # status and cancel: a short retry budget; the backend backs off and retries them itself, so one
         # status outage never holds the poller for the client's minute of retries
@@ -541,7 +358,7 @@ class RunpodBackend(Backend):
 
     # ------------------------------------------------------------------ keys, limits and prices
     def _key(self, bundle: JobBundle) -> str:
-        from ait_env.secrets import hidden_set_hash
+        from ait_env.hidden.secrets import hidden_set_hash
 
         worker = {"settings": self._worker_json, "executor": self.options.executor,
                   "require_revision": self.options.require_revision}
@@ -554,7 +371,7 @@ class RunpodBackend(Backend):
     def _bound_rate(self) -> float:
         """$/s of one worker at the dearest rate it may be billed: the dearest of the endpoint's pools (or
         of ``gpu_type``) x GPUs per worker."""
-        from gpu import prices
+        from fleet import prices
 
         o = self.options
         rates = [o.prices.price(o.gpu_type)]
@@ -571,8 +388,6 @@ class RunpodBackend(Backend):
         return cache[kind]
 
     def _make_limits(self, kind: str) -> Limits:
-        from gpu.worker import EVAL_ALLOWANCE_S
-
         o = self.options
         worker = o.job_timeout_s or (EVAL_ALLOWANCE_S if kind == "baseline" else
                                      self.settings.bounds.wall_clock_minutes * 60 + EVAL_ALLOWANCE_S)
@@ -642,7 +457,7 @@ class RunpodBackend(Backend):
         orchestrators (:meth:`Journal.take_run_charges`); the ``gpu_job`` records the env writes hold the
         jobs. Returns the run costs charged up to. Call it at the end of a run (after :meth:`close`, the
         active workers stop counting) or whenever the ledger should catch up."""
-        from ait_env.ledger import CostRecord
+        from ait_env.observe.ledger import CostRecord
 
         costs = self.run_costs()
         for part, usd in self.journal.take_run_charges(costs).items():
@@ -894,7 +709,7 @@ class RunpodBackend(Backend):
             if status and status < 500 and status != 429:  # ours: bad key, payload too large, no endpoint
                 self._end(entry, None, f"Runpod refused the job ({exc}); check RUNPOD_API_KEY, the endpoint "
                                        "id and the payload size (10 MB for /run)", Billing())
-            else:   # surely not queued (429, no connection: gpu.runpod_api raises SubmitUncertain otherwise)
+            else:   # surely not queued (429, no connection: fleet.runpod_api raises SubmitUncertain otherwise)
                 self._attempt_failed(entry, "failed", f"the run call failed after the client's retries: {exc}",
                                      Billing())
             return
@@ -1119,7 +934,7 @@ class RunpodBackend(Backend):
         if problem:   # deterministic: the endpoint's workers run another image or versions than pinned
             self._end(entry, job_id, f"non-replica worker: {problem}. Not retried: every worker of this "
                                      "endpoint would answer the same; deploy the pinned image (python -m "
-                                     "gpu.endpoint up) or change require_revision/expected_versions", bill)
+                                     "fleet.endpoint up) or change require_revision/expected_versions", bill)
             return
         if entry.kind == "job":
             try:
@@ -1279,7 +1094,7 @@ class RunpodBackend(Backend):
     def measure_baseline(self, family: str, model: str) -> BaselineEntry:
         """The untrained ``model`` on ``family``'s hidden set, measured by a Runpod worker (a request of
         kind "baseline" through the same handler and journal)."""
-        from ait_env.secrets import hidden_set_hash
+        from ait_env.hidden.secrets import hidden_set_hash
 
         spec = {"family": family, "model": model, "settings": self.worker_settings.model_dump(mode="json"),
                 "executor": self.options.executor, "hidden_set": hidden_set_hash(family)}
@@ -1341,8 +1156,8 @@ class RunpodBackend(Backend):
         self.journal.close_session(self._session_id)
         super().close()
         c = self.run_costs()
-        est = f"; ${c.estimated:.4f} of it estimated at bounds (python -m gpu.reconcile --correct)" \
+        est = f"; ${c.estimated:.4f} of it estimated at bounds (python -m fleet.reconcile --correct)" \
             if c.estimated else ""
         self._say(f"run costs so far: ${c.total:.4f} (jobs ${c.jobs:.4f}, idle <= ${c.idle:.4f}, active "
-                  f"workers ${c.active:.4f} over {c.wall_s:.0f} s{est}); check them: python -m gpu.reconcile "
+                  f"workers ${c.active:.4f} over {c.wall_s:.0f} s{est}); check them: python -m fleet.reconcile "
                   f"--runs-dir {self.runs_dir}")

@@ -24,8 +24,9 @@ from __future__ import annotations
 import hashlib
 import math
 
-from ait_env.backends.base import Backend, JobHandle, JobResult
-from ait_env.baselines import BaselineEntry
+from ait_env.backends.base import Backend, JobHandle
+from ait_env.jobs.result import JobResult
+from ait_env.hidden.baselines import BaselineEntry
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.schema import Job
 

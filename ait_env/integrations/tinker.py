@@ -22,7 +22,7 @@ Every cookbook-specific call of the project lives here (plus the offline helpers
   ``episode_id``, so the env's per-episode budget counts the agent's tokens too.
 - :class:`JobWritingGroupBuilder`: G envs of the **same** (family, instance). ``compute_group_rewards``
   adds no reward (the env's reward arrives on the last step) but attaches the per-episode metrics of
-  :mod:`ait_env.episode_metrics` and logs the group's train tokens.
+  :mod:`ait_env.observe.metrics` and logs the group's train tokens.
 - :class:`JobWritingDataset` over the training families only (``split_families``), and
   :class:`EvalDataset`: the held-out families (tag ``heldout``) plus a comparison arm of training
   families (tag ``train``), with fixed instances so evaluations at different checkpoints compare.
@@ -65,16 +65,16 @@ from tinker_cookbook.tokenizer_utils import get_tokenizer
 import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.backends import Backend, make_backend
 from ait_env.config import compose, split_families
-from ait_env.episode_metrics import (
+from ait_env.observe.metrics import (
     Prices,
     common_prefix_len,
     episode_metrics,
     fill_model_share,
     trained_tokens,
 )
-from ait_env.integrations.messages import action_text
-from ait_env.ledger import CostRecord
-from ait_env.spec import strip_tool_sections
+from ait_env.episode.messages import action_text
+from ait_env.observe.ledger import CostRecord
+from ait_env.episode.spec import strip_tool_sections
 from task_families import FAMILY_NAMES
 
 logger = logging.getLogger(__name__)
@@ -209,7 +209,7 @@ def tool_specs(tools: list[dict[str, Any]]) -> list[renderers.ToolSpec]:
 
 
 def message_to_action(message: Message) -> str:
-    """The env's text action for a parsed assistant message (:func:`ait_env.integrations.messages.action_text`):
+    """The env's text action for a parsed assistant message (:func:`ait_env.episode.messages.action_text`):
     its visible text (thinking dropped), one ``<tool_call>`` block per parsed call (values a renderer
     decoded as JSON, e.g. Qwen3.5's XML parameters, go back to their JSON text), then the raw text of
     each call the renderer could not parse (so the env explains the problem)."""

@@ -36,14 +36,15 @@ from tinker_cookbook.completers import StopCondition, TokenCompleter, TokensWith
 from tinker_cookbook.renderers.base import RenderContext, ToolCall
 from tinker_cookbook.tokenizer_utils import register_tokenizer
 
-from ait_env.agents.reference import reference_files, with_steps
+from ait_env.agents.reference import with_steps
+from task_families import reference_files
 
 QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 QWEN_ADDED = ["<tool_call>", "</tool_call>", "<think>", "</think>", "<tool_response>", "</tool_response>"]
 
 
 def _corpus() -> list[str]:
-    from ait_env.spec import system_prompt
+    from ait_env.episode.spec import system_prompt
     from task_families import FAMILY_NAMES
 
     texts = [system_prompt(30, 3)]

@@ -15,7 +15,7 @@ the same slot). The contract, and how this module meets it:
   each row ``num_generations`` times, so a group shares one task instance. Without a dataset, ``reset``
   samples a task and returns the system prompt and the task as one text.
 - **Tools**: every public method but ``reset`` and ``get_reward`` is a tool. The six methods are the
-  env's tools (their docstrings come from :data:`ait_env.tools.TOOL_DOCS`, the env's own schemas); the
+  env's tools (their docstrings come from :data:`ait_env.episode.tools.TOOL_DOCS`, the env's own schemas); the
   model's chat template declares them and TRL parses the calls. Each call is **one env step** (one turn
   of ``env.max_turns``), sent as a ``<tool_call>`` action; the tool result is the env's observation. A call
   after the episode ended raises ``ValueError``, which TRL feeds back to the model as the tool's error.
@@ -28,7 +28,7 @@ the same slot). The contract, and how this module meets it:
   (``GRPOTrainer._calculate_rewards`` and ``_generate_and_score_completions``). Keep the env the only
   reward source, or return ``None`` from every other reward function for such rollouts.
 - **Tokenizers**: :func:`prepare_tokenizer` lets TRL parse the tool calls of the project's own tiny
-  models (their chat format, :mod:`ait_env.local.chat`); models whose chat template TRL knows (Qwen3,
+  models (their chat format, :mod:`ait_env.tiny_models.chat`); models whose chat template TRL knows (Qwen3,
   Llama 3, ...) need nothing.
 
 Every TRL- and transformers-version-specific detail of the project lives in this module.
@@ -45,9 +45,9 @@ import gymnasium as gym
 import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.backends import Backend
 from ait_env.config import Settings, compose, split_families
-from ait_env.local.chat import CHAT_TEMPLATE
-from ait_env.spec import strip_tool_sections, system_prompt
-from ait_env.tools import TOOL_DOCS
+from ait_env.tiny_models.chat import CHAT_TEMPLATE
+from ait_env.episode.spec import strip_tool_sections, system_prompt
+from ait_env.episode.tools import TOOL_DOCS
 from task_families import FAMILY_NAMES
 
 ENV_ID = "AIT/JobWriting-v0"
@@ -66,7 +66,7 @@ LOCAL_RESPONSE_TEMPLATE: dict[str, Any] = {
 
 
 def prepare_tokenizer(tokenizer: Any) -> Any:
-    """Give a tokenizer of the project's local models (chat template :data:`ait_env.local.chat.CHAT_TEMPLATE`)
+    """Give a tokenizer of the project's local models (chat template :data:`ait_env.tiny_models.chat.CHAT_TEMPLATE`)
     the response template TRL needs to parse its tool calls (transformers >= 5.13 reads it; the ``trl`` extra
     pins 5.24.0); any other tokenizer is returned unchanged (TRL sets one itself for the formats it knows)."""
     if tokenizer.chat_template == CHAT_TEMPLATE and getattr(tokenizer, "response_template", None) is None:
@@ -113,7 +113,7 @@ class JobWritingToolEnv:
         breakdown = self.info["reward"]
         return None if breakdown["drop"] else float(breakdown["total"])
 
-    # ---- the six tools (docstrings from ait_env.tools.TOOL_DOCS, set below)
+    # ---- the six tools (docstrings from ait_env.episode.tools.TOOL_DOCS, set below)
     def read_file(self, path: str) -> str:
         return self._call("read_file", path=path)
 

@@ -18,7 +18,7 @@ Contract (details and sources: ``docs/verifiers.md``):
   it. Blocking env calls (``reset``; ``step``, where ``submit_job`` waits for the job) run in the
   wrapper's thread pool (``env_threads``), never on the event loop.
 - **Turns**: each assistant message becomes the env's text action
-  (:func:`ait_env.integrations.messages.action_text`). ``tool_format="native"`` (default): the six
+  (:func:`ait_env.episode.messages.action_text`). ``tool_format="native"`` (default): the six
   tools go to the model as ``tool_defs`` (the env's own JSON schemas), the system prompt loses its
   text-format tool sections, and each structured call gets a ``tool`` message under its own id (the
   env's notes follow as a ``user`` message). ``"text"``: no ``tool_defs``, the env's whole system
@@ -54,10 +54,10 @@ from datasets import Dataset
 import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.backends import Backend, make_backend
 from ait_env.config import compose, split_families
-from ait_env.integrations.messages import action_text, env_arguments
-from ait_env.spec import strip_tool_sections
+from ait_env.episode.messages import action_text, env_arguments
+from ait_env.episode.spec import strip_tool_sections
 from ait_env.integrations.verifiers_v0 import VERIFIERS_VERSION
-from ait_env.tools import tool_schemas
+from ait_env.episode.tools import tool_schemas
 from task_families import FAMILY_NAMES
 
 __all__ = ["ENV_ID", "JobInfraFailed", "JobRubric", "JobWritingVerifiersEnv", "load_environment", "opening",

@@ -14,7 +14,7 @@ from typing import Callable, Protocol
 from ait_env.jobs.schema import Job
 from ait_env.probe.report import ProbeFailure, ProbeReport
 from ait_env.probe.static import run_static
-from ait_env.workspace import WorkspaceQuota
+from ait_env.sandbox.workspace import WorkspaceQuota
 from task_families.base import TaskFamily, TaskSpec
 
 __all__ = ["ProbeFailure", "ProbeReport", "ValidationProbe", "DynamicStage"]

@@ -30,14 +30,14 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
-from ait_env.backends.base import TokenCounter
+from ait_env.jobs.settings import TokenCounter
 from ait_env.jobs.bundle import write_env_package
 from ait_env.jobs.primerl import token_budget_rule
 from ait_env.jobs.schema import Job
 from ait_env.probe.leak import LEAK_TOLERANCE, LeakIndex
 from ait_env.probe.report import ProbeFailure
 from ait_env.sandbox import Sandbox, SandboxSettings, shared_sandbox
-from ait_env.redact import for_agent
+from ait_env.hidden.redact import for_agent
 from task_families.base import TOOLS_MODULE_NAME, TaskFamily, TaskSpec
 
 
@@ -111,7 +111,7 @@ class DynamicProbe:
         self._sandbox = sandbox
         self._token_counter = token_counter
         if hidden_questions is None:
-            from ait_env.secrets import hidden_questions
+            from ait_env.hidden.secrets import hidden_questions
         self._hidden_questions = hidden_questions
         self._leak_indexes: dict[str, LeakIndex] = {}
 

@@ -25,7 +25,7 @@ from ait_env.jobs.bundle import shadows_tools
 from ait_env.jobs.primerl import PRIME_RL_ENV_MODULES, PRIME_RL_TAG, config_rules, renderer_for
 from ait_env.jobs.schema import Job, check_bounds, load_toml, validate_job
 from ait_env.probe.report import ProbeFailure
-from ait_env.workspace import WorkspaceQuota
+from ait_env.sandbox.workspace import WorkspaceQuota
 from task_families.base import TOOLS_MODULE_NAME, Bounds
 
 ALLOWED_STDLIB = frozenset({

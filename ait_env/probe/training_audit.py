@@ -5,7 +5,7 @@ environment reports. An environment can tell that load apart from training (its 
 the time) and behave differently there; any check it can detect, it can evade. This audit needs no
 cooperation: it reads the conversations the model was sampled on and trained from — the requests the
 sandboxed rollout worker sent to the model endpoint, recorded by the endpoint itself outside the sandbox
-(:attr:`ait_env.local.endpoint.Record.messages`) — so what it checks is exactly what training used. On a
+(:attr:`ait_env.tiny_models.endpoint.Record.messages`) — so what it checks is exactly what training used. On a
 GPU the same audit reads prime-rl's per-step rollout traces (:mod:`gpu.primerl_traces`).
 
 - **Hidden-eval leaks**: every string of every message (system, user, tool, assistant: an environment can
@@ -18,7 +18,7 @@ GPU the same audit reads prime-rl's per-step rollout traces (:mod:`gpu.primerl_t
   the job with code ``foreign_tools``. Calls the family's tool refuses (bad arguments, an unknown tool)
   are not compared: their error text is the environment's ``error_formatter``'s to choose.
 
-Both codes void the job's validation in the reward (:data:`ait_env.reward.FORFEITING_FAULTS`). Each
+Both codes void the job's validation in the reward (:data:`ait_env.episode.reward.FORFEITING_FAULTS`). Each
 message is read once per job (by content hash), so the cost grows with new text only.
 """
 

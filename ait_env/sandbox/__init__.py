@@ -1,7 +1,9 @@
 """The sandbox for untrusted agent code: a resident, isolated process that runs one confined child per
 request (:mod:`ait_env.sandbox.host` on the orchestrator's side, :mod:`ait_env.sandbox.zygote` and
 :mod:`ait_env.sandbox.confine` inside). Used by the validation probe and by the local executor's
-rollout worker; what it guarantees is in ``docs/security.md``."""
+rollout worker; what it guarantees is in ``docs/security.md``. Beside it: the agent's workspace and its
+quotas (:mod:`ait_env.sandbox.workspace`) and the process toolkit every part that starts processes uses
+(:mod:`ait_env.sandbox.processes`)."""
 
 from ait_env.sandbox.host import (
     Sandbox,

@@ -40,7 +40,6 @@ import json
 import os
 import queue
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -52,6 +51,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
+from ait_env.sandbox.processes import kill_tree, python_roots
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 CONFINE = Path(__file__).with_name("confine.py")
@@ -88,32 +89,6 @@ class SandboxSettings(BaseModel):
 
 def bwrap_path() -> str | None:
     return shutil.which("bwrap")
-
-
-def _python_roots() -> list[Path]:
-    """Directories the interpreter and the virtualenv need (bound read-only at the same paths)."""
-    roots = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
-    exe = Path(sys.executable)
-    roots.add(exe.resolve().parent.parent)
-    return sorted(roots)
-
-
-def _descendants(pid: int) -> list[int]:
-    """The live processes below ``pid``, parents first (Linux ``/proc``; empty where it is missing)."""
-    children: dict[int, list[int]] = {}
-    for stat_file in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat_file.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(stat_file.parent.name))
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(0), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def remove_tree(path: Path, timeout_s: float = 60.0) -> bool:
@@ -169,7 +144,7 @@ def _bwrap_argv(work: Path, runtime: Path) -> list[str]:
     # there: a request writes to its own scratch tmpfs (/scratch, mounted per request by confine.py).
     argv += ["--perms", "0755", "--tmpfs", "/tmp", "--perms", "0755", "--dir", "/scratch"]
     made: set[str] = {"/tmp"}
-    for root in _python_roots():
+    for root in map(Path, python_roots()):
         # bwrap would create missing parents with mode 0700, unreadable after the uid drop.
         for parent in reversed(root.parents):
             if str(parent) != "/" and str(parent) not in made and not any(
@@ -313,7 +288,7 @@ class Sandbox:
         log.close()
         with self._state:
             if self._generation != generation:  # close() ran while we were starting it
-                _kill_tree(proc)
+                kill_tree(proc)
                 raise _Closed("the sandbox was closed while it was starting")
             self._proc = proc
         self._lines = queue.Queue()
@@ -401,7 +376,7 @@ class Sandbox:
             self._generation += 1
             proc, self._proc = self._proc, None
         if proc is not None:
-            _kill_tree(proc)
+            kill_tree(proc)
         if self._cgroup is not None:
             try:
                 self._cgroup.rmdir()
@@ -527,31 +502,6 @@ class Sandbox:
     def release(self, workdir: Path) -> None:
         """Delete a request's folder (never raises, bounded in time, any tree the request left)."""
         remove_tree(workdir)
-
-
-def _kill_tree(proc: "subprocess.Popen[str]") -> None:
-    """Kill ``proc``, its process group and every process below it; close its pipes. Never raises."""
-    if proc.poll() is None:
-        tree = _descendants(proc.pid)
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            proc.kill()
-        for pid in tree:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-    for stream in (proc.stdin, proc.stdout):
-        try:
-            if stream is not None:
-                stream.close()
-        except OSError:
-            pass
 
 
 _SHARED: dict[str, Sandbox] = {}

@@ -15,7 +15,7 @@ Protocol: one JSON request per line on stdin, one JSON response per line on stdo
 
 Jobs are modules loaded from files given as ``--job name=path``, each with ``run(req, adapter, ctx)``
 (:class:`Context`): the validation probe's ``inspect`` (:mod:`ait_env.probe.inspect_job`) and the
-local executor's ``rollout_worker`` (:mod:`ait_env.local.rollout_worker`). The verifiers-specific
+local executor's ``rollout_worker`` (:mod:`ait_env.cpu_trainer.rollout_worker`). The verifiers-specific
 calls come from the adapter file passed as ``--adapter`` (``ait_env/integrations/verifiers_v0.py``).
 """
 
@@ -205,7 +205,9 @@ def _wipe(folder: str) -> None:
 
 
 def _descendants() -> set[int]:
-    """Every process below this one (the zygote is a child subreaper, so orphans stay below it)."""
+    """Every process below this one (the zygote is a child subreaper, so orphans stay below it). A copy of
+    :func:`ait_env.sandbox.processes.live_descendants`, kept here on purpose: the zygote runs inside the
+    jail as a file of its own and imports nothing from the project."""
     parent: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

@@ -17,8 +17,8 @@ pytest.importorskip("openai")
 pytest.importorskip("verifiers")
 
 from ait_env.agents.llm import AgentSettings, family_list, main, run  # noqa: E402
-from ait_env.episode_metrics import Prices  # noqa: E402
-from ait_env.ledger import CostLedger  # noqa: E402
+from ait_env.observe.metrics import Prices  # noqa: E402
+from ait_env.observe.ledger import CostLedger  # noqa: E402
 from tests.fakes.job_writer import job_writer_policy  # noqa: E402
 from tests.fakes.openai_server import DropConnection, PolicyHTTPError, ScriptedOpenAIServer  # noqa: E402
 

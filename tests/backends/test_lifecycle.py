@@ -9,9 +9,9 @@ import gymnasium as gym
 import pytest
 
 from ait_env.backends import BackendOptionsError, make_backend
-from ait_env.backends.base import BackendSettings
+from ait_env.jobs.settings import BackendSettings
 from ait_env.config import compose, load_group
-from ait_env.agents.reference import reference_files
+from task_families import reference_files
 from conftest import make_bundle
 
 
@@ -52,5 +52,5 @@ def test_a_local_job_whose_model_is_not_built_fails_fast_naming_the_build(tmp_pa
     result = backend.run(bundle)
     assert time.time() - t0 < 5
     assert result.status == "infra_failed"
-    assert "ait-tiny-m is not built" in result.error and "python -m ait_env.local.build" in result.error
+    assert "ait-tiny-m is not built" in result.error and "python -m ait_env.tiny_models.build" in result.error
     backend.close()

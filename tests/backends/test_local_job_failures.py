@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ait_env.agents.reference import reference_files
+from task_families import reference_files
 from ait_env.backends.local import LocalBackend
 from ait_env.config import compose
 from conftest import make_bundle

@@ -18,13 +18,14 @@ from typing import Any
 
 import pytest
 
-from ait_env.agents.reference import reference_files
+from task_families import reference_files
 from ait_env.backends import BackendOptionsError, make_backend
-from ait_env.backends.base import BackendSettings, JobResult
+from ait_env.jobs.settings import BackendSettings
+from ait_env.jobs.result import JobResult
 from ait_env.backends.runpod import RunpodBackend
 from ait_env.config import load_group
 from ait_env.jobs.bundle import JobBundle
-from ait_env.jobs.journal import Billing, Journal
+from fleet.journal import Billing, Journal
 from conftest import make_bundle
 from tests.fakes.runpod_client import (DELAY_MS, EXECUTION_MS, FakeServerlessClient, bundle_job_id,
                                       instant_output)
@@ -129,10 +130,10 @@ def test_a_finished_job_is_served_from_the_journal_and_rerun_trains_it_again(tmp
 CHILD = """
 import sys, time
 from pathlib import Path
-from ait_env.backends.base import BackendSettings
+from ait_env.jobs.settings import BackendSettings
 from ait_env.backends.runpod import RunpodBackend
 from ait_env.jobs.bundle import JobBundle
-from ait_env.jobs.journal import Billing, Journal
+from fleet.journal import Billing, Journal
 from tests.fakes.runpod_client import FakeServerlessClient
 
 settings = BackendSettings.model_validate_json(Path(sys.argv[1]).read_text())
@@ -222,7 +223,7 @@ def test_a_non_replica_worker_fails_once_with_the_reason_and_is_never_retried_or
     with backend(tmp_path, fake, retry_budget=2) as b:
         r = b.run(job)
         assert r.status == "infra_failed" and "non-replica worker: image revision 'other-image'" in r.error
-        assert "Not retried" in r.error and "gpu.endpoint up" in r.error
+        assert "Not retried" in r.error and "fleet.endpoint up" in r.error
         assert fake.total_runs() == 1 and r.cost_usd == pytest.approx(PER_JOB)   # one attempt, paid once
         assert r.timings["runpod_attempts"] == 1
         b.run(job)                                       # an infra_failed row is claimed again, not served
@@ -339,8 +340,8 @@ def _real_settings(**options: Any) -> BackendSettings:
 
 
 def _pin_base(b: RunpodBackend) -> None:
-    from ait_env.baselines import BaselineEntry
-    from ait_env.local.catalog import weights_hash
+    from ait_env.hidden.baselines import BaselineEntry
+    from ait_env.tiny_models.catalog import weights_hash
 
     b.baselines.put([BaselineEntry(backend="runpod", family="arithmetic", model="ait-tiny-s", score=0.1,
                                    model_hash=weights_hash("ait-tiny-s"), seeded_at=1.0)])
@@ -350,7 +351,7 @@ def test_a_real_job_through_the_real_handler(tmp_path):
     from tests.gpu.helpers import make_job, needs_tiny_model
 
     if needs_tiny_model.args[0]:
-        pytest.skip("ait-tiny-s is not built (python -m ait_env.local.build)")
+        pytest.skip("ait-tiny-s is not built (python -m ait_env.tiny_models.build)")
     pytest.importorskip("verifiers")
     fake = FakeServerlessClient(mode="real", workers=1, store_input=False)
     try:
@@ -373,7 +374,7 @@ def test_a_worker_killed_mid_job_is_retried_and_succeeds(tmp_path):
     from tests.gpu.helpers import make_job, needs_tiny_model
 
     if needs_tiny_model.args[0]:
-        pytest.skip("ait-tiny-s is not built (python -m ait_env.local.build)")
+        pytest.skip("ait-tiny-s is not built (python -m ait_env.tiny_models.build)")
     pytest.importorskip("verifiers")
     fake = FakeServerlessClient(mode="real", workers=1, store_input=False)
     try:
@@ -393,8 +394,8 @@ def test_a_worker_killed_mid_job_is_retried_and_succeeds(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- prices
 def test_bills_use_the_dated_price_of_the_gpu_type_that_ran_the_job():
-    from ait_env.backends.runpod import GpuPrices
-    from gpu import prices
+    from fleet.billing import GpuPrices
+    from fleet import prices
 
     p = GpuPrices()
     assert p.price("NVIDIA A100 80GB PCIe") == prices.FLEX_USD_PER_S["AMPERE_80"]
@@ -417,7 +418,7 @@ def test_bills_use_the_dated_price_of_the_gpu_type_that_ran_the_job():
 
 # ---------------------------------------------------------------------------------------------- the HTTP fake
 def test_the_real_client_against_the_http_fake_endpoint(tmp_path, monkeypatch):
-    """The backend builds gpu.runpod_api.ServerlessClient from RUNPOD_API_KEY and talks HTTP to
+    """The backend builds fleet.runpod_api.ServerlessClient from RUNPOD_API_KEY and talks HTTP to
     tests/gpu/fake_runpod.py: 429s on run and 503s on status are absorbed by the client, a job stuck in
     the queue whose result expires is sent again, and nothing is sent twice."""
     from tests.gpu.fake_runpod import start_fake_runpod
@@ -468,7 +469,7 @@ def test_closing_the_backend_wakes_its_waiters_and_a_new_one_reattaches(tmp_path
 
 def test_an_episode_on_the_runpod_backend_is_scored_and_its_job_is_in_the_cost_ledger(make_env, runs_dir):
     from ait_env.agents.reference import ScriptedReferenceAgent
-    from ait_env.baselines import BaselineEntry
+    from ait_env.hidden.baselines import BaselineEntry
 
     pytest.importorskip("verifiers")
     fake = FakeServerlessClient()
@@ -517,7 +518,7 @@ def test_a_real_worker_of_the_http_fake_killed_mid_job_is_retried_by_the_backend
     from tests.gpu.helpers import make_job, needs_tiny_model, worker_env
 
     if needs_tiny_model.args[0]:
-        pytest.skip("ait-tiny-s is not built (python -m ait_env.local.build)")
+        pytest.skip("ait-tiny-s is not built (python -m ait_env.tiny_models.build)")
     pytest.importorskip("verifiers")
     with start_fake_runpod(workers=1, worker_env=worker_env(tmp_path), log_dir=tmp_path,
                            max_worker_retries=0) as fake:
@@ -544,13 +545,13 @@ def test_twenty_real_jobs_through_four_workers_match_backend_local(tmp_path, mon
     import sys
     import time
 
-    from ait_env.baselines import BaselineEntry
-    from ait_env.local.catalog import weights_hash
+    from ait_env.hidden.baselines import BaselineEntry
+    from ait_env.tiny_models.catalog import weights_hash
     from tests.gpu.fake_runpod import start_fake_runpod
     from tests.gpu.helpers import local_settings, make_job, needs_tiny_model, worker_env
 
     if needs_tiny_model.args[0]:
-        pytest.skip("ait-tiny-s is not built (python -m ait_env.local.build)")
+        pytest.skip("ait-tiny-s is not built (python -m ait_env.tiny_models.build)")
     pytest.importorskip("verifiers")
     env = worker_env(tmp_path)
     jobs = [make_job(tmp_path / "rp", job_id=f"rp-{i:02d}", seed=1000 + i) for i in range(20)]
@@ -568,7 +569,7 @@ def test_twenty_real_jobs_through_four_workers_match_backend_local(tmp_path, mon
     assert len(sent) == 20 and len(rows) == 20                      # exactly once: 20 runs, 20 journal rows
     assert sum(r.cost_usd for r in results) == pytest.approx(spent) and spent > 0
     # the same bundles through the runner as backend=local runs them, with the same secret seeds and pin
-    from ait_env.baselines import BaselineStore
+    from ait_env.hidden.baselines import BaselineStore
 
     pins = tmp_path / "pins"
     BaselineStore("local", user_dir=pins).put([BaselineEntry(
@@ -601,7 +602,7 @@ def test_seed_baselines_pins_a_baseline_through_runpod(tmp_path):
     from tests.gpu.helpers import needs_tiny_model, worker_env
 
     if needs_tiny_model.args[0]:
-        pytest.skip("ait-tiny-s is not built (python -m ait_env.local.build)")
+        pytest.skip("ait-tiny-s is not built (python -m ait_env.tiny_models.build)")
     pytest.importorskip("verifiers")
     env = worker_env(tmp_path)
     with start_fake_runpod(workers=1, worker_env=env, log_dir=tmp_path) as fake:
@@ -616,4 +617,4 @@ def test_seed_baselines_pins_a_baseline_through_runpod(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     entries = json.loads((tmp_path / "runs" / "baselines" / "runpod.json").read_text())["entries"]
     assert [(e["family"], e["model"], e["n"]) for e in entries] == [("arithmetic", "ait-tiny-s", 8)]
-    assert sent == 1 and "wrote 1 baselines" in out.stdout and "python -m gpu.reconcile" in out.stderr
+    assert sent == 1 and "wrote 1 baselines" in out.stdout and "python -m fleet.reconcile" in out.stderr

@@ -3,7 +3,7 @@ its end carries an idle charge (the endpoint's idle timeout x $/GPU-s x GPUs, an
 workers are charged over the sessions' wall time, and jobs + idle + active add up to the journal's total;
 the agent's charge (JobResult.cost_usd) stays the job's own bill; the run budget counts idle and active,
 the episode budget does not; the settings come from the endpoint, else options, else
-gpu/fleet_defaults.yaml; an older journal file gets the new columns; the env's cost ledger gets idle and
+fleet/fleet_defaults.yaml; an older journal file gets the new columns; the env's cost ledger gets idle and
 active once, and its total is jobs + idle + active."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from ait_env.backends.runpod import RunpodBackend
-from ait_env.jobs.journal import Journal, Session
-from gpu import prices
-from gpu.endpoint import fleet_settings
-from gpu.runpod_api import RunpodAPIError
+from fleet.journal import Journal, Session
+from fleet import prices
+from fleet.endpoint import fleet_settings
+from fleet.runpod_api import RunpodAPIError
 from tests.backends.test_runpod_backend import PER_JOB, bundles, settings
 from tests.fakes.runpod_client import FakeServerlessClient
 
@@ -108,7 +108,7 @@ def test_settings_come_from_the_endpoint_else_the_options_else_the_fleet_default
         with backend(tmp_path / f"d{bool(mgmt)}", fake, mgmt, endpoint_id="ep-1") as b:
             c = b.endpoint_costs
         assert (c.idle_timeout_s, c.workers_min) == (fleet["idle_timeout_s"], fleet["workers_min"])
-        assert "gpu/fleet_defaults.yaml" in c.source and (c.pool, c.gpus_per_worker) == ("AMPERE_24", 2)
+        assert "fleet/fleet_defaults.yaml" in c.source and (c.pool, c.gpus_per_worker) == ("AMPERE_24", 2)
         assert b.max_in_flight == fleet["workers_max"]
         with backend(tmp_path / f"o{bool(mgmt)}", fake, mgmt, endpoint_id="ep-1", idle_timeout_s=3) as b:
             c3 = b.endpoint_costs
@@ -188,7 +188,7 @@ def test_an_older_journal_file_gets_the_new_columns(tmp_path):
 
 
 def test_the_cost_ledger_gets_idle_and_active_once_and_its_total_is_the_sum_of_the_parts(tmp_path):
-    from ait_env.ledger import CostLedger, CostRecord
+    from ait_env.observe.ledger import CostLedger, CostRecord
 
     ledger = CostLedger(tmp_path / "costs.jsonl")
     fake = FakeServerlessClient()

@@ -211,7 +211,7 @@ def test_a_job_queued_unseen_after_a_5xx_on_run_is_journaled_and_charged_at_its_
 CHILD7 = """
 import sys, time
 from pathlib import Path
-from ait_env.backends.base import BackendSettings
+from ait_env.jobs.settings import BackendSettings
 from ait_env.backends.runpod import RunpodBackend
 from ait_env.jobs.bundle import JobBundle
 from tests.fakes.runpod_client import FakeServerlessClient
@@ -263,7 +263,7 @@ def test_an_orchestrator_killed_between_run_and_recording_the_id_is_charged_not_
 
 # ---------------------------------------------------------------------------------------------- item 8
 def _tiny_settings(executor: str) -> Any:
-    from ait_env.backends.base import BackendSettings
+    from ait_env.jobs.settings import BackendSettings
 
     base = settings(executor=executor, require_revision=None)
     return BackendSettings.model_validate({**base.model_dump(), "models": [{"name": "ait-tiny-s",
@@ -274,7 +274,7 @@ def test_the_renderer_map_comes_from_the_executor_the_backend_runs(tmp_path):
     """Item 8: backend=runpod (and gpu-local) with the local executor can validate a tiny-model job: the
     renderer map is the executor's, for every backend."""
     from ait_env.backends import make_backend
-    from ait_env.backends.base import BackendSettings
+    from ait_env.jobs.settings import BackendSettings
     from ait_env.config import load_group
 
     fake = FakeServerlessClient()
@@ -328,7 +328,7 @@ def test_the_rest_api_follows_base_url_and_a_lost_answer_over_http_is_charged(tm
     """Item 9: with base_url pointing at a fake, the endpoint's settings are read from the fake too (the
     conftest guard fails any test that reaches another host). Item 7 over HTTP: the real client turns the
     fake's 502 after queueing into SubmitUncertain, and the queued job's input carries the journal's tag."""
-    from gpu.runpod_api import EndpointSpec, ManagementClient
+    from fleet.runpod_api import EndpointSpec, ManagementClient
     from tests.gpu.fake_runpod import start_fake_runpod
 
     output = {"kind": "job", "baselines": [], "result": {

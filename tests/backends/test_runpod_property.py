@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ait_env.backends.runpod import RunpodBackend
-from gpu.runpod_api import RunpodAPIError
+from fleet.runpod_api import RunpodAPIError
 from tests.backends.test_runpod_backend import bundles
 from tests.backends.test_runpod_backend import settings as backend_settings
 from tests.fakes.runpod_client import FakeServerlessClient, bundle_job_id

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ait_env.agents.reference import reference_files
+from task_families import reference_files
 from conftest import call
 
 

@@ -18,7 +18,7 @@ import json
 import re
 from typing import Any
 
-from ait_env.agents.reference import reference_files
+from task_families import reference_files
 from tests.fakes.openai_server import Policy
 
 __all__ = ["job_writer_policy", "plan_files"]

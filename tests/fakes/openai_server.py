@@ -257,7 +257,7 @@ class _Plans:
     def __init__(self, family: str | TaskFamily, instances: list[Instance] | None) -> None:
         self.family = _resolve(family)
         if instances is None:
-            from ait_env.secrets import hidden_set
+            from ait_env.hidden.secrets import hidden_set
             instances = hidden_set(self.family.name) + self.family.dev_pool()
         self.by_key = {inst.key: inst for inst in instances}
         self._plans: dict[str, list[tuple[int, dict[str, Any]]]] = {}

@@ -1,4 +1,4 @@
-"""A fake Runpod Serverless endpoint behind the interface of :class:`gpu.runpod_api.ServerlessClient`
+"""A fake Runpod Serverless endpoint behind the interface of :class:`fleet.runpod_api.ServerlessClient`
 (``run``, ``status``, ``status_many``, ``cancel``), for the runpod backend's tests and benchmark.
 
 Jobs go IN_QUEUE -> IN_PROGRESS -> a final state as they are polled (``polls_to_finish`` status calls; 1:
@@ -52,7 +52,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-from gpu.runpod_api import ResultExpired, RunpodAPIError, RunpodJob, SubmitUncertain
+from fleet.runpod_api import ResultExpired, RunpodAPIError, RunpodJob, SubmitUncertain
 
 Outcome = Literal["ok", "job_failed", "lost", "timed_out", "expired", "non_replica", "stuck"]
 GPUS = ["NVIDIA RTX A5000 (24564 MiB)", "NVIDIA RTX A5000 (24564 MiB)"]
@@ -196,7 +196,7 @@ class FakeServerlessClient:
             if any(r == what and a <= now < b for r, a, b in self.outages):
                 status = 503
         if status is not None:
-            # as gpu.runpod_api does: a 5xx on /run may have queued a job (SubmitUncertain)
+            # as fleet.runpod_api does: a 5xx on /run may have queued a job (SubmitUncertain)
             cls = SubmitUncertain if what == "run" and status >= 500 else RunpodAPIError
             raise cls(f"{what}: HTTP {status} (fake, past the client's retries)", status, "fake")
 

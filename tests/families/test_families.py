@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from ait_env.secrets import hidden_set
+from ait_env.hidden.secrets import hidden_set
 from task_families import FAMILY_NAMES, get_family
 from conftest import load_reference_environment
 

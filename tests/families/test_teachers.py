@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ait_env.secrets import hidden_set
+from ait_env.hidden.secrets import hidden_set
 from task_families import FAMILY_NAMES, get_family
 from task_families.calendar import teacher as cal
 from task_families.teacher import (FLAW_KINDS, describe_flaws, final_content, get_teacher, oracle_ladder,

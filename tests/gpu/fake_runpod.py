@@ -28,7 +28,7 @@ reported as having taken that cold start and execution, ending when it was submi
 Billing (``GET /v2/billing/serverless``, ``api-reference-v2/openapi.json`` ``listServerlessBilling``:
 ``startTime``, ``endTime``, ``bucketSize`` (``hour`` or ``day`` here), ``serverlessId`` -> ``{"records":
 [{startTime, endTime, serverlessId, totalAmount, gpuAmount, cpuAmount, diskAmount, feeAmount}],
-"metadata": {...}}``) bills what its workers' time would cost at :mod:`gpu.prices` rates of the endpoint's
+"metadata": {...}}``) bills what its workers' time would cost at :mod:`fleet.prices` rates of the endpoint's
 first pool x its GPUs: per job a worker ran, its cold start (instant mode) plus execution, rounded up to a
 whole second ("rounded up to the nearest second", ``serverless/pricing.mdx``), plus the idle timeout after
 it unless it TIMED_OUT; and ``workers.min`` active workers from the endpoint's creation (or the fake's
@@ -135,7 +135,7 @@ class _Job:
 @dataclass
 class _Worker:
     index: int
-    tree: Any = None                 # gpu.processes.ProcessTree
+    tree: Any = None                 # ait_env.sandbox.processes.ProcessTree
     job: str | None = None
     kill_at: float | None = None
     versions: dict[str, str] | None = None
@@ -239,7 +239,7 @@ class FakeRunpod:
 
     # -------------------------------------------------------------------------------------------- workers
     def _start_worker(self, w: _Worker) -> None:
-        from gpu.processes import ProcessTree
+        from ait_env.sandbox.processes import ProcessTree
 
         w.log = self.log_dir / f"worker-{w.index}.log"
         env = {**self.worker_env, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
@@ -253,7 +253,7 @@ class FakeRunpod:
         them, then the tree's own sweep (group and tagged processes)."""
         if w.tree is None or w.tree.proc is None:
             return
-        from gpu.isolation import live_descendants
+        from ait_env.sandbox.processes import live_descendants
 
         frozen: set[int] = set()
         for _ in range(20):
@@ -565,7 +565,7 @@ class FakeRunpod:
     @staticmethod
     def _rates(record: dict[str, Any]) -> tuple[float, float]:
         """($/s of one flex worker, $/s of one active worker) of an endpoint: its first pool x GPUs."""
-        from gpu import prices
+        from fleet import prices
 
         gpu = record.get("gpu") or {}
         pool, count = (gpu.get("pools") or ["AMPERE_24"])[0], int(gpu.get("count") or 1)

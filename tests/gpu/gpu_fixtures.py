@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from ait_env.agents.reference import reference_files
-from ait_env.backends.base import BackendBounds, BackendSettings, ModelInfo
+from task_families import reference_files
+from ait_env.jobs.settings import BackendBounds, BackendSettings, ModelInfo
 from gpu.vllm_server import free_port
 from tests.gpu.gpu_helpers import FAKES, FAKE_VLLM, MODEL, OTHER, ROOT
 

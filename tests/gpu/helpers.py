@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import pytest
 
-from ait_env.backends.base import BackendBounds, BackendSettings, ModelInfo
-from ait_env.secrets import DEFAULT_SEEDS
+from ait_env.jobs.settings import BackendBounds, BackendSettings, ModelInfo
+from ait_env.hidden.secrets import DEFAULT_SEEDS
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the secret seed file the worker gets: the published seeds (the tiny models are built for their hidden
@@ -26,20 +26,20 @@ FAKE_KEY = "rp-fake-credential-0123456789"
 
 
 def tiny_model_built() -> bool:
-    from ait_env.local import catalog
+    from ait_env.tiny_models import catalog
 
     return catalog.is_current("ait-tiny-s")
 
 
 needs_tiny_model = pytest.mark.skipif(not tiny_model_built(),
-                                      reason="ait-tiny-s is not built (python -m ait_env.local.build)")
+                                      reason="ait-tiny-s is not built (python -m ait_env.tiny_models.build)")
 
 
 def make_job(folder: Path, job_id: str = "job-1", env_edit: Callable[[str], str] = lambda t: t,
              family: str = "arithmetic", seed: int | None = None) -> Any:
     """A 2-step job of ``family``'s reference recipe on ait-tiny-s, its environment edited by ``env_edit``
     (``seed``: the dataset seed of its ``[env]``, to make distinct jobs)."""
-    from ait_env.agents.reference import reference_files
+    from task_families import reference_files
     from ait_env.jobs.bundle import build_bundle
     from ait_env.jobs.schema import parse_job
     from task_families import get_family

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from gpu.runpod_api import ResultExpired, RetryPolicy, RunpodAPIError, ServerlessClient
+from fleet.runpod_api import ResultExpired, RetryPolicy, RunpodAPIError, ServerlessClient
 from tests.gpu.fake_runpod import FakeRunpod, fakes
 
 

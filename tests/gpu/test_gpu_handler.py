@@ -16,8 +16,10 @@ import time
 
 import pytest
 
-from ait_env.baselines import BaselineEntry
+from ait_env.hidden.baselines import BaselineEntry
+from ait_env.jobs import wire
 from gpu import isolation, worker
+from ait_env.sandbox import processes
 from tests.gpu.helpers import FAKE_KEY, ROOT, local_settings, make_job, needs_tiny_model
 
 
@@ -26,8 +28,8 @@ def test_bundle_round_trip_carries_only_the_manifests_files(tmp_path):
     (b.root / "result.json").write_text("{}")
     (b.root / "outputs").mkdir()
     (b.root / "outputs" / "big.bin").write_bytes(b"x" * 1000)
-    data = worker.pack_bundle(b.root)
-    out = worker.unpack_bundle(data, tmp_path / "unpacked")
+    data = wire.pack_bundle(b.root)
+    out = wire.unpack_bundle(data, tmp_path / "unpacked")
     assert out.name == b.job_id
     files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert files == {"manifest.json", *b.manifest.files}
@@ -57,16 +59,16 @@ def _tar(members: dict[str, bytes], link: str | None = None) -> str:
     (_tar({"manifest.json": b'{"job_id": "../j"}'}), "not a plain name"),
     (_tar({"job.toml": b""}), "no manifest.json"),
     (base64.b64encode(b"not a tar").decode(), "not a gzip tar archive"),
-    ("A" * (worker.MAX_BUNDLE_B64 + 4), "over"),
+    ("A" * (wire.MAX_BUNDLE_B64 + 4), "over"),
 ])
 def test_hostile_payloads_are_refused(tmp_path, payload, message):
     with pytest.raises(ValueError, match=message):
-        worker.unpack_bundle(payload, tmp_path)
+        wire.unpack_bundle(payload, tmp_path)
     assert not (tmp_path / "evil.py").exists()
 
 
 def test_text_leaving_the_worker_is_scrubbed(tmp_path, monkeypatch):
-    from ait_env.secrets import hidden_questions
+    from ait_env.hidden.secrets import hidden_questions
 
     question = hidden_questions("arithmetic")[0]
     monkeypatch.setenv("RUNPOD_AI_API_KEY", FAKE_KEY)
@@ -86,7 +88,7 @@ def test_input_that_does_not_validate_is_a_caller_error():
 
 @needs_tiny_model
 def test_handler_runs_a_job_with_progress_and_the_callers_baselines(tmp_path, monkeypatch):
-    from ait_env.local.catalog import weights_hash
+    from ait_env.tiny_models.catalog import weights_hash
 
     pytest.importorskip("verifiers")
     b = make_job(tmp_path)
@@ -96,7 +98,7 @@ def test_handler_runs_a_job_with_progress_and_the_callers_baselines(tmp_path, mo
     monkeypatch.setattr(worker, "_sdk_progress", lambda job: progress.append)  # stands in for progress_update
     out = asyncio.run(worker.handler({"id": "job-1", "input": {
         "executor": "local", "settings": local_settings(measure_pre=False).model_dump(mode="json"),
-        "bundle": worker.pack_bundle(b.root), "baselines": [pin.model_dump(mode="json")]}}))
+        "bundle": wire.pack_bundle(b.root), "baselines": [pin.model_dump(mode="json")]}}))
     assert set(out) == {"kind", "result", "baselines"} and out["kind"] == "job"   # never a top-level "error"
     res = out["result"]
     assert res["status"] == "succeeded", res["error"]
@@ -113,14 +115,14 @@ def test_a_stop_from_runpod_kills_the_job(tmp_path, monkeypatch):
     b = make_job(tmp_path, env_edit=lambda t: t.replace(
         "    dataset = build_dataset(num_examples, seed)\n", "    import time\n    time.sleep(300)\n"))
     payload = {"executor": "local", "settings": local_settings().model_dump(mode="json"),
-               "bundle": worker.pack_bundle(b.root)}
-    before = isolation.live_descendants(os.getpid())
+               "bundle": wire.pack_bundle(b.root)}
+    before = processes.live_descendants(os.getpid())
 
     async def main() -> None:
         task = asyncio.create_task(worker.handler({"id": "job-2", "input": payload}))
         for _ in range(600):   # until the runner child is up
             await asyncio.sleep(0.1)
-            if any(b"--child" in _cmdline(p) for p in isolation.live_descendants(os.getpid()) - before):
+            if any(b"--child" in _cmdline(p) for p in processes.live_descendants(os.getpid()) - before):
                 break
         await asyncio.sleep(2)
         task.cancel()
@@ -129,9 +131,9 @@ def test_a_stop_from_runpod_kills_the_job(tmp_path, monkeypatch):
 
     asyncio.run(main())
     deadline = time.time() + 30
-    while time.time() < deadline and isolation.live_descendants(os.getpid()) - before:
+    while time.time() < deadline and processes.live_descendants(os.getpid()) - before:
         time.sleep(0.2)
-    assert not isolation.live_descendants(os.getpid()) - before
+    assert not processes.live_descendants(os.getpid()) - before
 
 
 def _cmdline(pid: int) -> bytes:
@@ -147,13 +149,13 @@ def test_the_runpod_sdk_runs_the_handler_in_its_local_test_mode(tmp_path):
     is refused by the self-check, and the refusal comes back as the result, not as an SDK error."""
     pytest.importorskip("runpod")
     b = make_job(tmp_path)
-    from ait_env.backends.base import BackendSettings
+    from ait_env.jobs.settings import BackendSettings
     from ait_env.backends.gpu_local import worker_settings
     from ait_env.config import load_group
 
     settings = worker_settings(BackendSettings.model_validate(load_group("backend", "gpu-local")))
     job = {"input": {"executor": "gpu", "settings": settings.model_dump(mode="json"),
-                     "bundle": worker.pack_bundle(b.root)}}
+                     "bundle": wire.pack_bundle(b.root)}}
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNPOD_")}
     out = subprocess.run([sys.executable, "-m", "gpu.worker", "--serve", "--test_input", json.dumps(job)],
                          cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpu import isolation
+from ait_env.sandbox import processes
 from gpu.isolation import JailConfig, TrainingJail, training_uid
 from tests.gpu.helpers import FAKE_KEY, ROOT, Listener, pids_with
 
@@ -155,9 +156,9 @@ def test_no_jail_still_kills_the_tree_from_a_subreaper(tmp_path):
     subreaper: a daemonised grandchild stays below it and is killed with the rest."""
     code = textwrap.dedent(f'''
         import json, os, subprocess, sys, time
-        from gpu import isolation
-        assert isolation.become_subreaper()
-        keep = isolation.live_descendants(os.getpid())
+        from ait_env.sandbox import processes
+        assert processes.become_subreaper()
+        keep = processes.live_descendants(os.getpid())
         marker = "ait-none-daemon-{time.time_ns()}"
         sleeper = "[sys.executable, '-c', 'import time; time.sleep(600)  # ' + sys.argv[1]]"
         subprocess.run([sys.executable, "-c", "import os, sys\\nif os.fork() == 0:\\n    os.setsid()\\n"
@@ -165,7 +166,7 @@ def test_no_jail_still_kills_the_tree_from_a_subreaper(tmp_path):
         time.sleep(0.3)
         from tests.gpu.helpers import pids_with
         before = pids_with(marker)
-        killed, survivors = isolation.kill_all(below=os.getpid(), keep=keep)
+        killed, survivors = processes.kill_all(below=os.getpid(), keep=keep)
         print(json.dumps({{"before": len(before), "killed": len(killed), "survivors": len(survivors),
                            "after": len(pids_with(marker))}}))
     ''')
@@ -180,11 +181,11 @@ def test_guard_kills_what_training_left_before_the_post_eval(tmp_path):
     daemon is gone when train() returns, and the log says so before anything else runs."""
     code = textwrap.dedent(f'''
         import json, os, subprocess, sys, time
-        from gpu import isolation
+        from ait_env.sandbox import processes
         from gpu.isolation import JailConfig
         from gpu.worker import GuardedExecutor
         from tests.gpu.helpers import pids_with
-        isolation.become_subreaper()
+        processes.become_subreaper()
         marker = "ait-guard-daemon-{time.time_ns()}"
         class Leaky:
             def train(self, eval_point):

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from ait_env.backends import BackendOptionsError, BackendSettings, ModelInfo, make_backend
+from ait_env.backends import BackendOptionsError, make_backend
+from ait_env.jobs.settings import BackendSettings, ModelInfo
 from ait_env.backends.gpu_local import GpuLocalBackend, worker_settings
 from ait_env.config import load_group
 from tests.gpu.helpers import ROOT, make_job, needs_tiny_model

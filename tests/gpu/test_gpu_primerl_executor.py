@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from ait_env import runner
-from ait_env.backends.base import BackendBounds, BackendSettings
-from ait_env.baselines import BaselineEntry, BaselineStore
-from ait_env.evaluation import evaluate
+from ait_env.jobs.settings import BackendBounds, BackendSettings
+from ait_env.hidden.baselines import BaselineEntry, BaselineStore
+from ait_env.hidden.evaluation import evaluate
 from ait_env.jobs.primerl import final_weights_dir
-from ait_env.local.endpoint import LocalEndpoint
-from ait_env.local.model import TinyLM
-from ait_env.local.tokenizer import ChatTokenizer
+from ait_env.tiny_models.endpoint import LocalEndpoint
+from ait_env.tiny_models.model import TinyLM
+from ait_env.tiny_models.tokenizer import ChatTokenizer
 from ait_env.runner import InfraFailed
 from gpu.isolation import training_uid
 from gpu.primerl_executor import PrimeRLExecutor, dir_hash, hf_revision, plan_gpus
@@ -358,7 +358,7 @@ def test_an_environment_that_fails_to_start_is_job_failed_within_seconds(
         edit: Any, expected: tuple[str, str], gpu_bundle: Any, gpu_settings: Any, pinned: Path) -> None:
     """Issue 31, item 5: the orchestrator waits for a dead env server without end; the run is stopped within
     30 s of the dry run, job_failed, with the agent's traceback (what the agent reads: redacted)."""
-    from ait_env.redact import for_agent
+    from ait_env.hidden.redact import for_agent
 
     bundle = gpu_bundle(edit)
     res = _run(bundle, gpu_settings("success", measure_pre=False, wall_clock_s=90.0), pinned)

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from ait_env.backends.base import BackendBounds, BackendSettings, ModelInfo
+from ait_env.jobs.settings import BackendBounds, BackendSettings, ModelInfo
 from gpu.isolation import JAIL_ENV, JailConfig, TrainingJail, bwrap_works, training_uid
 from gpu.venv_paths import program_paths
 
@@ -54,7 +54,7 @@ def _installed() -> str | None:
 @pytest.fixture(scope="module")
 def bundles() -> Iterator[dict[str, Any]]:
     """Every family's reference bundle on Qwen3-0.6B, below a folder every uid may pass."""
-    from ait_env.agents.reference import reference_files
+    from task_families import reference_files
     from ait_env.jobs.bundle import build_bundle
     from ait_env.jobs.schema import parse_job
     from task_families import FAMILY_NAMES, get_family

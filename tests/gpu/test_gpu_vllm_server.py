@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ait_env.evaluation import evaluate
+from ait_env.hidden.evaluation import evaluate
 from ait_env.runner import InfraFailed
 from gpu.vllm_server import VLLM_ENV, VllmServer, build_serve_command, tool_call_parser_for
 from tests.gpu.gpu_helpers import FAKE_VLLM, MODEL, leftovers

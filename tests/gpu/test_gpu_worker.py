@@ -55,7 +55,7 @@ ATTACKS = '''    import glob, json, os, socket
     attempt("read_secret_seed_file", lambda: open(%(secrets)r).read())
     attempt("read_worker_copy", lambda: [open(p).read() for p in glob.glob(%(copies)r)] or 1 / 0)
     attempt("list_worker_tmp", lambda: os.listdir(%(wtmp)r))
-    attempt("hidden_set", lambda: __import__("ait_env.secrets").secrets.hidden_questions("arithmetic")[:2])
+    attempt("hidden_set", lambda: __import__("ait_env.hidden.secrets").secrets.hidden_questions("arithmetic")[:2])
     attempt("other_processes_env", lambda: [p for p in os.listdir("/proc") if p.isdigit() and
                                            "AIT_SECRETS" in open("/proc/%%s/environ" %% p).read()] or 1 / 0)
     attempt("connect_loopback_listener", lambda: socket.create_connection(("127.0.0.1", %(port)d), timeout=2))

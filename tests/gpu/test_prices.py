@@ -1,4 +1,4 @@
-"""gpu/prices.py: the price sheet is dated, sourced and positive; cost_usd does the arithmetic."""
+"""fleet/prices.py: the price sheet is dated, sourced and positive; cost_usd does the arithmetic."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from gpu.prices import PRICE_SHEET, GpuPrice, cost_usd
+from fleet.prices import PRICE_SHEET, GpuPrice, cost_usd
 
 #: Runpod's GPU type ids (notes/runpod.md §2.3, from docs references/gpu-types.mdx)
 RUNPOD_IDS = {"NVIDIA RTX A5000", "NVIDIA GeForce RTX 4090", "NVIDIA L40S", "NVIDIA A100 80GB PCIe",
@@ -59,7 +59,7 @@ def test_active_workers_cost_the_flex_rate_unless_a_rate_was_negotiated(tmp_path
     d1accc4b): an active worker is billed at the flex rate, or at a negotiated one the user configures; the
     2025 active column is only the simulator's what-if. The backend's active-worker charge follows."""
     from ait_env.backends.runpod import RunpodBackend
-    from gpu import prices
+    from fleet import prices
     from tests.backends.test_runpod_backend import settings
     from tests.fakes.runpod_client import FakeServerlessClient
 

@@ -18,7 +18,7 @@ from verifiers.v1.trace import Trace, TraceTask  # noqa: E402
 from verifiers.v1.types import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage  # noqa: E402
 
 from ait_env.jobs.failures import JobFailed  # noqa: E402
-from ait_env.secrets import hidden_questions  # noqa: E402
+from ait_env.hidden.secrets import hidden_questions  # noqa: E402
 from gpu.primerl_traces import audit_traces, trace_files  # noqa: E402
 from task_families import get_family  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""python -m gpu.reconcile against the HTTP fake Runpod (tests/gpu/fake_runpod.py, instant mode): a run on
+"""python -m fleet.reconcile against the HTTP fake Runpod (tests/gpu/fake_runpod.py, instant mode): a run on
 the runpod backend reads its endpoint's idle timeout and active workers, and the journal's jobs + idle +
 active agree with what the fake bills per day within the tolerance; an injected charge is flagged; the
 client's billing call sends the documented query; charges are split across bucket boundaries; no key, no
@@ -12,8 +12,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from ait_env.backends.runpod import RunpodBackend
-from gpu import prices, reconcile
-from gpu.runpod_api import EndpointSpec, ManagementClient
+from fleet import prices, reconcile
+from fleet.runpod_api import EndpointSpec, ManagementClient
 from tests.backends.test_runpod_backend import bundles, run_all, settings
 from tests.gpu.fake_runpod import FakeRunpod, fakes
 
@@ -124,7 +124,7 @@ def test_correct_replaces_an_estimated_attempt_by_the_bill_it_reads_later(tmp_pa
     the fake bills for it. An attempt without a Runpod id stays a bound."""
     import time
 
-    from ait_env.jobs.journal import Billing, Journal
+    from fleet.journal import Billing, Journal
     from tests.fakes.runpod_client import FakeServerlessClient
 
     fake = FakeServerlessClient(clock=time.time, timing=lambda inp, n: (0.05, 30.0 if n == 1 else 0.2))

@@ -1,4 +1,4 @@
-"""gpu.runpod_api against the fake Runpod (tests/gpu/fake_runpod.py): the job API, retries and their
+"""fleet.runpod_api against the fake Runpod (tests/gpu/fake_runpod.py): the job API, retries and their
 budget, error messages, expired results, endpoint management, and a real job through two worker
 processes running the local tiny-model executor."""
 
@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from gpu.runpod_api import (EndpointSpec, ManagementClient, ResultExpired, RetryPolicy, RunpodAPIError,
+from fleet.runpod_api import (EndpointSpec, ManagementClient, ResultExpired, RetryPolicy, RunpodAPIError,
                             ServerlessClient, SubmitUncertain, delete_endpoint, upsert_endpoint)
 from tests.gpu.fake_runpod import FakeRunpod, fakes, start_fake_runpod
 from tests.gpu.helpers import local_settings, make_job, needs_tiny_model, worker_env
@@ -196,7 +196,7 @@ def test_a_real_job_runs_through_two_worker_processes(tmp_path):
     Runpod's automatic retry), and it completes on a worker whose results carry other versions (a
     non-replica). Progress shows while it runs; a bad input FAILs; stopping the fake leaves no process."""
     pytest.importorskip("verifiers")
-    from gpu.worker import pack_bundle
+    from ait_env.jobs.wire import pack_bundle
 
     b = make_job(tmp_path)
     payload = {"executor": "local", "settings": local_settings(measure_pre=False).model_dump(mode="json"),
@@ -234,9 +234,9 @@ def test_a_real_job_runs_through_two_worker_processes(tmp_path):
     assert not any(t.alive() for t in trees)
 
 
-# ------------------------------------------------------------------------------------ python -m gpu.endpoint
+# ------------------------------------------------------------------------------------ python -m fleet.endpoint
 def test_endpoint_cli_up_status_down(fake_runpod, tmp_path, monkeypatch, capsys):
-    from gpu import endpoint
+    from fleet import endpoint
 
     fake = fake_runpod(scale_down_s=0.2)
     cfg = tmp_path / "ep.yaml"
@@ -252,10 +252,10 @@ def test_endpoint_cli_up_status_down(fake_runpod, tmp_path, monkeypatch, capsys)
     assert "created endpoint" in out and "AMPERE_48" in out
     assert endpoint.main(["status", *urls, "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    # 1 active worker x 2 GPUs x $0.00034/s x 3600 s (gpu/prices.py; the active rate is the flex one)
+    # 1 active worker x 2 GPUs x $0.00034/s x 3600 s (fleet/prices.py; the active rate is the flex one)
     assert info["idle_usd_per_hour"] == pytest.approx(2.448) and "one price since 2026-05-13" in info["idle_cost_basis"]
     assert info["max_usd_per_hour"] == pytest.approx(12 * 2 * 0.00034 * 3600, rel=1e-3)
-    # the rest from gpu/fleet_defaults.yaml (the simulator's pick) and gpu/endpoint.yaml
+    # the rest from fleet/fleet_defaults.yaml (the simulator's pick) and fleet/endpoint.yaml
     assert info["workers_min"] == 1 and info["workers_max"] == 12 and info["gpus_per_worker"] == 2
     assert info["workers"]["total"] == 1 and info["queue"]["jobs"]["inQueue"] == 0
     assert info["execution_timeout_s"] == 7200 and info["idle_timeout_s"] == 5
@@ -265,7 +265,7 @@ def test_endpoint_cli_up_status_down(fake_runpod, tmp_path, monkeypatch, capsys)
 
 
 def test_down_refuses_to_leave_workers_behind_silently(fake_runpod, monkeypatch, capsys):
-    from gpu import endpoint
+    from fleet import endpoint
 
     fake = fake_runpod(scale_down_s=60)
     monkeypatch.setenv("RUNPOD_API_KEY", fake.api_key)
@@ -283,7 +283,7 @@ def test_cancel_and_execution_timeout_stop_real_jobs(tmp_path):
     """A running job cancelled through the API and one past its executionTimeout both stop on the worker
     (the handler's cancel flag), and the freed worker then runs the next job to the end."""
     pytest.importorskip("verifiers")
-    from gpu.worker import pack_bundle
+    from ait_env.jobs.wire import pack_bundle
 
     slow = make_job(tmp_path, "job-slow", env_edit=lambda t: t.replace(
         "    dataset = build_dataset(num_examples, seed)\n", "    import time\n    time.sleep(300)\n"))
@@ -309,6 +309,6 @@ def test_cancel_and_execution_timeout_stop_real_jobs(tmp_path):
 def test_retry_after_in_seconds_or_an_http_date(value, expected):
     import httpx
 
-    from gpu.runpod_api import _retry_after
+    from fleet.runpod_api import _retry_after
 
     assert _retry_after(httpx.Response(429, headers={"Retry-After": value})) == expected

@@ -1,6 +1,6 @@
-"""gpu/simulate.py invariants on small workloads (the simulated server as the project's Runpod client; the
+"""fleet/simulate.py invariants on small workloads (the simulated server as the project's Runpod client; the
 Serverless path through the real journal and billing, agreeing with the simulator's own accounting where
-nothing but cold starts waits), and gpu/bench_matrix.py's dry run."""
+nothing but cold starts waits), and fleet/bench_matrix.py's dry run."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu import bench_matrix
-from gpu.prices import PRICE_SHEET
-from gpu.runpod_api import RunpodJob
-from gpu.simulate import (PodPoolConfig, ServerlessConfig, SimClock,
+from fleet import bench_matrix
+from fleet.prices import PRICE_SHEET
+from fleet.runpod_api import RunpodJob
+from fleet.simulate import (PodPoolConfig, ServerlessConfig, SimClock,
                           SimulatedServerless, Workload, draw_jobs, pick, pod_factory, run_through_journal,
                           serverless_factory, simulate, simulate_journal, sweep, write_defaults)
 
@@ -125,16 +125,16 @@ def test_pick_and_defaults(tmp_path: Path) -> None:
     ok = [r for r in rows if r.fleet == "serverless" and r.result.p(0.95) <= 1.2 * best]
     assert chosen.result.realised_usd == min(r.result.realised_usd for r in ok)
     out = tmp_path / "d.yaml"
-    write_defaults(out, chosen, w, ["NVIDIA RTX A5000"], "python -m gpu.simulate")
+    write_defaults(out, chosen, w, ["NVIDIA RTX A5000"], "python -m fleet.simulate")
     data = yaml.safe_load(out.read_text())
     assert data["workers_max"] == chosen.cfg.workers_max and data["gpu_priority"] == ["NVIDIA RTX A5000"]
-    assert "python -m gpu.simulate" in out.read_text()
+    assert "python -m fleet.simulate" in out.read_text()
 
 
 def test_committed_defaults_are_valid() -> None:
     text = (ROOT / "gpu" / "fleet_defaults.yaml").read_text()
     data = yaml.safe_load(text)
-    assert "python -m gpu.simulate" in text
+    assert "python -m fleet.simulate" in text
     assert 0 <= data["workers_min"] <= data["workers_max"] <= 16
     assert data["idle_timeout_s"] >= 0
     assert 1 <= len(data["gpu_priority"]) <= 3 and set(data["gpu_priority"]) <= set(PRICE_SHEET.gpus)
@@ -179,8 +179,8 @@ def test_bench_matrix_live_with_a_fake_backend() -> None:
 
 # ------------------------------------------------------------------ the Serverless path through the journal
 def test_journal_run_completes_every_job_exactly_once_on_the_simulated_clock(tmp_path: Path) -> None:
-    from ait_env.backends.runpod import GpuPrices, attempt_billing
-    from ait_env.jobs.journal import Journal
+    from fleet.billing import GpuPrices, attempt_billing
+    from fleet.journal import Journal
 
     cfg = ServerlessConfig(workers_max=4, idle_timeout_s=30.0)
     clock = SimClock()
@@ -237,7 +237,7 @@ def test_journal_usd_per_job_agrees_with_the_simulator_within_1pct(cfg: Serverle
 def test_same_defaults_as_the_backend() -> None:
     """Left to its default, the backend keeps no more jobs out than the endpoint has workers, as the
     simulator does."""
-    from ait_env.backends.runpod import RunpodOptions
+    from fleet.settings import RunpodOptions
 
     assert RunpodOptions.model_fields["max_in_flight"].default is None
 

@@ -21,7 +21,7 @@ from tinker_cookbook.rl.data_processing import assemble_training_data, compute_a
 from tinker_cookbook.rl.rollouts import do_group_rollout
 from tinker_fixtures import local_tokenizer  # noqa: F401  (fixture)
 
-from ait_env.agents.reference import reference_files
+from task_families import reference_files
 from ait_env.integrations.tinker import (
     AdapterConfig,
     JobWritingDatasetBuilder,
@@ -33,7 +33,7 @@ from ait_env.integrations.tinker import (
     strip_tool_sections,
 )
 from ait_env.integrations.tinker_offline import PlanContext, ScriptedPolicy, _job_files
-from ait_env.spec import system_prompt
+from ait_env.episode.spec import system_prompt
 
 INSTRUCT = "Qwen/Qwen3-4B-Instruct-2507"
 BIG = "Qwen/Qwen3.6-35B-A3B"

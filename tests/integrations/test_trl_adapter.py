@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from ait_env.agents.reference import reference_files
+from task_families import reference_files
 from ait_env.backends import make_backend
 from ait_env.config import compose
 from ait_env.integrations.trl import EnvironmentFactory, JobWritingToolEnv, prepare_tokenizer
-from ait_env.spec import strip_tool_sections, system_prompt
-from ait_env.tools import tool_schemas
+from ait_env.episode.spec import strip_tool_sections, system_prompt
+from ait_env.episode.tools import tool_schemas
 
 
 def _factory(runs: Path, backend_overrides: dict[str, Any] | None = None, **env: Any) -> EnvironmentFactory:
@@ -115,7 +115,7 @@ def test_factory_shares_and_keeps_the_backend(tmp_path: Path) -> None:
 
 
 def test_prepare_tokenizer_only_touches_the_local_chat_format() -> None:
-    from ait_env.local.chat import CHAT_TEMPLATE
+    from ait_env.tiny_models.chat import CHAT_TEMPLATE
 
     class Tok:
         def __init__(self, template: str) -> None:

@@ -22,10 +22,10 @@ from trl import GRPOConfig, GRPOTrainer
 from ait_env.backends import make_backend
 from ait_env.config import compose
 from ait_env.integrations.trl import EnvironmentFactory, JobWritingToolEnv, prepare_tokenizer
-from ait_env.local.chat import IM_END, render
-from ait_env.local.model import TinyConfig, TinyLM
-from ait_env.local.tokenizer import ChatTokenizer, train_tokenizer
-from ait_env.tools import tool_schemas
+from ait_env.tiny_models.chat import IM_END, render
+from ait_env.tiny_models.model import TinyConfig, TinyLM
+from ait_env.tiny_models.tokenizer import ChatTokenizer, train_tokenizer
+from ait_env.episode.tools import tool_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 CALLS = ("submit_job", "list_files")

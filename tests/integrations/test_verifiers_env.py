@@ -27,7 +27,7 @@ from flaky_backend import FlakyStubBackend  # noqa: E402
 from ait_env.backends import make_backend  # noqa: E402
 from ait_env.config import compose  # noqa: E402
 from ait_env.integrations import verifiers_env as V  # noqa: E402
-from ait_env.integrations.messages import action_text  # noqa: E402
+from ait_env.episode.messages import action_text  # noqa: E402
 from tests.fakes.job_writer import job_writer_policy  # noqa: E402
 from tests.fakes.openai_server import ScriptedOpenAIServer  # noqa: E402
 

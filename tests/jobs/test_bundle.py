@@ -8,7 +8,7 @@ import tomllib
 
 import pytest
 
-from ait_env.agents.reference import reference_files
+from task_families import reference_files
 from ait_env.jobs.bundle import BundleError, JobBundle, build_bundle
 from ait_env.jobs.schema import parse_job
 from task_families import get_family

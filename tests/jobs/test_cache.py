@@ -8,9 +8,10 @@ import threading
 import time
 from typing import Any
 
-from ait_env.agents.reference import reference_files
+from task_families import reference_files
 from ait_env.backends import make_backend
-from ait_env.backends.base import JobHandle, JobResult
+from ait_env.backends.base import JobHandle
+from ait_env.jobs.result import JobResult
 from ait_env.backends.stub import StubBackend
 from ait_env.config import compose
 from ait_env.jobs.cache import JobCache, job_key

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ait_env.jobs.journal import Billing, Journal, JournalRow, owner_alive
+from fleet.journal import Billing, Journal, JournalRow, owner_alive
 
 
 def _claim_many(path: str, keys: list[str], who: str, out: "multiprocessing.Queue[tuple[str, str]]") -> None:
@@ -109,7 +109,7 @@ def test_the_journal_is_in_the_run_dir_and_holds_no_secret(tmp_path, monkeypatch
 
 
 def test_the_clock_is_wall_time_by_default_and_injectable(tmp_path):
-    from ait_env.jobs.journal import Session
+    from fleet.journal import Session
 
     before = time.time()
     j = Journal(tmp_path / "wall.sqlite")
@@ -176,7 +176,7 @@ def test_reservations_hold_bounds_and_never_pass_a_budget_across_writers(tmp_pat
 
 
 def test_an_owner_is_live_while_its_session_beats_and_a_dead_ones_row_is_adopted_once(tmp_path):
-    from ait_env.jobs.journal import Session, this_owner
+    from fleet.journal import Session, this_owner
 
     t = [1000.0]
     j = Journal(tmp_path / "j.sqlite", now=lambda: t[0])

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ait_env.agents.reference import reference_files
+from task_families import reference_files
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.wire import MAX_BUNDLE_FILES, BundleWireError, pack_bundle, unpack_bundle
 from conftest import make_bundle

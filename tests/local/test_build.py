@@ -1,4 +1,4 @@
-"""The model build (``ait_env.local.build``): the whole pipeline on a micro catalog, its progress
+"""The model build (``ait_env.tiny_models.build``): the whole pipeline on a micro catalog, its progress
 reporting, its pool's shutdown, its float path and what it says about the pinned baselines."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import json
 import pytest
 import torch
 
-from ait_env.local import catalog
-from ait_env.local.model import TinyLM
-from ait_env.local.pretrain import PretrainConfig
-from ait_env.local.tokenizer import ChatTokenizer
+from ait_env.tiny_models import catalog
+from ait_env.tiny_models.model import TinyLM
+from ait_env.tiny_models.pretrain import PretrainConfig
+from ait_env.tiny_models.tokenizer import ChatTokenizer
 
 
 def test_build_micro_catalog_end_to_end_and_deterministic(monkeypatch, tmp_path) -> None:
@@ -156,7 +156,7 @@ def test_a_terminated_build_takes_its_pool_workers_with_it(tmp_path) -> None:
     script = tmp_path / "pool.py"
     script.write_text(
         "import multiprocessing as mp, sys, time\n"
-        "from ait_env.local.build import sigterm_as_exit\n"
+        "from ait_env.tiny_models.build import sigterm_as_exit\n"
         "if __name__ == '__main__':\n"
         "    with sigterm_as_exit(), mp.get_context('spawn').Pool(2) as pool:\n"
         "        r = [pool.apply_async(time.sleep, (120,)) for _ in range(2)]\n"
@@ -184,7 +184,7 @@ def test_a_terminated_build_takes_its_pool_workers_with_it(tmp_path) -> None:
 
 
 def test_build_says_whether_its_weights_are_the_pinned_ones(monkeypatch) -> None:
-    from ait_env.baselines import BaselineEntry, BaselineStore
+    from ait_env.hidden.baselines import BaselineEntry, BaselineStore
     from ait_env.local import build as B
 
     pins = {("arithmetic", "ait-tiny-m", h): BaselineEntry(backend="local", family="arithmetic", model="ait-tiny-m",
@@ -216,8 +216,8 @@ def test_float_path_settings_reach_a_fresh_process_and_are_restored(monkeypatch)
     for k in ("ATEN_CPU_CAPABILITY", "MKL_CBWR"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("MKL_CBWR", "AUTO")
-    code = ("import json; from ait_env.local.build import check_float_path; "
-            "from ait_env.local.pretrain import float_path; check_float_path('portable'); print(json.dumps(float_path()))")
+    code = ("import json; from ait_env.tiny_models.build import check_float_path; "
+            "from ait_env.tiny_models.pretrain import float_path; check_float_path('portable'); print(json.dumps(float_path()))")
     with B.float_path_env("portable"):
         assert os.environ["ATEN_CPU_CAPABILITY"] == "avx2" and os.environ["MKL_CBWR"] == "AVX2"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))

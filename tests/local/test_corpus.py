@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from ait_env.local import catalog
+from ait_env.tiny_models import catalog
 from ait_env.local import corpus as C
-from ait_env.local.chat import IM_END, render
-from ait_env.local.tokenizer import ChatTokenizer
-from ait_env.secrets import hidden_keys
+from ait_env.tiny_models.chat import IM_END, render
+from ait_env.tiny_models.tokenizer import ChatTokenizer
+from ait_env.hidden.secrets import hidden_keys
 from task_families import FAMILY_NAMES, get_family
 
 
@@ -52,7 +52,7 @@ def test_hidden_questions_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     fam = "arithmetic"
     plain = C.family_transcripts(fam, 10)
     planted = {t.key for t in plain[:4]}
-    import ait_env.secrets as secrets
+    import ait_env.hidden.secrets as secrets
 
     real = secrets.hidden_keys
     monkeypatch.setattr(secrets, "hidden_keys", lambda f: real(f) | (planted if f == fam else set()))

@@ -7,9 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ait_env.local import grpo  # noqa: E402
-from ait_env.local.engine import Engine, EngineRequest  # noqa: E402
-from ait_env.local.model import TinyConfig, TinyLM, generate, resolve_device  # noqa: E402
+from ait_env.cpu_trainer import grpo# noqa: E402
+from ait_env.tiny_models.engine import Engine, EngineRequest  # noqa: E402
+from ait_env.tiny_models.model import TinyConfig, TinyLM, generate, resolve_device  # noqa: E402
 from ait_env.backends.local import LocalOptions  # noqa: E402
 
 GPU = torch.cuda.is_available()

@@ -8,10 +8,10 @@ import json
 import httpx
 import pytest
 
-from ait_env.evaluation import evaluate
-from ait_env.local.chat import parse_output
-from ait_env.local.endpoint import LocalEndpoint
-from ait_env.secrets import hidden_set
+from ait_env.hidden.evaluation import evaluate
+from ait_env.tiny_models.chat import parse_output
+from ait_env.tiny_models.endpoint import LocalEndpoint
+from ait_env.hidden.secrets import hidden_set
 from conftest import load_reference_environment
 from task_families import get_family
 

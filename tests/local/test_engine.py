@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ait_env.local.engine import Engine, EngineRequest
-from ait_env.local.kv_reuse import PrefixStore
-from ait_env.local.model import Generation, generate
+from ait_env.tiny_models.engine import Engine, EngineRequest
+from ait_env.tiny_models.kv_reuse import PrefixStore
+from ait_env.tiny_models.model import Generation, generate
 
 
 def _prompt(tok, question: str) -> list[int]:

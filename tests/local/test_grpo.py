@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ait_env.jobs.schema import PrimeRL
-from ait_env.local import grpo
-from ait_env.local.model import TinyConfig, TinyLM
+from ait_env.cpu_trainer import grpo
+from ait_env.tiny_models.model import TinyConfig, TinyLM
 
 
 def _p(**over: object) -> PrimeRL:

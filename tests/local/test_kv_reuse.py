@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ait_env.local.engine import Engine, EngineRequest
-from ait_env.local.kv_reuse import PrefixStore
+from ait_env.tiny_models.engine import Engine, EngineRequest
+from ait_env.tiny_models.kv_reuse import PrefixStore
 
 
 def _prompt(tok, question: str) -> list[int]:

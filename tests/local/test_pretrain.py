@@ -7,14 +7,14 @@ import json
 import pytest
 import torch
 
-from ait_env.local import catalog, grpo, quick_eval
-from ait_env.local.chat import IM_START
-from ait_env.local.corpus import build_corpus, encode_transcript
-from ait_env.local.model import TinyConfig, TinyLM
-from ait_env.local.pretrain import (PretrainConfig, batch_loss, collate, common_prefix, fast_loss_fn, loss_fn,
+from ait_env.tiny_models import catalog, quick_eval; from ait_env.cpu_trainer import grpo
+from ait_env.tiny_models.chat import IM_START
+from ait_env.tiny_models.corpus import build_corpus, encode_transcript
+from ait_env.tiny_models.model import TinyConfig, TinyLM
+from ait_env.tiny_models.pretrain import (PretrainConfig, batch_loss, collate, common_prefix, fast_loss_fn, loss_fn,
                                     make_drills, pretrain, save_model_dir, shared_prefix_loss_fn, training_plan,
                                     weights_hash)
-from ait_env.local.tokenizer import ChatTokenizer, train_tokenizer
+from ait_env.tiny_models.tokenizer import ChatTokenizer, train_tokenizer
 from task_families import get_family
 
 
@@ -158,7 +158,7 @@ def test_quick_eval_runs_the_tool_loop(micro_model, micro_tokenizer) -> None:
 
 
 def test_kv_reuse_across_turns_changes_nothing(micro_model, micro_tokenizer) -> None:
-    from ait_env.local.chat import render
+    from ait_env.tiny_models.chat import render
 
     insts = get_family("arithmetic").generate(7, 12)
     a = quick_eval.run_conversations(micro_model, micro_tokenizer, "arithmetic", insts, max_tokens=48, reuse_kv=False)
@@ -186,8 +186,8 @@ def test_quick_eval_matches_the_http_harness(micro_model, micro_tokenizer) -> No
     """Same rendering, greedy decoding and parsing as endpoint + hidden-eval harness (one request at a time
     on both sides, so the arithmetic is identical)."""
     pytest.importorskip("aiohttp")
-    from ait_env.evaluation import evaluate
-    from ait_env.local.endpoint import LocalEndpoint
+    from ait_env.hidden.evaluation import evaluate
+    from ait_env.tiny_models.endpoint import LocalEndpoint
 
     fam = get_family("arithmetic")
     insts = fam.generate(11, 8)

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("verifiers")
 
-from ait_env.agents.reference import reference_files  # noqa: E402
-from ait_env.backends.base import BackendSettings  # noqa: E402
+from task_families import reference_files  # noqa: E402
+from ait_env.jobs.settings import BackendSettings  # noqa: E402
 from ait_env.config import load_group  # noqa: E402
 from ait_env.runner import run  # noqa: E402
 from conftest import make_bundle  # noqa: E402
@@ -21,10 +21,10 @@ PINNED_WEIGHTS, PINNED_POST = "06e8f3cf1620aa57", 0.5967
 
 @pytest.mark.slow
 def test_the_arithmetic_reference_job_lifts_the_model(tmp_path):
-    from ait_env.local import catalog
+    from ait_env.tiny_models import catalog
 
     if not catalog.is_current(MODEL):
-        pytest.skip(f"{MODEL} is not built here: python -m ait_env.local.build")
+        pytest.skip(f"{MODEL} is not built here: python -m ait_env.tiny_models.build")
     bundle = make_bundle(reference_files("arithmetic", MODEL, backend="local"), tmp_path)
     result = run(bundle.root, BackendSettings.model_validate(load_group("backend", "local")), progress=False,
                  baselines_dir=tmp_path / "baselines")
@@ -34,7 +34,7 @@ def test_the_arithmetic_reference_job_lifts_the_model(tmp_path):
     if catalog.weights_hash(MODEL) == PINNED_WEIGHTS:
         assert round(result.post_score, 4) == PINNED_POST
     else:  # another build: the job measured the base itself and pinned it for the next job
-        from ait_env.baselines import BaselineStore
+        from ait_env.hidden.baselines import BaselineStore
 
         store = BaselineStore("local", user_dir=tmp_path / "baselines")
         assert store.for_job("arithmetic", [MODEL], {MODEL: catalog.weights_hash(MODEL)})[0] == {MODEL: pre}

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("verifiers")
 
 from ait_env.agents.reference import TwoJobReferenceAgent  # noqa: E402
-from ait_env.reward import RewardSettings  # noqa: E402
+from ait_env.episode.reward import RewardSettings  # noqa: E402
 from conftest import play  # noqa: E402
 
 MODEL = "ait-tiny-m"
@@ -18,10 +18,10 @@ MODEL = "ait-tiny-m"
 
 @pytest.mark.slow
 def test_the_second_job_of_the_two_job_reference_agent_improves_on_the_first(make_env):
-    from ait_env.local import catalog
+    from ait_env.tiny_models import catalog
 
     if not catalog.is_current(MODEL):
-        pytest.skip(f"{MODEL} is not built here: python -m ait_env.local.build")
+        pytest.skip(f"{MODEL} is not built here: python -m ait_env.tiny_models.build")
     env = make_env(family="arithmetic", backend="local", overrides={"env": {"max_jobs_per_episode": 2}})
     agent = TwoJobReferenceAgent()
     obs, reward, terminated, _, info = play(env, agent, seed=0)

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-import ait_env.local.executor as executor
+import ait_env.cpu_trainer.executor as executor
 import ait_env.runner as runner
-from ait_env.agents.reference import reference_files
-from ait_env.backends.base import BackendBounds, BackendSettings, ModelInfo
+from task_families import reference_files
+from ait_env.jobs.settings import BackendBounds, BackendSettings, ModelInfo
 from ait_env.jobs.bundle import build_bundle
 from ait_env.jobs.schema import parse_job
-from ait_env.local.model import TinyLM
+from ait_env.tiny_models.model import TinyLM
 from task_families import get_family
 
 pytest.importorskip("verifiers")
@@ -46,7 +46,7 @@ def _settings() -> BackendSettings:
 def test_micro_job_end_to_end(tmp_path, monkeypatch, micro_model, micro_tokenizer):
     model = TinyLM(micro_model.cfg)
     model.load_state_dict(micro_model.state_dict())
-    monkeypatch.setattr(executor, "load_model", lambda name: (model, micro_tokenizer))
+    monkeypatch.setattr(executor, "load_base_model", lambda name: (model, micro_tokenizer))
     b = _bundle(tmp_path)
     res = runner.run(b.root, _settings(), progress=False)
     assert res.status == "succeeded", res.log_tail
@@ -64,7 +64,7 @@ def test_micro_job_end_to_end(tmp_path, monkeypatch, micro_model, micro_tokenize
 
 
 def test_job_whose_environment_breaks_is_job_failed(tmp_path, monkeypatch, micro_model, micro_tokenizer):
-    monkeypatch.setattr(executor, "load_model", lambda name: (micro_model, micro_tokenizer))
+    monkeypatch.setattr(executor, "load_base_model", lambda name: (micro_model, micro_tokenizer))
     b = _bundle(tmp_path, lambda t: t.replace("    dataset = build_dataset(num_examples, seed)\n",
                                                "    raise RuntimeError('broken at training time')\n"))
     res = runner.run(b.root, _settings(), progress=False)
@@ -74,8 +74,8 @@ def test_job_whose_environment_breaks_is_job_failed(tmp_path, monkeypatch, micro
 def test_a_stale_pin_of_the_other_model_is_measured(tmp_path, monkeypatch, micro_model, micro_tokenizer):
     """The job's model has a current pin; the other model's pin was measured on other weights, so the
     runner measures that model's base itself and ``best_pre`` compares with what it really scores."""
-    from ait_env.baselines import BaselineEntry, BaselineStore
-    from ait_env.local import catalog
+    from ait_env.hidden.baselines import BaselineEntry, BaselineStore
+    from ait_env.tiny_models import catalog
 
     store = BaselineStore("local", user_dir=tmp_path / "pins")
     store.put([BaselineEntry(backend="local", family="arithmetic", model="micro", score=0.25, model_hash="aa"),
@@ -89,7 +89,7 @@ def test_a_stale_pin_of_the_other_model_is_measured(tmp_path, monkeypatch, micro
         m.load_state_dict(micro_model.state_dict())
         return m, micro_tokenizer
 
-    monkeypatch.setattr(executor, "load_model", load)
+    monkeypatch.setattr(executor, "load_base_model", load)
     settings = _settings()
     settings.models.append(ModelInfo(name="other", role="larger"))
     settings.options.update(measure_pre=False, eval_every=0)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ait_env.agents.reference import reference_files
+from task_families import reference_files
 from ait_env.jobs.bundle import JobBundle
 from conftest import make_bundle
 

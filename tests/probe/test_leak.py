@@ -8,7 +8,7 @@ import random
 import pytest
 
 from ait_env.probe.leak import LEAK_TOLERANCE, LeakIndex, canonical
-from ait_env.secrets import hidden_keys, hidden_questions, hidden_set, hidden_set_hash
+from ait_env.hidden.secrets import hidden_keys, hidden_questions, hidden_set, hidden_set_hash
 from task_families import FAMILY_NAMES, get_family
 
 FULLWIDTH = {c: chr(ord(c) + 0xFEE0) for c in map(chr, range(0x21, 0x7F))}
@@ -110,7 +110,7 @@ def _reworded(family: str, question: str, info: dict) -> str:
 
 @pytest.mark.parametrize("family", ["arithmetic", "persona", "units", "calendar", "inventory", "triage"])
 def test_each_family_finds_its_hidden_instances_re_worded(family):
-    from ait_env.secrets import hidden_set
+    from ait_env.hidden.secrets import hidden_set
     from task_families import get_family
 
     fam = get_family(family)
@@ -128,7 +128,7 @@ def test_each_family_finds_its_hidden_instances_re_worded(family):
 def test_fresh_questions_of_the_familys_generator_are_not_leaks(family):
     """Instances compare exactly: a fresh question with other numbers, people or items is not a hidden one
     (a few accidental collisions aside)."""
-    from ait_env.secrets import hidden_questions
+    from ait_env.hidden.secrets import hidden_questions
     from task_families import get_family
 
     fam = get_family(family)

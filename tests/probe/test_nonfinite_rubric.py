@@ -13,12 +13,13 @@ import pytest
 
 pytest.importorskip("verifiers")
 
-import ait_env.local.executor as executor  # noqa: E402
+import ait_env.cpu_trainer.executor as executor  # noqa: E402
 import ait_env.runner as runner  # noqa: E402
-from ait_env.backends.base import Backend, BackendBounds, BackendSettings, JobHandle, ModelInfo  # noqa: E402
-from ait_env.config import load_group  # noqa: E402
-from ait_env.local.trainer import RolloutWorkerError, check_rewards  # noqa: E402
-from ait_env.agents.reference import reference_files  # noqa: E402
+from ait_env.backends.base import Backend, JobHandle
+from ait_env.jobs.settings import BackendBounds, BackendSettings, ModelInfo  # noqa: E402
+from ait_env.conf import load_group  # noqa: E402
+from ait_env.cpu_trainer.trainer import RolloutWorkerError, check_rewards  # noqa: E402
+from task_families import reference_files  # noqa: E402
 from hostile import MODEL, bundle_of, submit  # noqa: E402
 
 CHECKOUT = str(Path(__file__).resolve().parents[2])
@@ -54,7 +55,7 @@ def test_the_probe_accepts_the_rubric(make_env):
 
 
 def test_training_fails_the_job_with_the_agents_cause(tmp_path, monkeypatch, micro_model, micro_tokenizer):
-    monkeypatch.setattr(executor, "load_model", lambda name: (micro_model, micro_tokenizer))
+    monkeypatch.setattr(executor, "load_base_model", lambda name: (micro_model, micro_tokenizer))
     files = _late_nan_files("micro")
     files["job.toml"] = (files["job.toml"].replace("max_steps = 60", "max_steps = 3")
                          .replace("batch_size = 128", "batch_size = 16").replace("group_size = 8", "group_size = 4")

@@ -17,7 +17,7 @@ from ait_env.probe import ValidationProbe  # noqa: E402
 from hostile import LOAD, MODEL, reference, with_env, with_job  # noqa: E402
 from ait_env.probe.dynamic import DynamicProbe, DynamicSettings, probe_sandbox  # noqa: E402
 from ait_env.sandbox import SandboxLimits, SandboxSettings  # noqa: E402
-from ait_env.secrets import hidden_set  # noqa: E402
+from ait_env.hidden.secrets import hidden_set  # noqa: E402
 from task_families import get_family  # noqa: E402
 from task_families.base import TOOLS_MODULE_NAME, Bounds  # noqa: E402
 

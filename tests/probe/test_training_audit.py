@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-import ait_env.local.executor as executor
+import ait_env.cpu_trainer.executor as executor
 import ait_env.runner as runner
 from ait_env.jobs.failures import JobFailed
 from ait_env.probe.training_audit import TrainingAudit
 from ait_env.probe.leak import LEAK_TOLERANCE
-from ait_env.secrets import hidden_questions, hidden_set
+from ait_env.hidden.secrets import hidden_questions, hidden_set
 from task_families import get_family
 
 FAM = get_family("arithmetic")
@@ -91,12 +91,12 @@ def test_a_few_accidental_collisions_are_tolerated():
 
 # ---------------------------------------------------------------- through a real (micro) training job
 def _micro_job(tmp_path, monkeypatch, micro_model, micro_tokenizer, edit):
-    from ait_env.local.model import TinyLM
+    from ait_env.tiny_models.model import TinyLM
     from tests.local.test_runner_micro import _bundle, _settings
 
     model = TinyLM(micro_model.cfg)
     model.load_state_dict(micro_model.state_dict())
-    monkeypatch.setattr(executor, "load_model", lambda name: (model, micro_tokenizer))
+    monkeypatch.setattr(executor, "load_base_model", lambda name: (model, micro_tokenizer))
     return runner.run(_bundle(tmp_path, edit).root, _settings(), progress=False)
 
 

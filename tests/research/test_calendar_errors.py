@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ait_env.evaluation import final_text
-from ait_env.local.quick_eval import Conversation
+from ait_env.hidden.evaluation import final_text
+from ait_env.tiny_models.quick_eval import Conversation
 from research import calendar_errors as ce
 from task_families import get_family
 from task_families.teacher import final_content, teacher_completion

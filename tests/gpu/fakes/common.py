@@ -34,13 +34,13 @@ def scenario() -> str:
 
 def serve_local(model_dir: str | Path, name: str, host: str, port: int,
                 max_model_len: int | None = None) -> Any:
-    """The project's :class:`~ait_env.local.endpoint.LocalEndpoint` for an HF folder, plus vLLM's
+    """The project's :class:`~ait_env.tiny_models.endpoint.LocalEndpoint` for an HF folder, plus vLLM's
     ``GET /health`` (added to the aiohttp application the endpoint builds, in this process only)."""
     from aiohttp import web
 
-    from ait_env.local import endpoint
-    from ait_env.local.model import TinyLM
-    from ait_env.local.tokenizer import ChatTokenizer
+    from ait_env.tiny_models import endpoint
+    from ait_env.tiny_models.model import TinyLM
+    from ait_env.tiny_models.tokenizer import ChatTokenizer
 
     async def health(_request: web.Request) -> web.Response:
         return web.Response(status=200)

@@ -353,8 +353,8 @@ def save_perturbed(model: str, dst: Path) -> None:
     """The base micro model with every weight moved a little: servable HF files + tokenizer + STABLE."""
     import torch
 
-    from ait_env.local.model import TinyLM
-    from ait_env.local.tokenizer import ChatTokenizer
+    from ait_env.tiny_models.model import TinyLM
+    from ait_env.tiny_models.tokenizer import ChatTokenizer
 
     src = models()[model]
     m = TinyLM.load(src)

@@ -1,0 +1,258 @@
+"""The ``local`` backend's trainer executor: GRPO of the project's tiny models on this machine.
+
+It implements :class:`ait_env.runner.TrainerExecutor` for the generic runner:
+
+- the job's base model (a built catalog model; a missing one is :class:`~ait_env.runner.InfraFailed`
+  naming ``python -m ait_env.tiny_models.build``, never a build inside a job) is served by a
+  :class:`~ait_env.tiny_models.endpoint.LocalEndpoint` on loopback TCP (the hidden-eval harness's base URL,
+  as vLLM's would be) and on a Unix socket inside a sandbox request folder;
+- training: the agent's environment runs as the sandbox job ``rollout_worker``
+  (:mod:`ait_env.cpu_trainer.rollout_worker`: verifiers' own rollouts and rubric) whose only network is that
+  socket; :class:`~ait_env.cpu_trainer.trainer.LocalGRPOTrainer` learns from exactly the tokens sampled, and
+  the endpoint serves every weight update at once, so eval points and the post eval score the model
+  being trained;
+- the final weights are saved as servable HF files in ``<bundle>/outputs/weights/step_N`` (prime-rl's
+  layout).
+
+The step channel (``/ait/work``, ``/ait/results``) and the sampling records are this executor's own:
+nothing of the generic phases depends on them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ait_env.jobs.settings import BackendSettings, RunnerSettings
+from ait_env.jobs.bundle import JobBundle
+from ait_env.runner import InfraFailed, JobFailed, Log, Served, Trained
+from task_families import get_family
+
+ROLLOUT_WORKER = Path(__file__).with_name("rollout_worker.py")
+
+
+class LocalExecutorOptions(RunnerSettings):
+    """The local executor's options (the runner's generic ones and these): part of the ``local`` backend's
+    ``options`` (:class:`ait_env.backends.local.LocalOptions` adds the backend's own)."""
+
+    lr_scale: float = 100.0         # job lr (Qwen scale) -> tiny-model lr; logged in the result
+    torch_threads: int = 1          # intra-op threads of the runner (1: measured 11 s vs 18 s per hidden eval
+                                    # with 2 on 2 cores, where the sandboxed rollout worker needs the other core)
+    #: where the model samples and trains: "cpu" (the default, the measured numbers), "cuda" / "cuda:N",
+    #: or "auto" (a GPU when torch sees one). Sampling draws stay on the CPU either way (engine docstring).
+    device: str = "cpu"
+    seed: int = 0
+    step_timeout_s: float = 600.0
+    max_model_len: int | None = None
+    sandbox_memory_mb: int = 3072
+
+
+
+def load_base_model(name: str) -> tuple[Any, Any]:
+    """(TinyLM, ChatTokenizer) of a built catalog model; never builds (:class:`InfraFailed` naming the build
+    command instead)."""
+    from ait_env.tiny_models import catalog
+
+    try:
+        return catalog.load_model(name)
+    except catalog.NotBuilt as exc:
+        raise InfraFailed(str(exc)) from None
+
+
+class LocalExecutor:
+    """See the module docstring. Built by the runner per job; :meth:`close` stops everything it started."""
+
+    def __init__(self, bundle: JobBundle, backend: BackendSettings, log: Log, progress: bool = True) -> None:
+        import torch
+
+        from ait_env.tiny_models.model import resolve_device
+        from ait_env.sandbox import Sandbox, SandboxLimits, SandboxSettings
+
+        self.bundle = bundle
+        self.backend = backend
+        self.opts = LocalExecutorOptions.of(backend.options)
+        self.log = log
+        self.progress = progress
+        self.job = bundle.job
+        self.family = get_family(bundle.manifest.family)
+        self.model_name = self.job.job.base_model
+        torch.set_num_threads(max(1, self.opts.torch_threads))
+        self.device = resolve_device(self.opts.device)
+        self.model, self.tok = load_base_model(self.model_name)
+        self.model.to(self.device)
+        gpu = f" ({torch.cuda.get_device_name(self.device)})" if self.device.type == "cuda" else ""
+        log(f"{self.model_name} on {self.device}{gpu}")
+        self.max_len = self.opts.max_model_len or min(self.job.prime_rl.seq_len,
+                                                      self.model.cfg.max_position_embeddings)
+        wall = backend.bounds.wall_clock_minutes * 60
+        self.sandbox = Sandbox(SandboxSettings(limits=SandboxLimits(
+            cpu_seconds=int(wall * 2), memory_mb=self.opts.sandbox_memory_mb, wall_seconds=wall,
+            max_processes=64, file_size_mb=64)), jobs={"rollout_worker": ROLLOUT_WORKER})
+        self.ep: Any = None
+        self._workdir: tuple[Path, str] | None = None
+
+    # ------------------------------------------------------------------ TrainerExecutor
+    def weights_hash(self, model: str) -> str:
+        from ait_env.tiny_models.catalog import weights_hash
+
+        return weights_hash(model)
+
+    def serve_base(self) -> Served:
+        from ait_env.tiny_models.endpoint import LocalEndpoint
+
+        outside, inside = self.sandbox.new_workdir()
+        self._workdir = (outside, inside)
+        shutil.copytree(self.bundle.package_dir, outside / self.bundle.manifest.env_id,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        uds = outside / "endpoint.sock"
+        self.ep = LocalEndpoint(self.model, self.tok, self.model_name, uds=uds, seed=self.opts.seed,
+                                max_model_len=self.max_len).start()
+        self.sandbox.share_socket(uds)
+        return Served(self.ep.base_url, self.model_name)
+
+    def measure_base(self, model: str, evaluate: Callable[[Served], Any]) -> Any:
+        from ait_env.tiny_models.endpoint import LocalEndpoint
+
+        other, tok = load_base_model(model)
+        other.to(self.device)
+        with LocalEndpoint(other, tok, model, seed=self.opts.seed, max_model_len=self.max_len) as ep:
+            return evaluate(Served(ep.base_url, model))
+
+    def serve_trained(self) -> Served:
+        assert self.ep is not None, "serve_base first"
+        return Served(self.ep.base_url, self.model_name)
+
+    def train(self, eval_point: Callable[[int], float | None]) -> Trained:
+        from ait_env.tiny_models.endpoint import WorkerGone
+        from ait_env.cpu_trainer.trainer import LocalGRPOTrainer, RolloutWorkerError, StepLog
+        from ait_env.sandbox import SandboxError
+
+        assert self.ep is not None and self._workdir is not None, "serve_base first"
+        ep, (outside, inside) = self.ep, self._workdir
+        job, opts = self.job, self.opts
+        req = {"job": "rollout_worker", "dir": inside, "package": self.bundle.manifest.env_id, "args": job.env,
+               "uds": f"{inside}/endpoint.sock"}
+        worker_out: dict[str, Any] = {}
+
+        def _worker() -> None:
+            try:
+                worker_out["resp"] = self.sandbox.run(req, outside)
+            except SandboxError as exc:
+                worker_out["infra"] = str(exc)
+            except Exception as exc:  # noqa: BLE001 - never die silently in a thread
+                worker_out["infra"] = f"{type(exc).__name__}: {exc}"
+            finally:
+                ep.channel.abort(f"the sandboxed rollout worker ended: {worker_out}")
+
+        thread = threading.Thread(target=_worker, name="ait-rollout-worker", daemon=True)
+        thread.start()
+        try:
+            hello = ep.channel.wait_results(-1, opts.step_timeout_s)
+        except WorkerGone:
+            if "infra" in worker_out:
+                raise RuntimeError(f"the sandbox failed: {worker_out['infra']}") from None
+            raise JobFailed(f"the rollout worker did not start: {json.dumps(worker_out, default=str)[:1500]}") from None
+        except TimeoutError:
+            raise JobFailed(f"your environment did not load within {opts.step_timeout_s:.0f} s in the rollout "
+                            "worker") from None
+        # the worker's process runs the agent's code: what it posts is untrusted input
+        if not isinstance(hello, dict):
+            raise JobFailed("the rollout worker's first message is not a JSON object")
+        if "error" in hello:
+            raise JobFailed(f"load_environment failed in the sandbox: {str(hello['error'])[:1500]}\n"
+                            f"{str(hello.get('traceback', ''))[-1200:]}")
+        rows = hello.get("rows")
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows <= 0:
+            raise JobFailed(f"the environment's dataset is empty or unreadable (rows: {str(rows)[:80]})")
+        self.log(f"sandboxed rollout worker ready ({self.sandbox.mode}); dataset rows: {rows}; "
+                 f"lr {job.prime_rl.optim.lr:g} x lr_scale {opts.lr_scale:g} = {job.prime_rl.optim.lr * opts.lr_scale:g}")
+        trainer = LocalGRPOTrainer(ep, job, rows, lr_scale=opts.lr_scale, seed=opts.seed,
+                                   step_timeout_s=opts.step_timeout_s, audit=self._audit())
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=job.prime_rl.max_steps, desc=f"GRPO {self.family.name}", unit="step", file=sys.stderr)
+        eval_seconds: list[float] = []
+
+        def timed_eval_point(step: int) -> float | None:
+            t0 = time.time()
+            score = eval_point(step)
+            if score is not None:
+                eval_seconds.append(time.time() - t0)
+            return score
+
+        def on_step(s: StepLog) -> None:
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(reward=f"{s.reward_mean:.2f}",
+                                **({"eval": f"{s.eval_score:.2f}"} if s.eval_score is not None else {}))
+
+        t_train = time.time()
+        try:
+            logs = trainer.run(on_step=on_step, eval_fn=timed_eval_point)
+        except RolloutWorkerError as exc:
+            raise JobFailed(str(exc)) from None
+        except WorkerGone:
+            if "infra" in worker_out:
+                raise RuntimeError(f"the sandbox failed: {worker_out['infra']}") from None
+            raise JobFailed("the rollout worker (your environment's code) stopped during training: "
+                            f"{json.dumps(worker_out.get('resp') or {})[:1500]}") from None
+        finally:
+            if bar is not None:
+                bar.close()
+        train_seconds = time.time() - t_train
+        ep.channel.finish()
+        thread.join(timeout=30)
+        weights = self.bundle.root / "outputs" / "weights" / f"step_{job.prime_rl.max_steps}"
+        with ep.lock:
+            self.model.save(weights)
+        self.tok.save(weights, model_max_length=self.model.cfg.max_position_embeddings)
+        tokens = sum(s.loss_tokens for s in logs)
+        timings = {"on_gpu": float(self.device.type == "cuda"),
+                   "rollout": round(sum(s.rollout_seconds for s in logs), 2),
+                   "optimizer": round(sum(s.train_seconds for s in logs), 2), "trained_tokens": float(tokens),
+                   "train_tokens_per_s": round(tokens / max(1e-9, train_seconds - sum(eval_seconds)), 1)}
+        curves = {"train_reward": [s.reward_mean for s in logs], "lr": [s.lr for s in logs],
+                  "step_seconds": [s.seconds for s in logs], "trained_tokens": [float(s.loss_tokens) for s in logs],
+                  # the update's health: tokens outside the trust region, ratio to the sampler, gradient
+                  **{k: [float(s.metrics.get(k, 0.0)) for s in logs]
+                     for k in ("masked_frac", "ratio_mean", "grad_norm", "rollout_errors")}}
+        return Trained(train_seconds=train_seconds, curves=curves, timings=timings, weights=weights)
+
+    def _audit(self) -> Any:
+        """The training audit of this job: the hidden set's questions stay in this process (outside the
+        sandbox); the audit reads what the rollout worker sent the model (:mod:`ait_env.probe.training_audit`)."""
+        from ait_env.probe.training_audit import TrainingAudit
+        from ait_env.hidden.secrets import hidden_questions
+
+        return TrainingAudit(self.family, hidden_questions(self.family.name))
+
+    def close(self) -> None:
+        try:
+            if self.ep is not None:
+                self.ep.stop()
+        finally:
+            self.sandbox.destroy()
+
+
+def measure_untrained(name: str, family: str, opts: LocalExecutorOptions, limit: int) -> Any:
+    """The hidden-eval result (first ``limit`` instances) of an untrained local model on its own endpoint,
+    outside any job (``scripts/seed_baselines.py``): the harness in a child process, as in a job."""
+    from ait_env.hidden.evaluation import evaluate_subprocess
+    from ait_env.tiny_models.endpoint import LocalEndpoint
+
+    fam = get_family(family)
+    model, tok = load_base_model(name)
+    with LocalEndpoint(model, tok, name, seed=opts.seed) as ep:
+        res = evaluate_subprocess(family, base_url=ep.base_url, model=name, limit=limit,
+                                  concurrency=opts.eval_concurrency,
+                                  max_tokens=min(fam.eval_max_tokens, opts.eval_max_tokens))
+    res.raise_if_failed()
+    return res

@@ -1,0 +1,529 @@
+"""One small client for Runpod Serverless: the job API of a queue-based endpoint and endpoint management.
+
+Contract
+--------
+- :class:`ServerlessClient` (one endpoint's job API, ``https://api.runpod.ai/v2/<endpoint_id>/...``):
+  ``run(input) -> job id``, ``status(id) -> RunpodJob``, ``status_many(ids)``, ``stream(id)``,
+  ``cancel(id)``, ``retry(id)``, ``health() -> dict``, ``purge_queue() -> dict``. Thread-safe: one
+  ``httpx.Client`` (a keep-alive connection pool) shared by every thread.
+- :class:`ManagementClient` (REST API v2, ``https://api.runpod.io/v2/serverless``): list, find by name,
+  create or update from an :class:`EndpointSpec`, set workers, list workers, delete; and
+  :meth:`ManagementClient.billing`, the Serverless billing history (``GET /v2/billing/serverless``).
+- Errors: :class:`RunpodAPIError` (HTTP status, a short body, and what to fix); :class:`ResultExpired`
+  (a 404 on ``status``/``stream``: the job is gone, see below); :class:`SubmitUncertain` (``run`` got no
+  clear answer: the job may or may not be queued).
+- Retries: 408, 429, 5xx and connection errors are retried with exponential backoff and full jitter, honouring
+  ``Retry-After``, within :class:`RetryPolicy` (attempts and seconds). Other 4xx are raised at once.
+  ``run`` is not idempotent (a repeated ``POST /run`` queues and bills a second job), so it is retried only
+  when the request surely did not create a job (429, connection refused); a 5xx or a read timeout on
+  ``run`` raises :class:`SubmitUncertain` unless the caller passes ``retry_ambiguous=True``.
+
+Runpod facts relied on (stored copies: runpod/docs a900806e of 2026-08-20; runpod-python 1.12.0)
+-----------------------------------------------------------------------------------------------
+- Job routes and JSON: docs ``serverless/endpoints/operation-reference.mdx``: ``POST /run``
+  (``{"input": ...}`` -> ``{"id", "status"}``), ``GET /status/<id>`` (``id, status, delayTime,
+  executionTime, output``; ``workerId`` is not in that page's example but in the same job response of
+  ``public-endpoints/models/flux-dev.mdx``), ``GET /stream/<id>`` (``{"status", "stream":
+  [{"output": ...}]}``, runpod-python ``endpoint/runner.py::Job.stream``), ``POST /cancel/<id>``
+  (``{"id", "status": "CANCELLED"}``),
+  ``POST /retry/<id>`` (FAILED or TIMED_OUT jobs only, same id, ``{"id", "status": "IN_QUEUE"}``),
+  ``GET /health`` (``{"jobs": {completed, failed, inProgress, inQueue, retried}, "workers": {idle,
+  running, ...}}``), ``POST /purge-queue`` (``{"removed", "status"}``; queued jobs only).
+  States: IN_QUEUE, IN_PROGRESS, COMPLETED, FAILED, CANCELLED, TIMED_OUT (``job-states.mdx``; its
+  ``RUNNING`` is a doc bug, runpod/docs#511).
+- **Expiry**: results of ``/run`` are kept 30 minutes after completion (operation-reference, ``/retry``
+  note; ``send-requests.mdx`` "Result retention"); "If TTL expires ... status checks return 404"
+  (``send-requests.mdx``, "TTL vs. execution timeout"). The body of that 404 is not documented; any 404
+  on a job route is :class:`ResultExpired` (the caller's journal knows whether it submitted that id).
+- **Progress**: the worker's ``progress_update(job, msg)`` posts ``{"status": "IN_PROGRESS", "output":
+  msg}`` to the job's result URL (runpod-python ``serverless/modules/rp_progress.py``), and "Progress
+  updates will be available when the job status is polled" (``workers/handler-functions.mdx``). So the
+  client sees the *latest* progress message as ``output`` of an IN_PROGRESS status
+  (:attr:`RunpodJob.progress`), not a history; ``/stream`` carries only a generator handler's yields.
+- Authentication: ``Authorization: Bearer <key>`` (runpod-python ``endpoint/runner.py::RunPodClient``).
+  ``/run`` payloads are limited to 10 MB (operation-reference). No batched status route exists, hence
+  :meth:`ServerlessClient.status_many` (parallel single calls on the pooled connections).
+- **Why not ``runpod.Endpoint``** (runpod-python 1.12.0 ``endpoint/runner.py``): its retry adapter is
+  mounted for ``http://`` only (none on ``https://``, i.e. none against Runpod), covers 408/429 and not
+  5xx; ``Job.status()`` returns the state string only (no delayTime, executionTime, workerId, output of a
+  running job); it has no ``retry``; it reads the key from ``runpod.api_key``, not ``RUNPOD_API_KEY``;
+  and importing ``runpod`` takes ~3 s and is not installed in this project's main venv. The base URL
+  default and its variable follow it: ``RUNPOD_ENDPOINT_BASE_URL``, else ``https://api.runpod.ai/v2``
+  (``runpod/__init__.py``).
+- **Why REST v2 for management** (docs ``api-reference-v2/openapi.json``, ``migrate-from-v1.mdx``):
+  REST v1 (``rest.runpod.io/v1``) "is deprecated and will be retired on November 15, 2026"; the SDK's
+  GraphQL helpers (``api/ctl_commands.py``) can create a template and an endpoint but cannot delete an
+  endpoint or change its workers, and build their queries by string interpolation without escaping
+  (``api/mutations/templates.py``: an env value with a quote breaks the query). v2 takes the container
+  directly on the endpoint (``image``, ``env``, ``disk``: no separate template), ``gpu: {pools, count}``,
+  ``workers: {min, max, idleTimeout}``, ``timeout`` (ms), ``flashboot``, ``networkVolumes``; ``DELETE
+  /v2/serverless/{id}`` "permanently deletes a serverless endpoint and its bound template ... all workers
+  are terminated". The GraphQL page (``sdks/graphql/manage-endpoints.mdx``) requires min and max workers
+  at 0 before ``deleteEndpoint``; v2 states no such rule, and :func:`delete_endpoint` scales to 0 first
+  anyway. Errors are RFC 9457 objects ``{title, status, detail, errors}``; a 429 carries ``Retry-After``
+  in seconds (openapi ``TooManyRequestsError``).
+- GPU selection: v2 takes serverless **pool** ids (``AMPERE_24``, ``ADA_24``, ``AMPERE_48``,
+  ``ADA_48_PRO``, ``AMPERE_80``, ``ADA_80_PRO``, ``HOPPER_141``; ``references/gpu-types.mdx``), "workers
+  are placed on whichever listed pool has capacity"; the console's "up to three GPU types in priority
+  order" (``endpoint-configurations.mdx``) is kept as the order of :attr:`EndpointSpec.gpu_type_ids`.
+- **Billing** (``api-reference-v2/openapi.json``, operation ``listServerlessBilling``, ``GET
+  /v2/billing/serverless``): query ``startTime``/``endTime`` (RFC 3339; start "snapped down" and end
+  "snapped up" to bucket boundaries, end exclusive; defaults 30 days ago / now), ``bucketSize`` (``hour``,
+  ``day`` (default), ``week``, ``month``, ``year``), ``lastN`` (exclusive with the times) and
+  ``serverlessId`` ("Filter to a specific serverless endpoint"; without it "one record is emitted per
+  serverless endpoint per bucket"). Answer ``{"records": [{startTime, endTime, serverlessId, totalAmount,
+  gpuAmount, cpuAmount, diskAmount, feeAmount}], "metadata": {query, recordCount, totals,
+  uniqueServerlessCount}}``, amounts in USD. Not to be confused with ``GET /v2/billing/endpoints``, which
+  is Runpod's *public* endpoints (``listEndpointBilling``). REST v1's ``GET /billing/endpoints``
+  (``api-reference/openapi.json``, ``EndpointBilling``: ``endpointId``, ``grouping``, records ``amount``,
+  ``timeBilledMs``, ``diskSpaceBilledGb``, ``time``) retired with v1 on 2026-11-15 and is not used.
+
+Not verified against a live account (there is none here): how soon a bucket's billing is complete
+and whether its ``gpuAmount`` covers idle and active worker time as the pricing page says, the 404
+body, ``workerId`` in ``/status`` of a queue-based endpoint, rate limits of the job API, whether v2
+keeps the pool order as a priority.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import random
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_JOB_BASE_URL = "https://api.runpod.ai/v2"
+DEFAULT_REST_BASE_URL = "https://api.runpod.io/v2"
+JOB_BASE_ENV = "RUNPOD_ENDPOINT_BASE_URL"        # the SDK's variable (runpod/__init__.py)
+REST_BASE_ENV = "AIT_RUNPOD_REST_BASE_URL"        # ours: the SDK has none for REST v2
+API_KEY_ENV = "RUNPOD_API_KEY"
+
+JobState = Literal["IN_QUEUE", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"]
+BucketSize = Literal["hour", "day", "week", "month", "year"]
+BUCKET_SIZES: tuple[str, ...] = ("hour", "day", "week", "month", "year")   # openapi BillingBucketSize
+FINAL_STATES: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"})
+RESULT_RETENTION_S = 30 * 60   # results of /run, after completion (operation-reference.mdx)
+MAX_RUN_PAYLOAD_BYTES = 10 * 2**20
+
+
+# ---------------------------------------------------------------------------------------------- errors
+class RunpodAPIError(RuntimeError):
+    """A Runpod call failed: ``status`` (HTTP status, 0 for no answer), ``body`` (the first 500
+    characters of the answer), ``method`` and ``path`` (never the key)."""
+
+    def __init__(self, message: str, status: int = 0, body: str = "", method: str = "",
+                 path: str = "") -> None:
+        super().__init__(message)
+        self.status, self.body, self.method, self.path = status, body, method, path
+
+
+class ResultExpired(RunpodAPIError):
+    """``status``/``stream`` of a job answered 404: its result is gone (kept 30 minutes after completion
+    for ``/run``; deleted at once when the job's TTL runs out) or the id was never this endpoint's."""
+
+
+class SubmitUncertain(RunpodAPIError):
+    """A non-idempotent call (``run``, an endpoint create) got a 5xx or no answer after sending: it may
+    have taken effect (a job queued and billed, an endpoint created) or not. Look before sending it again
+    (``health``'s counts; :meth:`ManagementClient.find` for an endpoint)."""
+
+
+def _hint(status: int) -> str:
+    return {
+        401: f"check {API_KEY_ENV}: the key is missing, wrong or revoked (console: Settings > API Keys)",
+        403: "the key lacks access to this resource: give it Serverless read/write, or use the owner's key",
+        404: "unknown endpoint or job id: check the endpoint id (python -m fleet.endpoint status)",
+        400: "the request does not validate: read the body for the field to fix",
+        402: "insufficient balance: add credit before retrying",
+        413: f"payload too large: /run takes {MAX_RUN_PAYLOAD_BYTES // 2**20} MB at most",
+        422: "the request does not validate: read the body for the field to fix",
+        429: "rate limited past the retry budget: poll less often or raise RetryPolicy",
+    }.get(status, "a server error past the retry budget: retry later" if status >= 500 else "")
+
+
+# ---------------------------------------------------------------------------------------------- models
+class RetryPolicy(BaseModel):
+    """Exponential backoff with full jitter for 429, 5xx and connection errors: at most ``attempts``
+    tries and ``max_seconds`` in all; a ``Retry-After`` header sets the wait (capped by the budget)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    attempts: int = Field(6, ge=1)
+    max_seconds: float = Field(60.0, ge=0)
+    base_s: float = Field(0.25, gt=0)
+    cap_s: float = Field(10.0, gt=0)
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return max(0.0, retry_after)
+        return random.uniform(0, min(self.cap_s, self.base_s * 2 ** attempt))
+
+
+class RunpodJob(BaseModel):
+    """A job's status as ``/status/<id>`` returns it. Unknown fields are kept (``model_extra``)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    id: str
+    status: str
+    output: Any = None
+    error: Any = None
+    delay_time_ms: int | None = Field(None, alias="delayTime")
+    execution_time_ms: int | None = Field(None, alias="executionTime")
+    worker_id: str | None = Field(None, alias="workerId")
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL_STATES
+
+    @property
+    def progress(self) -> Any:
+        """The latest ``progress_update`` message while IN_PROGRESS (Runpod shows it as ``output``)."""
+        return self.output if self.status == "IN_PROGRESS" else None
+
+
+# ------------------------------------------------------------------------------------------- transport
+def _retry_after(resp: httpx.Response) -> float | None:
+    value = resp.headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:   # an HTTP date (RFC 9110 allows both forms)
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+class _Http:
+    """The shared transport: one pooled ``httpx.Client``, bearer auth, the retry loop."""
+
+    def __init__(self, base_url: str, api_key: str, retry: RetryPolicy, timeout_s: float,
+                 max_connections: int, transport: httpx.BaseTransport | None = None) -> None:
+        if not api_key:
+            raise RunpodAPIError(f"no Runpod API key: set {API_KEY_ENV} (console: Settings > API Keys)")
+        self.retry = retry
+        self.client = httpx.Client(
+            base_url=base_url.rstrip("/"), timeout=timeout_s, transport=transport,
+            headers={"Authorization": f"Bearer {api_key}", "Accept": "application/json"},
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections))
+
+    def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None,
+                idempotent: bool = True, retry: RetryPolicy | None = None) -> httpx.Response:
+        """Send with retries; return a 2xx response, raise :class:`RunpodAPIError` otherwise."""
+        policy = retry or self.retry
+        start, attempt = time.monotonic(), 0
+        while True:
+            wait: float | None = None
+            try:
+                resp = self.client.request(method, path, json=json, params=params)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as e:   # nothing was sent
+                err: RunpodAPIError = RunpodAPIError(f"{method} {path}: cannot connect ({e})", 0, "",
+                                                     method, path)
+            except httpx.TransportError as e:    # sent, no clear answer
+                cls = RunpodAPIError if idempotent else SubmitUncertain
+                err = cls(f"{method} {path}: no answer ({type(e).__name__}: {e})", 0, "", method, path)
+                if not idempotent:
+                    raise err from e
+            else:
+                if resp.status_code < 400:
+                    return resp
+                err = self._error(resp, method, path)
+                if resp.status_code not in (408, 429) and resp.status_code < 500:
+                    raise err
+                if resp.status_code >= 500 and not idempotent:
+                    raise SubmitUncertain(f"{err} (it may have taken effect, e.g. a job may be queued: look "
+                                          "before sending it again)", err.status, err.body, method, path)
+                wait = _retry_after(resp) if resp.status_code in (429, 503) else None
+            attempt += 1
+            delay = policy.delay(attempt - 1, wait)
+            if attempt >= policy.attempts or time.monotonic() - start + delay > policy.max_seconds:
+                raise err
+            time.sleep(delay)
+
+    @staticmethod
+    def _error(resp: httpx.Response, method: str, path: str) -> RunpodAPIError:
+        body = resp.text[:500]
+        hint = _hint(resp.status_code)
+        msg = f"{method} {path}: HTTP {resp.status_code}" + (f": {body}" if body else "")
+        msg += f" — {hint}" if hint else ""
+        return RunpodAPIError(msg, resp.status_code, body, method, path)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+# ------------------------------------------------------------------------------------------ the job API
+class ServerlessClient:
+    """The job API of one queue-based endpoint. ``base_url`` defaults to ``$RUNPOD_ENDPOINT_BASE_URL`` or
+    ``https://api.runpod.ai/v2`` (the endpoint id is appended). Thread-safe; close it (or use ``with``)."""
+
+    def __init__(self, endpoint_id: str, api_key: str, base_url: str | None = None, *,
+                 retry: RetryPolicy | None = None, timeout_s: float = 10.0, max_connections: int = 64,
+                 transport: httpx.BaseTransport | None = None, job_retry: RetryPolicy | None = None) -> None:
+        """``retry``: the policy of every call; ``job_retry``: the one of ``status``/``stream``/``cancel``/
+        ``retry`` when given (a caller that backs off by itself keeps them short)."""
+        if not endpoint_id or "/" in endpoint_id:
+            raise ValueError(f"endpoint id {endpoint_id!r}: expected an id as fleet.endpoint status shows it")
+        self.endpoint_id = endpoint_id
+        self._job_retry = job_retry
+        base = base_url or os.environ.get(JOB_BASE_ENV) or DEFAULT_JOB_BASE_URL
+        self._http = _Http(f"{base.rstrip('/')}/{endpoint_id}", api_key, retry or RetryPolicy(), timeout_s,
+                           max_connections, transport)
+
+    def __enter__(self) -> ServerlessClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def run(self, input: dict[str, Any], *, execution_timeout_s: float | None = None,
+            ttl_s: float | None = None, webhook: str | None = None, retry_ambiguous: bool = False) -> str:
+        """Queue a job (``POST /run``); returns its id. ``execution_timeout_s``/``ttl_s`` become the
+        request's ``policy`` (``executionTimeout``/``ttl`` in ms, send-requests.mdx). See the module
+        docstring for when a failed submit is retried."""
+        body: dict[str, Any] = {"input": input}
+        policy = {k: int(v * 1000) for k, v in (("executionTimeout", execution_timeout_s), ("ttl", ttl_s))
+                  if v is not None}
+        if policy:
+            body["policy"] = policy
+        if webhook:
+            body["webhook"] = webhook
+        data = self._http.request("POST", "/run", json=body, idempotent=retry_ambiguous).json()
+        if not isinstance(data, dict) or not data.get("id"):
+            raise SubmitUncertain(f"POST /run: no job id in the answer {str(data)[:200]!r}", 200,
+                                  str(data)[:500], "POST", "/run")
+        return str(data["id"])
+
+    def _job(self, method: str, route: str, job_id: str) -> httpx.Response:
+        try:
+            return self._http.request(method, f"/{route}/{job_id}", retry=self._job_retry)
+        except RunpodAPIError as e:
+            if e.status == 404:
+                raise ResultExpired(f"job {job_id}: 404 on /{route} — its result expired (kept "
+                                    f"{RESULT_RETENTION_S // 60} min after completion, or its TTL ran out) "
+                                    "or it is not this endpoint's", 404, e.body, method, e.path) from e
+            raise
+
+    def status(self, job_id: str) -> RunpodJob:
+        """``GET /status/<id>``. Raises :class:`ResultExpired` on 404."""
+        return RunpodJob.model_validate(self._job("GET", "status", job_id).json())
+
+    def status_many(self, job_ids: Iterable[str],
+                    max_workers: int = 32) -> dict[str, RunpodJob | RunpodAPIError]:
+        """Status of many jobs in parallel over the pooled connections (Runpod has no batch route); each
+        value is the job or the error its call raised."""
+        ids = list(dict.fromkeys(job_ids))
+
+        def one(job_id: str) -> RunpodJob | RunpodAPIError:
+            try:
+                return self.status(job_id)
+            except RunpodAPIError as e:
+                return e
+
+        if len(ids) <= 1:
+            return {i: one(i) for i in ids}
+        with ThreadPoolExecutor(max_workers=min(max_workers, len(ids))) as pool:
+            return dict(zip(ids, pool.map(one, ids)))
+
+    def stream(self, job_id: str) -> list[Any]:
+        """``GET /stream/<id>``: the outputs a generator handler yielded since the last call (each item's
+        ``output``). Our handler is not a generator: its progress is :attr:`RunpodJob.progress`."""
+        data = self._job("GET", "stream", job_id).json()
+        return [item.get("output") if isinstance(item, dict) else item for item in data.get("stream") or []]
+
+    def cancel(self, job_id: str) -> RunpodJob:
+        """``POST /cancel/<id>``: removes a queued job, stops a running one."""
+        return RunpodJob.model_validate(self._job("POST", "cancel", job_id).json())
+
+    def retry(self, job_id: str) -> RunpodJob:
+        """``POST /retry/<id>``: requeue a FAILED or TIMED_OUT job under the same id."""
+        return RunpodJob.model_validate(self._job("POST", "retry", job_id).json())
+
+    def health(self) -> dict[str, Any]:
+        """``GET /health``: ``{"jobs": {completed, failed, inProgress, inQueue, retried},
+        "workers": {idle, running, ...}}``."""
+        return self._http.request("GET", "/health").json()
+
+    def purge_queue(self) -> dict[str, Any]:
+        """``POST /purge-queue``: drop every queued job (running ones continue); ``{"removed", "status"}``."""
+        return self._http.request("POST", "/purge-queue").json()
+
+
+# ------------------------------------------------------------------------------------ endpoint management
+class EndpointSpec(BaseModel):
+    """What ``python -m fleet.endpoint up`` deploys: a queue-based endpoint running the worker image."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=191)
+    image: str = Field(min_length=1)
+    #: serverless GPU pool ids in priority order (v2 ``gpu.pools``: AMPERE_24, ADA_24, AMPERE_48, ...)
+    gpu_type_ids: list[str] = Field(min_length=1, max_length=3)
+    #: GPU type ids subtracted from those pools (v2 ``gpu.excludedTypes``)
+    excluded_gpu_types: list[str] = Field(default_factory=list)
+    gpu_count: int = Field(1, ge=1)
+    workers_min: int = Field(0, ge=0)
+    workers_max: int = Field(3, ge=0)
+    idle_timeout_s: int = Field(5, ge=1, le=3600)
+    execution_timeout_s: int = Field(600, ge=5, le=7 * 86400)
+    flashboot: bool = True
+    network_volume_id: str | None = None
+    #: the worker's environment: no secret values, only Runpod secret references such as
+    #: ``{"AIT_SECRETS_JSON": "{{ RUNPOD_SECRET_ait_seeds }}"}``
+    env: dict[str, str] = Field(default_factory=dict)
+    container_disk_gb: int = Field(20, ge=1)
+    queue_delay_s: float = Field(4.0, ge=0.5)
+    allowed_cuda_versions: list[str] = Field(default_factory=list)
+
+    @field_validator("env")
+    @classmethod
+    def _no_secret_values(cls, env: dict[str, str]) -> dict[str, str]:
+        bad = [k for k, v in env.items() if _looks_secret(k) and "RUNPOD_SECRET_" not in v]
+        if bad:
+            raise ValueError(f"env {bad}: a credential-like variable must be a Runpod secret reference "
+                             "('{{ RUNPOD_SECRET_<name> }}'), never a value in the endpoint's config")
+        return env
+
+    def body(self) -> dict[str, Any]:
+        """The REST v2 ``CreateEndpointRequest`` / ``UpdateEndpointRequest`` body."""
+        gpu: dict[str, Any] = {"pools": list(self.gpu_type_ids), "count": self.gpu_count}
+        if self.excluded_gpu_types:
+            gpu["excludedTypes"] = list(self.excluded_gpu_types)
+        if self.allowed_cuda_versions:
+            gpu["allowedCudaVersions"] = list(self.allowed_cuda_versions)
+        return {"name": self.name, "type": "QUEUE", "image": self.image, "env": dict(self.env),
+                "disk": self.container_disk_gb, "gpu": gpu,
+                "workers": {"min": self.workers_min, "max": self.workers_max,
+                            "idleTimeout": self.idle_timeout_s},
+                "scaling": {"type": "QUEUE_DELAY", "queueDelay": self.queue_delay_s},
+                "timeout": self.execution_timeout_s * 1000,
+                "flashboot": "FLASHBOOT" if self.flashboot else "OFF",
+                "networkVolumes": [self.network_volume_id] if self.network_volume_id else []}
+
+
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+
+
+def _looks_secret(name: str) -> bool:
+    return any(w in name.upper() for w in _SECRET_WORDS)
+
+
+class ManagementClient:
+    """Serverless endpoints through REST API v2 (``/v2/serverless``). ``base_url`` defaults to
+    ``$AIT_RUNPOD_REST_BASE_URL`` or ``https://api.runpod.io/v2``."""
+
+    def __init__(self, api_key: str, base_url: str | None = None, *, retry: RetryPolicy | None = None,
+                 timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
+        base = base_url or os.environ.get(REST_BASE_ENV) or DEFAULT_REST_BASE_URL
+        self._http = _Http(base, api_key, retry or RetryPolicy(), timeout_s, 4, transport)
+
+    def __enter__(self) -> ManagementClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def list_endpoints(self) -> list[dict[str, Any]]:
+        return list(self._http.request("GET", "/serverless").json().get("endpoints", []))
+
+    def find(self, name: str) -> dict[str, Any] | None:
+        """The endpoint called ``name``; an error if several are (remove the extra ones in the console)."""
+        found = [e for e in self.list_endpoints() if e.get("name") == name]
+        if len(found) > 1:
+            raise RunpodAPIError(f"{len(found)} endpoints are named {name!r} ({[e['id'] for e in found]}): "
+                                 "delete the extra ones (python -m fleet.endpoint down --id <id>)")
+        return found[0] if found else None
+
+    def get(self, endpoint_id: str) -> dict[str, Any]:
+        return self._http.request("GET", f"/serverless/{endpoint_id}").json()
+
+    def create(self, spec: EndpointSpec) -> dict[str, Any]:
+        return self._http.request("POST", "/serverless", json=spec.body(), idempotent=False).json()
+
+    def update(self, endpoint_id: str, spec: EndpointSpec) -> dict[str, Any]:
+        body = {k: v for k, v in spec.body().items() if k != "type"}   # the routing type cannot change
+        return self._http.request("PATCH", f"/serverless/{endpoint_id}", json=body).json()
+
+    def set_workers(self, endpoint_id: str, workers_min: int, workers_max: int) -> dict[str, Any]:
+        body = {"workers": {"min": workers_min, "max": workers_max}}
+        return self._http.request("PATCH", f"/serverless/{endpoint_id}", json=body).json()
+
+    def workers(self, endpoint_id: str) -> dict[str, Any]:
+        """``{"workers": [...], "summary": {running, idle, initializing, throttled, unhealthy, total}}``."""
+        return self._http.request("GET", f"/serverless/{endpoint_id}/workers").json()
+
+    def delete(self, endpoint_id: str) -> None:
+        self._http.request("DELETE", f"/serverless/{endpoint_id}")
+
+    def billing(self, start: datetime, end: datetime, bucket_size: BucketSize = "day",
+                serverless_id: str | None = None) -> dict[str, Any]:
+        """``GET /v2/billing/serverless``: Serverless spend per bucket in ``[start, end)`` (UTC; Runpod widens
+        the window to whole buckets), of one endpoint when ``serverless_id`` is given. Returns the answer as
+        it is: ``{"records": [{startTime, endTime, serverlessId, totalAmount, gpuAmount, cpuAmount,
+        diskAmount, feeAmount}], "metadata": {...}}`` (see the module docstring)."""
+        if bucket_size not in BUCKET_SIZES:
+            raise ValueError(f"bucket size {bucket_size!r}: expected one of {BUCKET_SIZES}")
+        params = {"startTime": rfc3339(start), "endTime": rfc3339(end), "bucketSize": bucket_size}
+        if serverless_id:
+            params["serverlessId"] = serverless_id
+        data = self._http.request("GET", "/billing/serverless", params=params).json()
+        if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+            raise RunpodAPIError(f"GET /billing/serverless: no records in the answer {str(data)[:200]!r}",
+                                 200, str(data)[:500], "GET", "/billing/serverless")
+        return data
+
+
+def rfc3339(t: datetime) -> str:
+    """``t`` in UTC as ``YYYY-MM-DDTHH:MM:SSZ`` (a naive ``t`` is taken as UTC)."""
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(value: str) -> datetime:
+    """An RFC 3339 time of a billing record (``...Z`` or an offset) as an aware UTC datetime."""
+    t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+
+
+def upsert_endpoint(mgmt: ManagementClient, spec: EndpointSpec) -> tuple[dict[str, Any], bool]:
+    """Create the endpoint named ``spec.name`` or update it to ``spec``; ``(endpoint, created)``."""
+    existing = mgmt.find(spec.name)
+    if existing is None:
+        return mgmt.create(spec), True
+    return mgmt.update(existing["id"], spec), False
+
+
+def delete_endpoint(mgmt: ManagementClient, endpoint_id: str, *, wait_s: float = 600.0,
+                    poll_s: float = 5.0) -> None:
+    """Scale to 0 workers, wait until none is allocated, delete, and check the listing no longer has it.
+    Raises :class:`RunpodAPIError` (with what is left) if workers stay past ``wait_s``."""
+    mgmt.set_workers(endpoint_id, 0, 0)
+    deadline = time.monotonic() + wait_s
+    while True:
+        summary = mgmt.workers(endpoint_id).get("summary", {})
+        if not summary.get("total", 0):
+            break
+        if time.monotonic() > deadline:
+            raise RunpodAPIError(f"endpoint {endpoint_id}: workers {summary} still allocated {wait_s:.0f} s "
+                                 "after scaling to 0 (a running job finishes first): run down again later, "
+                                 "or purge the queue and cancel its jobs first")
+        time.sleep(poll_s)
+    mgmt.delete(endpoint_id)
+    if any(e.get("id") == endpoint_id for e in mgmt.list_endpoints()):
+        raise RunpodAPIError(f"endpoint {endpoint_id} is still listed after DELETE: check the console")

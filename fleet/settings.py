@@ -1,0 +1,99 @@
+"""Every setting of a Runpod fleet backend in one tree: :class:`RunpodOptions` (``conf/backend/runpod.yaml``
+``options``: the endpoint, polling, limits, retries, prices, budgets, run costs), the worker's options it
+extends (:class:`ait_env.jobs.settings.WorkerOptions`), and :data:`FLEET_DEFAULTS` (``fleet_defaults.yaml``:
+the endpoint's workers, idle timeout and GPUs when they cannot be read from Runpod, shared with the
+endpoint tool and the simulator).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from ait_env.jobs.settings import WorkerOptions
+from fleet import prices
+from fleet.billing import GpuPrices
+
+#: the fleet settings the simulator picked (``python -m fleet.simulate ... --write-defaults``, docs/fleet.md):
+#: workers, idle timeout, GPUs, the GPU priority list
+FLEET_DEFAULTS = Path(__file__).with_name("fleet_defaults.yaml")
+
+
+def fleet_settings(path: Path = FLEET_DEFAULTS) -> dict[str, Any]:
+    """The simulator's pick as :class:`EndpointSpec` fields: workers min/max, idle timeout, FlashBoot, GPUs
+    per worker and the GPU priority list as Serverless pools (:func:`fleet.prices.pool_of`)."""
+    from omegaconf import OmegaConf
+
+    d: dict[str, Any] = OmegaConf.to_container(OmegaConf.load(path))  # type: ignore[assignment]
+    pools = list(dict.fromkeys(prices.pool_of(g) for g in d["gpu_priority"]))
+    return {"workers_min": d["workers_min"], "workers_max": d["workers_max"],
+            "idle_timeout_s": d["idle_timeout_s"], "flashboot": d["flashboot"],
+            "gpu_count": d["gpus_per_worker"], "gpu_type_ids": pools}
+
+
+class RunpodOptions(WorkerOptions):
+    """``options`` of the runpod backend (unknown keys are refused)."""
+
+    #: the queue-based endpoint (else ``$RUNPOD_ENDPOINT_ID``); the API key is read from ``$RUNPOD_API_KEY``
+    endpoint_id: str | None = None
+    #: the API's base URL (None: the client's default, https://api.runpod.ai/v2); a fake's in tests. The
+    #: REST API (the endpoint's settings) follows it unless rest_base_url says otherwise
+    base_url: str | None = None
+    #: seconds between two sweeps of the poller over the jobs in flight
+    poll_interval_s: float = Field(5.0, gt=0)
+    #: a status that cannot be read is read again after poll_interval_s, doubling up to this
+    status_backoff_max_s: float = Field(60.0, gt=0)
+    #: jobs sent to Runpod at once (more wait locally, in order). None: the endpoint's ``workers_max`` (read
+    #: like the run costs' settings): a job sent beyond it waits in Runpod's queue, and that wait is in its
+    #: ``delayTime``, which the bill counts although Runpod does not charge it (docs/fleet.md)
+    max_in_flight: int | None = Field(None, ge=1)
+    #: threads that record and send queued jobs (the poller never does)
+    submit_threads: int = Field(4, ge=1)
+    #: the worker's limit for one job (None: the job's wall-clock bound plus its eval allowance)
+    job_timeout_s: float | None = Field(None, gt=0)
+    #: Runpod's executionTimeout per request (None: the worker's limit + WORKER_OVERHEAD_S)
+    execution_timeout_s: float | None = Field(None, gt=0)
+    #: queue wait and cold start allowed to an attempt on top of its execution timeout
+    startup_allowance_s: float = Field(600.0, ge=0)
+    #: an attempt without a result this long after it was sent is cancelled and retried (None:
+    #: startup_allowance_s + the execution timeout)
+    deadline_s: float | None = Field(None, gt=0)
+    #: Runpod's ttl per request is the deadline plus this: the job's hard end even if a cancel cannot reach
+    #: Runpod (and the bound an attempt is charged at when its bill cannot be read)
+    ttl_margin_s: float = Field(300.0, ge=0)
+    #: Runpod-side failures retried per job (new attempts) before it ends infra_failed
+    retry_budget: int = Field(2, ge=0)
+    #: true: a new key per bundle (an identical job trains again); false: identical jobs are served
+    rerun: bool = False
+    #: the pins a result must carry: the image revision ($AIT_IMAGE_REVISION, also sent to the worker's
+    #: self-check) and versions (``result.worker["versions"]`` keys, e.g. ``train:prime-rl-commit``)
+    require_revision: str | None = None
+    expected_versions: dict[str, str] = Field(default_factory=dict)
+    #: the endpoint's first GPU type and GPUs per worker (bills attempts that report no GPUs)
+    gpu_type: str = "NVIDIA RTX A5000"
+    gpus_per_worker: int = Field(2, ge=1)
+    prices: GpuPrices = Field(default_factory=GpuPrices)
+    #: USD over this run's journal (every attempt, idle, active workers, the bounds of jobs in flight) / one
+    #: episode's jobs; None = no limit
+    run_budget_usd: float | None = Field(None, ge=0)
+    episode_budget_usd: float | None = Field(None, ge=0)
+    #: an orchestrator whose journal heartbeat is older than this (or whose session closed, or whose
+    #: process is gone) no longer owns its rows: another one adopts them
+    owner_stale_s: float = Field(120.0, gt=0)
+    #: wait()'s default limit (None: (retry_budget + 1) attempts' bounds plus the status backoff)
+    wait_timeout_s: float | None = Field(None, gt=0)
+    #: close(): cancel the jobs still in flight (false: they keep running; a restart re-attaches them)
+    cancel_on_close: bool = False
+    #: run costs: the endpoint's idle timeout and active workers, used when the endpoint's own settings
+    #: cannot be read (None: fleet/fleet_defaults.yaml); the REST v2 base URL they are read from (None:
+    #: $AIT_RUNPOD_REST_BASE_URL, else base_url when set, else https://api.runpod.io/v2)
+    idle_timeout_s: float | None = Field(None, ge=0)
+    workers_min: int | None = Field(None, ge=0)
+    rest_base_url: str | None = None
+    #: false: never read the endpoint's settings (options and the fleet defaults only)
+    read_endpoint: bool = True
+    #: a negotiated active-worker rate in $/GPU-s (None: the flex rate, Runpod's one published price since
+    #: 2026-05-13; fleet/prices.py UNIFIED_SINCE)
+    active_usd_per_gpu_s: float | None = Field(None, gt=0)
