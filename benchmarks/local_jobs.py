@@ -31,7 +31,7 @@ from ait_env.jobs.result import JobResult
 from ait_env.config import load_group
 from ait_env.jobs.bundle import build_bundle
 from ait_env.jobs.schema import parse_job
-from ait_env.episode.reward import RewardSettings, compose
+from ait_env.episode.reward import RewardSettings, episode_reward
 from ait_env.runner import run
 from ait_env.hidden.secrets import hidden_set
 from task_families import FAMILY_NAMES, get_family
@@ -120,7 +120,7 @@ def env_reward(r: JobResult, backend: BackendSettings) -> float | None:
     """The reward the env would give this job submitted on the first attempt (its own ``compose``)."""
     if r.status != "succeeded" or r.post_score is None or not r.baselines:
         return None
-    b = compose("scored", RewardSettings.model_validate(load_group("reward", "default")), attempts=1,
+    b = episode_reward("scored", RewardSettings.model_validate(load_group("reward", "default")), attempts=1,
                 validated_attempt=1, post=r.post_score, best_pre=max(r.baselines.values()),
                 train_seconds=r.train_seconds, wall_clock_limit_s=backend.bounds.wall_clock_minutes * 60)
     return b.total

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from ait_env.episode.reward import RewardSettings, combine, compose, research_charge, uplift_score
+from ait_env.episode.reward import RewardSettings, combine, episode_reward, research_charge, uplift_score
 
 S = RewardSettings()
 
@@ -16,7 +16,7 @@ def test_uplift_mapping(post, pre, expected):
 
 
 def test_scored_formula():
-    b = compose("scored", S, attempts=1, validated_attempt=1, post=0.65, best_pre=0.3,
+    b = episode_reward("scored", S, attempts=1, validated_attempt=1, post=0.65, best_pre=0.3,
                 train_seconds=600, wall_clock_limit_s=3600)
     assert b.V == 1.0 and b.U == pytest.approx(0.75)
     assert b.Q == pytest.approx(0.25 * 0.65 + 0.75 * 0.75)
@@ -26,54 +26,54 @@ def test_scored_formula():
 
 
 def test_speed_counts_only_for_jobs_that_lift_the_model():
-    fast_noop = compose("scored", S, attempts=1, validated_attempt=1, post=0.3, best_pre=0.3,
+    fast_noop = episode_reward("scored", S, attempts=1, validated_attempt=1, post=0.3, best_pre=0.3,
                         train_seconds=10, wall_clock_limit_s=3600)
-    slow_real = compose("scored", S, attempts=1, validated_attempt=1, post=0.3, best_pre=0.3,
+    slow_real = episode_reward("scored", S, attempts=1, validated_attempt=1, post=0.3, best_pre=0.3,
                         train_seconds=3000, wall_clock_limit_s=3600)
     assert fast_noop.S == slow_real.S == 0.0 and fast_noop.total == slow_real.total
-    lifted = compose("scored", S, attempts=1, validated_attempt=1, post=0.31, best_pre=0.3,
+    lifted = episode_reward("scored", S, attempts=1, validated_attempt=1, post=0.31, best_pre=0.3,
                      train_seconds=3000, wall_clock_limit_s=3600)
     assert lifted.S == pytest.approx(1 - 3000 / 3600) and lifted.total > fast_noop.total
 
 
 def test_validation_decays_with_attempts():
-    vals = [compose("scored", S, attempts=a, validated_attempt=a, post=0.5, best_pre=0.3).V for a in (1, 2, 3)]
+    vals = [episode_reward("scored", S, attempts=a, validated_attempt=a, post=0.5, best_pre=0.3).V for a in (1, 2, 3)]
     assert vals == [1.0, 0.5, 0.25]
 
 
 def test_better_jobs_get_more_reward():
-    rs = [compose("scored", S, attempts=1, validated_attempt=1, post=p, best_pre=0.3).total
+    rs = [episode_reward("scored", S, attempts=1, validated_attempt=1, post=p, best_pre=0.3).total
           for p in (0.0, 0.2, 0.3, 0.5, 0.9)]
     assert rs == sorted(rs) and len(set(rs)) == 5
 
 
 def test_statuses():
-    assert compose("unparsable", S, attempts=0).total == pytest.approx(-0.1)
-    assert compose("invalid", S, attempts=3).total == 0.0
-    jf = compose("job_failed", S, attempts=2, validated_attempt=2)
+    assert episode_reward("unparsable", S, attempts=0).total == pytest.approx(-0.1)
+    assert episode_reward("invalid", S, attempts=3).total == 0.0
+    jf = episode_reward("job_failed", S, attempts=2, validated_attempt=2)
     assert jf.Q == 0.0 and jf.total == pytest.approx(0.35 * 0.5)
-    infra = compose("infra_failed", S, attempts=1, validated_attempt=1)
+    infra = episode_reward("infra_failed", S, attempts=1, validated_attempt=1)
     assert infra.total is None and infra.drop and infra.gym_reward == 0.0
 
 
 def test_scored_requires_finite_scores():
     with pytest.raises(ValueError):
-        compose("scored", S, attempts=1, validated_attempt=1, post=math.nan, best_pre=0.2)
+        episode_reward("scored", S, attempts=1, validated_attempt=1, post=math.nan, best_pre=0.2)
 
 
 def test_weights_come_from_config():
     from ait_env.config import compose as compose_settings
     s = compose_settings(family="arithmetic", overrides=["reward.weights.validation=0.5", "reward.validation_decay=0.9"])
     assert s.reward.weights.validation == 0.5
-    b = compose("scored", s.reward, attempts=2, validated_attempt=2, post=0.3, best_pre=0.3)
+    b = episode_reward("scored", s.reward, attempts=2, validated_attempt=2, post=0.3, best_pre=0.3)
     assert b.V == pytest.approx(0.9)
 
 
 def _job(post: float, attempts: int = 1, cost: float = 0.0, status: str = "scored", job_id: str = "j"):
     if status != "scored":
-        return compose(status, S, attempts=attempts, validated_attempt=attempts, best_pre=0.3,  # type: ignore[arg-type]
+        return episode_reward(status, S, attempts=attempts, validated_attempt=attempts, best_pre=0.3,  # type: ignore[arg-type]
                        reason="boom").model_copy(update={"job_id": job_id, "cost_usd": cost})
-    return compose("scored", S, attempts=attempts, validated_attempt=attempts, post=post, best_pre=0.3,
+    return episode_reward("scored", S, attempts=attempts, validated_attempt=attempts, post=post, best_pre=0.3,
                    train_seconds=600, wall_clock_limit_s=3600).model_copy(update={"job_id": job_id, "cost_usd": cost})
 
 
@@ -110,7 +110,7 @@ def test_combine_statuses_and_infra_failure():
     assert b.status == "scored" and b.best_job == 1
     assert b.total == pytest.approx(scored.total - S.research.per_extra_job)
     # an infrastructure failure in any job drops the episode: missing is not zero
-    infra = compose("infra_failed", S, attempts=1, validated_attempt=1, reason="pod lost")
+    infra = episode_reward("infra_failed", S, attempts=1, validated_attempt=1, reason="pod lost")
     d = combine([scored, infra], S, attempts=2, end="job_limit")
     assert d.status == "infra_failed" and d.total is None and d.drop and d.end == "infra_failed"
     assert d.gym_reward == 0.0 and len(d.jobs) == 2 and d.reason == "pod lost"
@@ -130,12 +130,12 @@ def test_research_charge_comes_from_config():
 def test_a_job_failed_for_a_forfeiting_fault_scores_as_a_refused_submission():
     """A job that trained on the hidden set (or swapped the family's tools) hid it from the probe: it must
     not earn the validation share a merely broken job keeps."""
-    from ait_env.episode.reward import FORFEITING_FAULTS, RewardSettings, compose
+    from ait_env.episode.reward import FORFEITING_FAULTS, RewardSettings, episode_reward
 
     s = RewardSettings()
-    broken = compose("job_failed", s, attempts=1, validated_attempt=1)
+    broken = episode_reward("job_failed", s, attempts=1, validated_attempt=1)
     assert broken.total == s.weights.validation
     for fault in sorted(FORFEITING_FAULTS):
-        leak = compose("job_failed", s, attempts=1, validated_attempt=1, fault=fault, reason="x")
+        leak = episode_reward("job_failed", s, attempts=1, validated_attempt=1, fault=fault, reason="x")
         assert leak.total == 0.0 and leak.V == 0.0 and leak.status == "job_failed"
-    assert compose("job_failed", s, attempts=1, validated_attempt=1, fault="other").total == broken.total
+    assert episode_reward("job_failed", s, attempts=1, validated_attempt=1, fault="other").total == broken.total

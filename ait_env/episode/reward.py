@@ -27,7 +27,7 @@ Statuses (``info["reward"]["status"]``):
   **Missing is not zero**: ``total`` is ``None``; the gym ``step`` returns 0.0 and
   ``info["reward"]["drop"]`` is True. Trainers must drop such episodes, not learn from them.
 
-Research episodes (``env.max_jobs_per_episode > 1``): the agent may run several jobs. :func:`compose`
+Research episodes (``env.max_jobs_per_episode > 1``): the agent may run several jobs. :func:`episode_reward`
 scores each job as if it were the episode's only job (``R_k``: its own ``V`` from the attempts that job
 took, its ``Q`` and ``S``); :func:`combine` keeps the best and charges the research::
 
@@ -129,7 +129,7 @@ def validation_score(validated_attempt: int | None, s: RewardSettings) -> float:
     return s.validation_decay ** (validated_attempt - 1)
 
 
-def compose(status: Status, s: RewardSettings, *, attempts: int, validated_attempt: int | None = None,
+def episode_reward(status: Status, s: RewardSettings, *, attempts: int, validated_attempt: int | None = None,
             post: float | None = None, best_pre: float | None = None, train_seconds: float | None = None,
             wall_clock_limit_s: float | None = None, reason: str = "", fault: str = "") -> RewardBreakdown:
     """Compute the reward and its breakdown for a finished episode (``fault``: a failed job's
@@ -177,7 +177,7 @@ def research_charge(jobs: list[RewardBreakdown], s: RewardSettings) -> float:
 
 def combine(jobs: list[RewardBreakdown], s: RewardSettings, *, attempts: int, end: End,
             reason: str = "") -> RewardBreakdown:
-    """The episode's breakdown from its jobs' own (:func:`compose` of each, ``status`` scored, job_failed or
+    """The episode's breakdown from its jobs' own (:func:`episode_reward` of each, ``status`` scored, job_failed or
     infra_failed): the best job's, less :func:`research_charge`; an infra_failed job drops the episode."""
     if not jobs:
         raise ValueError("combine needs at least one job; an episode without a job is composed directly")

@@ -19,6 +19,7 @@ import json
 import os
 import time
 from importlib import resources
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -141,6 +142,20 @@ class BaselineStore:
             else:
                 holding[name] = entry.score
         return holding, missing
+
+    def best_pre(self, family: str, allowed: list[str], measured: dict[str, float],
+                 built_hash: Callable[[str], str]) -> float:
+        """The best untrained score of the ``allowed`` models a job is compared with: the scores the job
+        measured or read (its result's ``baselines``), completed by :meth:`for_job` for the others (the
+        reward's ``best_pre``). Raises :class:`BaselinesNotSeeded` when none is known."""
+        scores = {m: s for m, s in measured.items() if m in allowed}
+        rest = [m for m in allowed if m not in scores]
+        if rest:
+            holding, _ = self.for_job(family, rest, {m: built_hash(m) for m in rest})
+            scores.update(holding)
+        if not scores:
+            raise BaselinesNotSeeded(f"no baselines for family {family!r} on backend {self.backend!r}")
+        return max(scores.values())
 
     def record_measured(self, entry: BaselineEntry) -> Path | None:
         """Keep a base score a job measured on the full hidden set (with the weights' hash) in the user

@@ -128,7 +128,7 @@ def _shallow(path: Path, depth: int = 200) -> bool:
     return True
 
 
-def _bwrap_argv(work: Path, runtime: Path) -> list[str]:
+def _bwrap_argv(work: Path, runtime: Path, roots: list[str] | None = None) -> list[str]:
     # No --die-with-parent: its PR_SET_PDEATHSIG fires when the *thread* that started bwrap exits (the
     # sandbox is warmed up from a short-lived thread). The zygote exits at EOF on stdin instead, which
     # happens when the orchestrator exits or dies, and the pid namespace takes every child with it.
@@ -144,7 +144,7 @@ def _bwrap_argv(work: Path, runtime: Path) -> list[str]:
     # there: a request writes to its own scratch tmpfs (/scratch, mounted per request by confine.py).
     argv += ["--perms", "0755", "--tmpfs", "/tmp", "--perms", "0755", "--dir", "/scratch"]
     made: set[str] = {"/tmp"}
-    for root in map(Path, python_roots()):
+    for root in map(Path, python_roots() if roots is None else roots):
         # bwrap would create missing parents with mode 0700, unreadable after the uid drop.
         for parent in reversed(root.parents):
             if str(parent) != "/" and str(parent) not in made and not any(
