@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from ait_env.hidden.baselines import BaselineEntry, BaselinesNotSeeded, BaselineStore
-from conftest import call
+from tests.helpers import call
 
 
 def test_unseeded_store_names_the_seed_command(tmp_path):

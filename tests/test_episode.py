@@ -8,7 +8,7 @@ import pytest
 
 from task_families import reference_files
 from ait_env.episode.reward import RewardSettings, uplift_score
-from conftest import call
+from tests.helpers import call
 
 
 def test_full_episode_reject_then_accept(make_env, runs_dir):

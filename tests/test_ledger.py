@@ -4,7 +4,7 @@ import multiprocessing as mp
 import pytest
 
 from ait_env.observe.ledger import BudgetExceeded, CostLedger, CostRecord
-from conftest import call
+from tests.helpers import call
 
 
 def _writer(path, n, tag):

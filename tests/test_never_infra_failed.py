@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import ait_env  # noqa: F401
 from task_families import reference_files
-from conftest import call
+from tests.helpers import call
 from tests.fakes.local_models import install_untrained_models
 
 pytest.importorskip("verifiers")

@@ -18,7 +18,7 @@ from ait_env.config import compose
 from ait_env.observe.ledger import CostRecord
 from ait_env.episode.reward import RewardSettings
 from ait_env.episode.tools import TOOL_NAMES
-from conftest import call, play
+from tests.helpers import call, play
 
 MODEL = "Qwen/Qwen3-1.7B"
 FILES = reference_files("arithmetic", MODEL)

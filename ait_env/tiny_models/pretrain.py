@@ -204,7 +204,7 @@ def fast_loss_fn(model: TinyLM, ids: torch.Tensor, att: torch.Tensor, msk: torch
     """:func:`loss_fn` for right-padded batches, ~15-20% faster: plain causal attention (real tokens
     only ever see earlier real tokens, so the padding mask is not needed) and the LM head only at the
     masked positions. The model's own forward pass (:meth:`TinyLM.residual_stream`) up to the final norm
-    (``tests/local/test_pretrain.py`` checks the loss against :meth:`TinyLM.forward`)."""
+    (``tests/tiny_models/test_pretrain.py`` checks the loss against :meth:`TinyLM.forward`)."""
     B, T = ids.shape
     x = model.residual_stream(ids, torch.arange(T)[None].expand(B, T))
     sel = (msk[:, 1:] > 0) & (att[:, 1:] > 0)

@@ -12,7 +12,7 @@ from ait_env.backends import BackendOptionsError, make_backend
 from ait_env.jobs.settings import BackendSettings
 from ait_env.config import compose, load_group
 from task_families import reference_files
-from conftest import make_bundle
+from tests.helpers import make_bundle
 
 
 def test_an_unknown_option_names_the_allowed_ones():

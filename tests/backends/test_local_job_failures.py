@@ -14,7 +14,7 @@ import pytest
 from task_families import reference_files
 from ait_env.backends.local import LocalBackend
 from ait_env.config import compose
-from conftest import make_bundle
+from tests.helpers import make_bundle
 from tests.fakes.local_models import install_untrained_models
 
 pytest.importorskip("verifiers")

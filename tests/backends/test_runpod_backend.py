@@ -26,7 +26,7 @@ from ait_env.backends.runpod import RunpodBackend
 from ait_env.config import load_group
 from ait_env.jobs.bundle import JobBundle
 from fleet.journal import Billing, Journal
-from conftest import make_bundle
+from tests.helpers import make_bundle
 from tests.fakes.runpod_client import (DELAY_MS, EXECUTION_MS, FakeServerlessClient, bundle_job_id,
                                       instant_output)
 

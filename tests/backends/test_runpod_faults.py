@@ -2,7 +2,7 @@
 and never blocks. One test (or two) per item of the issue, against the project's fakes
 (tests/fakes/runpod_client.py in its time mode, tests/gpu/fake_runpod.py over HTTP); the money items
 compare the journal with the fake's own bill (Runpod's rule). The budget items (3) are in
-test_runpod_backend.py, the prices (4) in tests/gpu/test_prices.py; the property test over random fault
+test_runpod_backend.py, the prices (4) in tests/fleet/test_prices.py; the property test over random fault
 schedules is test_runpod_property.py. docs/fleet.md, "Guarantees under faults", names each."""
 
 from __future__ import annotations
@@ -295,7 +295,7 @@ def test_a_tiny_model_episode_on_backend_runpod_with_the_local_executor_validate
     """Item 8, as the issue found it: backend=runpod with the local executor, base model ait-tiny-s. The job
     validates (no "no chat renderer" against the agent) and reaches Runpod; the episode is scored."""
     from ait_env.agents.reference import ScriptedReferenceAgent
-    from conftest import play
+    from tests.helpers import play
     from tests.backends.test_runpod_backend import _pin_base, _real_settings
 
     pytest.importorskip("verifiers")
@@ -312,7 +312,7 @@ def test_a_model_the_backends_executor_cannot_render_is_infra_failed_not_the_age
     """Item 8: a backend that offers a model its executor has no renderer for is our configuration: the
     episode is dropped (infra_failed, unscored), never 'invalid' with reward 0 against the agent."""
     from ait_env.agents.reference import ScriptedReferenceAgent
-    from conftest import play
+    from tests.helpers import play
 
     fake = FakeServerlessClient()
     with RunpodBackend(_tiny_settings("gpu"), runs_dir, show_progress=False, client=fake) as b:

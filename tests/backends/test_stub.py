@@ -3,7 +3,7 @@
 import pytest
 
 from task_families import reference_files
-from conftest import call
+from tests.helpers import call
 
 
 def _episode(make_env, job_toml_edit):

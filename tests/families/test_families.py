@@ -8,7 +8,7 @@ import pytest
 
 from ait_env.hidden.secrets import hidden_set
 from task_families import FAMILY_NAMES, get_family
-from conftest import load_reference_environment
+from tests.helpers import load_reference_environment
 
 FAMILIES = list(FAMILY_NAMES)
 

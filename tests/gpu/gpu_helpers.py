@@ -1,7 +1,7 @@
 """What the gpu tests share: the fakes' commands, the model ids, and the check that no process is left.
 
 The fixtures are in ``gpu_fixtures.py``, registered by the test modules through ``pytest_plugins``: a
-``conftest.py`` here would shadow ``tests/conftest.py``, which the suite imports by the name ``conftest``."""
+``conftest.py`` here would shadow ``tests/conftest.py``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Fixtures for the tinker-cookbook adapter tests (imported by name: a conftest.py here would shadow
-tests/conftest.py for `from conftest import ...`): a local tokenizer registered under the pilot models."""
+tests/conftest.py): a local tokenizer registered under the pilot models."""
 
 from __future__ import annotations
 

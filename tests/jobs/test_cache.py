@@ -15,7 +15,7 @@ from ait_env.jobs.result import JobResult
 from ait_env.backends.stub import StubBackend
 from ait_env.config import compose
 from ait_env.jobs.cache import JobCache, job_key
-from conftest import make_bundle
+from tests.helpers import make_bundle
 
 MODEL = "Qwen/Qwen3-1.7B"
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from task_families import reference_files
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.wire import MAX_BUNDLE_FILES, BundleWireError, pack_bundle, unpack_bundle
-from conftest import make_bundle
+from tests.helpers import make_bundle
 
 
 def _bundle(tmp_path):

@@ -9,7 +9,7 @@ from typing import Any
 
 from task_families import reference_files
 from ait_env.jobs.bundle import JobBundle
-from conftest import make_bundle
+from tests.helpers import make_bundle
 
 MODEL = "Qwen/Qwen3-1.7B"
 #: where the reference environment builds its dataset: code inserted before it runs in load_environment

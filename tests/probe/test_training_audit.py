@@ -92,7 +92,7 @@ def test_a_few_accidental_collisions_are_tolerated():
 # ---------------------------------------------------------------- through a real (micro) training job
 def _micro_job(tmp_path, monkeypatch, micro_model, micro_tokenizer, edit):
     from ait_env.tiny_models.model import TinyLM
-    from tests.local.test_runner_micro import _bundle, _settings
+    from tests.cpu_trainer.test_runner_micro import _bundle, _settings
 
     model = TinyLM(micro_model.cfg)
     model.load_state_dict(micro_model.state_dict())

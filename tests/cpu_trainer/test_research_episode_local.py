@@ -11,7 +11,7 @@ pytest.importorskip("verifiers")
 
 from ait_env.agents.reference import TwoJobReferenceAgent  # noqa: E402
 from ait_env.episode.reward import RewardSettings  # noqa: E402
-from conftest import play  # noqa: E402
+from tests.helpers import play  # noqa: E402
 
 MODEL = "ait-tiny-m"
 

@@ -12,7 +12,7 @@ from ait_env.hidden.evaluation import evaluate
 from ait_env.tiny_models.chat import parse_output
 from ait_env.tiny_models.endpoint import LocalEndpoint
 from ait_env.hidden.secrets import hidden_set
-from conftest import load_reference_environment
+from tests.helpers import load_reference_environment
 from task_families import get_family
 
 

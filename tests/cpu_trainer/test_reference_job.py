@@ -12,7 +12,7 @@ from task_families import reference_files  # noqa: E402
 from ait_env.jobs.settings import BackendSettings  # noqa: E402
 from ait_env.config import load_group  # noqa: E402
 from ait_env.runner import run  # noqa: E402
-from conftest import make_bundle  # noqa: E402
+from tests.helpers import make_bundle  # noqa: E402
 
 MODEL = "ait-tiny-m"
 #: measured on the pinned build (docs/local_backend.md, "Reference jobs": 0.377 -> 0.597)

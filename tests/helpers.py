@@ -1,0 +1,65 @@
+"""Helpers the tests share (import them: ``from tests.helpers import call, play, make_bundle``); fixtures stay
+in ``conftest.py``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from task_families import get_family
+
+
+def call(name: str, **arguments: Any) -> str:
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def play(env: Any, agent: Any, seed: int, turns: int = 10) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    """Reset ``env`` and let a scripted ``agent`` (``reset(info)``, ``act(obs, info)``) play until the episode
+    ends or ``turns`` turns; the last step's ``(obs, reward, terminated, truncated, info)``."""
+    obs, info = env.reset(seed=seed)
+    agent.reset(info)
+    out: tuple[str, float, bool, bool, dict[str, Any]] = (obs, 0.0, False, False, info)
+    for _ in range(turns):
+        out = env.step(agent.act(out[0], out[4]))
+        if out[2] or out[3]:
+            break
+    return out
+
+
+def make_bundle(files: dict[str, str], folder: Path, family: str = "arithmetic") -> Any:
+    """Write ``files`` as a workspace under ``folder`` and bundle the job without the probe, the way the
+    env bundles a validated job."""
+    from ait_env.jobs.bundle import build_bundle
+    from ait_env.jobs.schema import parse_job
+
+    ws = folder / "ws"
+    ws.mkdir()
+    for name, text in files.items():
+        (ws / name).parent.mkdir(parents=True, exist_ok=True)
+        (ws / name).write_text(text)
+    job, issues = parse_job(files["job.toml"])
+    assert job is not None, issues
+    return build_bundle(ws, job, get_family(family), folder / "jobs")
+
+
+def load_reference_environment(family: str, model: str, folder: Path, args: dict[str, Any]) -> Any:
+    """The family's reference job, packaged and imported the way a bundle is (in this process), then
+    ``load_environment(**args)``: the verifiers environment an agent's job would train with."""
+    import uuid
+
+    from task_families import reference_files
+    from ait_env.integrations import verifiers_v0 as V
+    from ait_env.jobs.bundle import write_env_package
+    from ait_env.jobs.schema import parse_job
+
+    files = reference_files(family, model)
+    ws = folder / "ws"
+    ws.mkdir(parents=True)
+    for name, text in files.items():
+        (ws / name).write_text(text)
+    job, issues = parse_job(files["job.toml"])
+    assert job is not None, issues
+    env_id = f"ait_job_test_{uuid.uuid4().hex[:8]}"
+    write_env_package(ws, job, get_family(family), folder / "pkgs", env_id)
+    return V.load_environment(V.import_env_package(folder / "pkgs", env_id), args)
