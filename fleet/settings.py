@@ -1,6 +1,6 @@
-"""Every setting of a Runpod fleet backend in one tree: :class:`RunpodOptions` (``conf/backend/runpod.yaml``
-``options``: the endpoint, polling, limits, retries, prices, budgets, run costs), the worker's options it
-extends (:class:`ait_env.jobs.settings.WorkerOptions`), and :data:`FLEET_DEFAULTS` (``fleet_defaults.yaml``:
+"""Every setting of a fleet backend in one tree: :class:`DispatchOptions` (the dispatch core's: polling,
+limits, retries, budgets, owners) extending the worker's options (:class:`ait_env.jobs.settings.WorkerOptions`),
+:class:`RunpodOptions` (``conf/backend/runpod.yaml`` ``options``: those, the endpoint, prices, run costs), and :data:`FLEET_DEFAULTS` (``fleet_defaults.yaml``:
 the endpoint's workers, idle timeout and GPUs when they cannot be read from Runpod, shared with the
 endpoint tool and the simulator).
 """
@@ -33,37 +33,34 @@ def fleet_settings(path: Path = FLEET_DEFAULTS) -> dict[str, Any]:
             "gpu_count": d["gpus_per_worker"], "gpu_type_ids": pools}
 
 
-class RunpodOptions(WorkerOptions):
-    """``options`` of the runpod backend (unknown keys are refused)."""
+class DispatchOptions(WorkerOptions):
+    """The dispatch core's options (:mod:`fleet.dispatch`), shared by every fleet backend: polling, limits,
+    retries, budgets, owners (the worker's options it extends go to the worker)."""
 
-    #: the queue-based endpoint (else ``$RUNPOD_ENDPOINT_ID``); the API key is read from ``$RUNPOD_API_KEY``
-    endpoint_id: str | None = None
-    #: the API's base URL (None: the client's default, https://api.runpod.ai/v2); a fake's in tests. The
-    #: REST API (the endpoint's settings) follows it unless rest_base_url says otherwise
-    base_url: str | None = None
     #: seconds between two sweeps of the poller over the jobs in flight
     poll_interval_s: float = Field(5.0, gt=0)
     #: a status that cannot be read is read again after poll_interval_s, doubling up to this
     status_backoff_max_s: float = Field(60.0, gt=0)
-    #: jobs sent to Runpod at once (more wait locally, in order). None: the endpoint's ``workers_max`` (read
-    #: like the run costs' settings): a job sent beyond it waits in Runpod's queue, and that wait is in its
-    #: ``delayTime``, which the bill counts although Runpod does not charge it (docs/fleet.md)
+    #: jobs sent to the engine at once (more wait locally, in order). None: the engine's own limit (Runpod:
+    #: the endpoint's ``workers_max``, read like the run costs' settings: a job sent beyond it waits in
+    #: Runpod's queue, and that wait is in its ``delayTime``, which the bill counts although Runpod does not
+    #: charge it, docs/fleet.md)
     max_in_flight: int | None = Field(None, ge=1)
     #: threads that record and send queued jobs (the poller never does)
     submit_threads: int = Field(4, ge=1)
     #: the worker's limit for one job (None: the job's wall-clock bound plus its eval allowance)
     job_timeout_s: float | None = Field(None, gt=0)
-    #: Runpod's executionTimeout per request (None: the worker's limit + WORKER_OVERHEAD_S)
+    #: the engine's execution limit per attempt (None: the worker's limit + WORKER_OVERHEAD_S)
     execution_timeout_s: float | None = Field(None, gt=0)
     #: queue wait and cold start allowed to an attempt on top of its execution timeout
     startup_allowance_s: float = Field(600.0, ge=0)
     #: an attempt without a result this long after it was sent is cancelled and retried (None:
     #: startup_allowance_s + the execution timeout)
     deadline_s: float | None = Field(None, gt=0)
-    #: Runpod's ttl per request is the deadline plus this: the job's hard end even if a cancel cannot reach
-    #: Runpod (and the bound an attempt is charged at when its bill cannot be read)
+    #: an attempt's hard end is the deadline plus this (Runpod: the request's ttl): the job's end even if a
+    #: cancel cannot reach the engine, and the bound an attempt is charged at when its bill cannot be read
     ttl_margin_s: float = Field(300.0, ge=0)
-    #: Runpod-side failures retried per job (new attempts) before it ends infra_failed
+    #: engine-side failures retried per job (new attempts) before it ends infra_failed
     retry_budget: int = Field(2, ge=0)
     #: true: a new key per bundle (an identical job trains again); false: identical jobs are served
     rerun: bool = False
@@ -71,10 +68,6 @@ class RunpodOptions(WorkerOptions):
     #: self-check) and versions (``result.worker["versions"]`` keys, e.g. ``train:prime-rl-commit``)
     require_revision: str | None = None
     expected_versions: dict[str, str] = Field(default_factory=dict)
-    #: the endpoint's first GPU type and GPUs per worker (bills attempts that report no GPUs)
-    gpu_type: str = "NVIDIA RTX A5000"
-    gpus_per_worker: int = Field(2, ge=1)
-    prices: GpuPrices = Field(default_factory=GpuPrices)
     #: USD over this run's journal (every attempt, idle, active workers, the bounds of jobs in flight) / one
     #: episode's jobs; None = no limit
     run_budget_usd: float | None = Field(None, ge=0)
@@ -86,6 +79,20 @@ class RunpodOptions(WorkerOptions):
     wait_timeout_s: float | None = Field(None, gt=0)
     #: close(): cancel the jobs still in flight (false: they keep running; a restart re-attaches them)
     cancel_on_close: bool = False
+
+
+class RunpodOptions(DispatchOptions):
+    """``options`` of the runpod backend (unknown keys are refused): the dispatch core's and Runpod's own."""
+
+    #: the queue-based endpoint (else ``$RUNPOD_ENDPOINT_ID``); the API key is read from ``$RUNPOD_API_KEY``
+    endpoint_id: str | None = None
+    #: the API's base URL (None: the client's default, https://api.runpod.ai/v2); a fake's in tests. The
+    #: REST API (the endpoint's settings) follows it unless rest_base_url says otherwise
+    base_url: str | None = None
+    #: the endpoint's first GPU type and GPUs per worker (bills attempts that report no GPUs)
+    gpu_type: str = "NVIDIA RTX A5000"
+    gpus_per_worker: int = Field(2, ge=1)
+    prices: GpuPrices = Field(default_factory=GpuPrices)
     #: run costs: the endpoint's idle timeout and active workers, used when the endpoint's own settings
     #: cannot be read (None: fleet/fleet_defaults.yaml); the REST v2 base URL they are read from (None:
     #: $AIT_RUNPOD_REST_BASE_URL, else base_url when set, else https://api.runpod.io/v2)

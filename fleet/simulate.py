@@ -2,7 +2,7 @@
 
 Contract: everything runs on a simulated clock (:class:`SimClock`, no sleeping, no network) and is
 deterministic per seed. A fleet is reached only through :class:`FleetAPI`, the project's Runpod client
-interface (:class:`ait_env.backends.runpod.ServerlessClientLike`: ``run(input) -> id``,
+interface (:class:`fleet.billing.ServerlessClientLike`: ``run(input) -> id``,
 ``status(id) -> fleet.runpod_api.RunpodJob`` with ``delay_time_ms``/``execution_time_ms``/``worker_id``
 measured on the simulated clock, ``cancel``; plus ``status_many``), so :class:`SimulatedServerless` can be
 handed to ``RunpodBackend(client=...)`` as it is. A job that fails in training ends COMPLETED with the
@@ -60,6 +60,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
+from fleet.dispatch import IN_FLIGHT
 from fleet.prices import PRICE_SHEET, cost_usd
 from fleet.runpod_api import RunpodJob
 
@@ -159,7 +160,7 @@ def draw_jobs(w: Workload, seed: int) -> list[list[Job]]:
 
 class FleetAPI(Protocol):
     """What a driver needs from a fleet: the project's Runpod client interface,
-    :class:`ait_env.backends.runpod.ServerlessClientLike` (``run``, ``status``, ``cancel``) plus
+    :class:`fleet.billing.ServerlessClientLike` (``run``, ``status``, ``cancel``) plus
     ``status_many``, which :class:`fleet.runpod_api.ServerlessClient` and the backend's poller use."""
 
     def run(self, input: dict[str, Any], *, execution_timeout_s: float | None = None,  # noqa: A002
@@ -548,7 +549,6 @@ OWNER = "fleet.simulate"
 #: jobs out at once when the backend is left to its default (RunpodOptions.max_in_flight None: the
 #: endpoint's workers_max); a fixed figure above it shows what sending more than there are workers bills
 OVER_SENT_MAX_IN_FLIGHT = 16
-_IN_FLIGHT = {"IN_QUEUE": "in_queue", "IN_PROGRESS": "in_progress"}   # as ait_env.backends.runpod's
 
 
 def run_through_journal(api: FleetAPI, clock: SimClock, steps: list[list[Job]], gap_s: float,
@@ -590,10 +590,10 @@ def run_through_journal(api: FleetAPI, clock: SimClock, steps: list[list[Job]], 
             clock.advance_to(math.ceil(at / poll_s) * poll_s)   # the first sweep that sees the next event
             for job_id, st in api.status_many(list(out)).items():
                 key, seen = out[job_id]
-                if st.status in _IN_FLIGHT:
+                if st.status in IN_FLIGHT:
                     if st.status != seen:
                         out[job_id][1] = st.status
-                        journal.update_status(key, _IN_FLIGHT[st.status], job_id)  # type: ignore[arg-type]
+                        journal.update_status(key, IN_FLIGHT[st.status], job_id)  # type: ignore[arg-type]
                 elif st.status == "COMPLETED":
                     result = st.output["result"]
                     if not journal.record_result(key, job_id, st.output, bill(st, result.get("worker")),

@@ -407,12 +407,14 @@ def test_bills_use_the_dated_price_of_the_gpu_type_that_ran_the_job():
     class Status:
         delay_time_ms, execution_time_ms = 3_000, 117_000
 
-    b = RunpodBackend.__new__(RunpodBackend)
+    from fleet.runpod_engine import RunpodEngine
+
+    b = RunpodEngine.__new__(RunpodEngine)
     b.options = RunpodBackend.Options.model_validate(settings().options)   # billing needs only the options
-    bill = b.billing(Status(), {"gpus": ["NVIDIA H200 (143771 MiB)"] * 4})   # type: ignore[arg-type]
+    bill = b.bill(Status(), {"gpus": ["NVIDIA H200 (143771 MiB)"] * 4})   # type: ignore[arg-type]
     assert (bill.gpu_type, bill.gpus_per_worker) == ("NVIDIA H200", 4)
     assert bill.cost_usd == pytest.approx(120 * prices.FLEX_USD_PER_S["HOPPER_141"] * 4)
-    lost = b.billing(Status())                                            # no result: the endpoint's GPUs
+    lost = b.bill(Status())                                            # no result: the endpoint's GPUs
     assert (lost.gpu_type, lost.gpus_per_worker) == ("NVIDIA RTX A5000", 2)
 
 

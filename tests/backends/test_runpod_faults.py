@@ -155,7 +155,7 @@ def test_a_job_adopted_from_a_closed_backend_ends_when_runpod_fails_it(tmp_path)
         assert got, "the adopted job never ended"
         row = b.journal.get(h.meta["key"])
         assert got[0].status == "infra_failed" and "failed without a result" in got[0].error
-        assert row.final and row.owner == b._owner and got[0].cost_usd > 0
+        assert row.final and row.owner == b.dispatch._owner and got[0].cost_usd > 0
         assert fake.total_runs() == 1
     finally:
         b.close()
@@ -173,7 +173,7 @@ def test_wait_has_a_default_bound_from_the_jobs_wall_clock_and_ends_the_job_ther
         assert lim.bound_s == 600 + lim.execution_s + 300     # + startup allowance + ttl margin
         assert b.wait_bound_s() == 3 * (lim.bound_s + 2 * 60) + 60
     with backend(tmp_path, fake, wait_timeout_s=1.0) as b:
-        b._sweep = lambda: None                               # type: ignore[method-assign]  # a stuck poller
+        b.dispatch._sweep = lambda: None                               # type: ignore[method-assign]  # a stuck poller
         h = b.submit(job)
         t0 = time.time()
         r = b.wait(h)

@@ -131,7 +131,7 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path, base: Any) -> N
             if budget is not None:   # at every step: spending within the budget plus one job's bound
                 c = b.run_costs()
                 assert c.jobs + c.idle + c.active <= budget + per_job + 1e-9, (c, budget)
-            if len(handles) == s["jobs"] and all(b._entries[h.meta["key"]].done.is_set()
+            if len(handles) == s["jobs"] and all(b.dispatch._entries[h.meta["key"]].done.is_set()
                                                  for h in handles.values()):
                 break
             clock.t += DT

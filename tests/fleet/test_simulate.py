@@ -132,7 +132,7 @@ def test_pick_and_defaults(tmp_path: Path) -> None:
 
 
 def test_committed_defaults_are_valid() -> None:
-    text = (ROOT / "gpu" / "fleet_defaults.yaml").read_text()
+    text = (ROOT / "fleet" / "fleet_defaults.yaml").read_text()
     data = yaml.safe_load(text)
     assert "python -m fleet.simulate" in text
     assert 0 <= data["workers_min"] <= data["workers_max"] <= 16
@@ -253,7 +253,7 @@ def test_the_simulated_server_drives_the_real_backend(tmp_path: Path) -> None:
     b = RunpodBackend(settings(require_revision=None, idle_timeout_s=5, workers_min=0), tmp_path / "runs",
                       show_progress=False, client=sls, clock=lambda: clock.now, threads=False)
     try:   # threads=False: the test is the submitters and the poller (pump), on the simulated clock
-        entry = b._track("k:0", "baseline", "sim-job", None, lambda: {"job_id": "sim-job", "exec_s": 30.0})
+        entry = b.dispatch.track("k:0", "baseline", "sim-job", None, lambda: {"job_id": "sim-job", "exec_s": 30.0})
         b.pump()
         assert entry.job_id in sls.requests
         clock.drain()

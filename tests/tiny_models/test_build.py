@@ -18,7 +18,7 @@ from ait_env.tiny_models.tokenizer import ChatTokenizer
 def test_build_micro_catalog_end_to_end_and_deterministic(monkeypatch, tmp_path) -> None:
     """The whole build (corpus, tokenizer, pretraining, hidden-eval scores, cache dir, verify) with a
     micro catalog, twice: same weights."""
-    from ait_env.local import build as B
+    from ait_env.tiny_models import build as B
 
     monkeypatch.setenv("AIT_CACHE_DIR", str(tmp_path / "cache"))
     micro = {
@@ -66,7 +66,7 @@ def test_build_micro_catalog_end_to_end_and_deterministic(monkeypatch, tmp_path)
 
 
 def _write_progress(workdir, name: str, step: int, total: int, loss: float, seconds: float) -> None:
-    from ait_env.local import build as B
+    from ait_env.tiny_models import build as B
 
     B.progress_path(workdir, name).write_text(f"{step} {total} {loss:.4f} {seconds:.1f}")
 
@@ -84,7 +84,7 @@ def test_build_progress_to_a_file_prints_a_plain_line_per_model_every_30_seconds
     loss, elapsed and time left, read from the workers' progress files."""
     import io
 
-    from ait_env.local import build as B
+    from ait_env.tiny_models import build as B
 
     out, clock = io.StringIO(), _Clock()
     report = B.BuildProgress(tmp_path, stream=out, clock=clock)
@@ -120,7 +120,7 @@ def test_build_progress_on_a_terminal_ends_with_every_bar_complete(tmp_path) -> 
     its total even when the last write it saw was an earlier step (1791 of 1800)."""
     import io
 
-    from ait_env.local import build as B
+    from ait_env.tiny_models import build as B
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -185,7 +185,7 @@ def test_a_terminated_build_takes_its_pool_workers_with_it(tmp_path) -> None:
 
 def test_build_says_whether_its_weights_are_the_pinned_ones(monkeypatch) -> None:
     from ait_env.hidden.baselines import BaselineEntry, BaselineStore
-    from ait_env.local import build as B
+    from ait_env.tiny_models import build as B
 
     pins = {("arithmetic", "ait-tiny-m", h): BaselineEntry(backend="local", family="arithmetic", model="ait-tiny-m",
                                                             score=0.5, model_hash=h) for h in ("abc", "xyz")}
@@ -211,7 +211,7 @@ def test_float_path_settings_reach_a_fresh_process_and_are_restored(monkeypatch)
     import subprocess
     import sys
 
-    from ait_env.local import build as B
+    from ait_env.tiny_models import build as B
 
     for k in ("ATEN_CPU_CAPABILITY", "MKL_CBWR"):
         monkeypatch.delenv(k, raising=False)
@@ -233,7 +233,7 @@ def test_float_path_settings_reach_a_fresh_process_and_are_restored(monkeypatch)
 
 
 def test_a_process_that_already_runs_other_kernels_cannot_take_the_portable_path() -> None:
-    from ait_env.local import build as B
+    from ait_env.tiny_models import build as B
 
     B.check_float_path("native")   # no settings: any kernels
     if torch.backends.cpu.get_cpu_capability() == "AVX2":

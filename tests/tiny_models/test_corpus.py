@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ait_env.tiny_models import catalog
-from ait_env.local import corpus as C
+from ait_env.tiny_models import corpus as C
 from ait_env.tiny_models.chat import IM_END, render
 from ait_env.tiny_models.tokenizer import ChatTokenizer
 from ait_env.hidden.secrets import hidden_keys
