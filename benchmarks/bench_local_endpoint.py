@@ -47,7 +47,7 @@ def main() -> None:
     max_tokens = min(fam.eval_max_tokens, opts.eval_max_tokens)
     model, tok = load_model(args.model)
     t0 = time.perf_counter()
-    ref = quick_eval.evaluate(model, tok, args.family, instances, max_tokens=max_tokens)
+    ref = quick_eval.score_in_process(model, tok, args.family, instances, max_tokens=max_tokens)
     base = time.perf_counter() - t0
     print(f"{args.family} / {args.model}, {len(instances)} instances, max_tokens {max_tokens}")
     print(f"  in-process evaluator        {base:6.1f} s  score {ref.score:.3f}")

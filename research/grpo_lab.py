@@ -41,7 +41,7 @@ import torch
 from ait_env.conf import load_group
 from ait_env.jobs.schema import PrimeRL
 from ait_env.cpu_trainer import grpo
-from ait_env.tiny_models.quick_eval import Conversation, evaluate, run_conversations
+from ait_env.tiny_models.quick_eval import Conversation, run_conversations, score_in_process as evaluate
 from ait_env.hidden.secrets import hidden_set
 from research.model_cli import load_model_arg
 from task_families import get_family
@@ -186,7 +186,7 @@ def train(a: argparse.Namespace) -> None:
 
 
 def save(model: Any, source: Path, dest: Path) -> None:
-    """The trained weights with the source model's tokenizer files, loadable by ``quick_eval.load`` and
+    """The trained weights with the source model's tokenizer files, loadable by ``quick_eval.load_dir`` and
     the research tools (``--model DIR``); the build's ``ait_model.json`` is left out (it names other
     weights)."""
     shutil.copytree(source, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("ait_model.json"))

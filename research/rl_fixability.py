@@ -5,7 +5,7 @@ For each family: load a fresh copy of the base model, then run GRPO with the loc
 the same batched tool loop the evaluator uses (:func:`ait_env.tiny_models.quick_eval.run_conversations` at
 the job's temperature; reward = ``family.check`` of the final answer), on training questions drawn
 from the family's generator with their own seed (hidden questions excluded by key). The greedy
-hidden-eval score (:func:`ait_env.tiny_models.quick_eval.evaluate`) is measured at ``--eval-at`` steps.
+hidden-eval score (:func:`ait_env.tiny_models.quick_eval.score_in_process`) is measured at ``--eval-at`` steps.
 
 The default job is the families' reference job (batch 128 = 16 prompts x group 8, AdamW lr 3e-6 with a
 cosine schedule, warmup 5, min_lr lr/10, no weight decay) with ``--steps`` steps; the local lr is
@@ -76,7 +76,7 @@ def run_family(model_dir: Path, family: str, args: argparse.Namespace) -> dict:
     t_start = time.perf_counter()
 
     def do_eval(step: int) -> None:
-        s = quick_eval.evaluate(model, tok, family, hidden, max_tokens=args.max_tokens)
+        s = quick_eval.score_in_process(model, tok, family, hidden, max_tokens=args.max_tokens)
         curve[step] = round(s.score, 4)
         print(f"[{family}] step {step:3d} eval {s.score:.3f} ± {s.ci95:.3f}  "
               f"({time.perf_counter() - t_start:.0f}s)", flush=True)

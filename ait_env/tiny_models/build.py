@@ -185,10 +185,10 @@ def _eval_task(name: str, model_dir: str, families: tuple[str, ...]) -> dict[str
 
     torch.set_num_threads(catalog.BUILD.threads_per_model)
     t0 = time.perf_counter()
-    model, tok = quick_eval.load(model_dir)
+    model, tok = quick_eval.load_dir(model_dir)
     scores = {}
     for fam in families:
-        s = quick_eval.evaluate(model, tok, fam, limit=catalog.BUILD.eval_limit)
+        s = quick_eval.score_in_process(model, tok, fam, limit=catalog.BUILD.eval_limit)
         scores[fam] = {"score": round(s.score, 4), "ci95": round(s.ci95, 4), "ci_low": round(s.ci_low, 4),
                        "ci_high": round(s.ci_high, 4), "n": s.n, "stop_reasons": s.stop_reasons,
                        "mean_turns": round(s.mean_turns, 2), "seconds": round(s.seconds, 1)}

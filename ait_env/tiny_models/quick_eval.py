@@ -239,7 +239,7 @@ def summarize(family: str, convs: list[Conversation], seconds: float) -> EvalSum
                        sum(c.n_tool_errors for c in convs) / n)
 
 
-def evaluate(model: TinyLM, tok: ChatTokenizer, family: str, instances: list[Instance] | None = None, *,
+def score_in_process(model: TinyLM, tok: ChatTokenizer, family: str, instances: list[Instance] | None = None, *,
              limit: int | None = None, max_tokens: int = LOCAL_MAX_TOKENS,
              return_conversations: bool = False, prefill: Callable[[Instance], str] | None = None,
              ) -> EvalSummary | tuple[EvalSummary, list[Conversation]]:
@@ -257,7 +257,7 @@ def evaluate(model: TinyLM, tok: ChatTokenizer, family: str, instances: list[Ins
     return (summary, convs) if return_conversations else summary
 
 
-def load(model_dir: str | Path) -> tuple[TinyLM, ChatTokenizer]:
+def load_dir(model_dir: str | Path) -> tuple[TinyLM, ChatTokenizer]:
     return TinyLM.load(model_dir), ChatTokenizer.load(model_dir)
 
 
@@ -276,10 +276,10 @@ def main(argv: list[str] | None = None) -> int:
         from ait_env.tiny_models.catalog import built_dir
 
         path = built_dir(args.model)
-    model, tok = load(path)
+    model, tok = load_dir(path)
     out = {}
     for fam in args.families.split(","):
-        s, convs = evaluate(model, tok, fam, limit=args.limit, max_tokens=args.max_tokens, return_conversations=True)
+        s, convs = score_in_process(model, tok, fam, limit=args.limit, max_tokens=args.max_tokens, return_conversations=True)
         print(s, flush=True)
         for c in convs[:args.show]:
             print("  Q:", c.instance.question, "| want", c.instance.answer, "| score", c.score)

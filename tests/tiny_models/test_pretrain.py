@@ -147,7 +147,7 @@ def test_catalog_cache_dir_and_fingerprint(monkeypatch, tmp_path) -> None:
 
 def test_quick_eval_runs_the_tool_loop(micro_model, micro_tokenizer) -> None:
     insts = get_family("arithmetic").generate(5, 6)
-    summary, convs = quick_eval.evaluate(micro_model, micro_tokenizer, "arithmetic", insts, max_tokens=48,
+    summary, convs = quick_eval.score_in_process(micro_model, micro_tokenizer, "arithmetic", insts, max_tokens=48,
                                          return_conversations=True)
     assert summary.n == 6 and 0.0 <= summary.score <= 1.0
     assert summary.ci_low <= summary.score <= summary.ci_high
