@@ -504,7 +504,7 @@ def evaluate_subprocess(family: str, *, base_url: str, model: str, limit: int | 
     import subprocess
     import tempfile
 
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])   # the checkout (ait_env/hidden/evaluation.py)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     with tempfile.TemporaryDirectory(prefix="ait-eval-") as tmp:

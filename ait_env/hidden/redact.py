@@ -46,7 +46,7 @@ def _prefixes() -> tuple[tuple[str, str], ...]:
         add(sp, "<site-packages>")
     add(sysconfig.get_paths()["stdlib"], "<python>")
     add("/opt/ait", "<sandbox>")
-    add(Path(__file__).resolve().parents[1].as_posix(), "<ait>")
+    add(Path(__file__).resolve().parents[2].as_posix(), "<ait>")   # the checkout (ait_env/hidden/redact.py)
     for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix):
         add(prefix, "<python-prefix>")
     add(tempfile.gettempdir(), "<tmp>")
