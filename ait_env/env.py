@@ -40,6 +40,7 @@ from ait_env.episode.spaces import UnicodeText
 from ait_env.episode.spec import ResearchTerms, system_prompt, task_message
 from ait_env.episode.submission import EpisodeJobs
 from ait_env.episode.tools import ToolBox, ToolOutcome, tool_schemas
+from ait_env.hidden.baselines import seed_command
 from ait_env.hidden.redact import for_agent
 from ait_env.jobs.toolcalls import CALL_FORMAT, ToolCall, parse_action
 from ait_env.observe.ledger import CostLedger
@@ -293,8 +294,11 @@ class JobWritingEnv(gym.Env[str, str]):
         models = self._spec.bounds.base_models
         holding, missing = self.backend.baselines.for_job(
             self._spec.family, models, {m: self.backend.built_weights_hash(m) for m in models})
+        fam = self._spec.family
+        why = {m: (f"not seeded; `{seed_command(self.backend.name, fam)}` measures it ahead of time"
+                   if r == "not seeded" else r) for m, r in missing.items()}
         lines = [f"{m}: {holding[m]:.3f}" if m in holding else
-                 f"{m}: not measured for this machine's build yet ({missing[m]}): your job measures it before "
+                 f"{m}: not measured for this machine's build yet ({why[m]}): your job measures it before "
                  "training, and the reward uses that measurement" for m in models]
         head = "Hidden-eval scores of the untrained base models (fraction correct):\n" + "\n".join(lines)
         if not holding:
