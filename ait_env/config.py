@@ -11,12 +11,13 @@ among the families not marked ``held_out``), ``reward`` (weights), ``backend`` (
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, Field, ValidationError
 
-from ait_env.conf import ConfigError, conf_dir, load_group
+from ait_env.conf import ConfigError, conf_dir, default_runs_dir, load_group
 from ait_env.jobs.settings import BackendSettings
 from ait_env.observe.ledger import LedgerSettings
 from ait_env.probe.dynamic import DynamicSettings
@@ -32,7 +33,14 @@ class EnvSettings(BaseModel):
     max_jobs_per_episode: int = Field(1, ge=1)
     max_action_chars: int = Field(100_000, ge=100)
     max_observation_chars: int = Field(200_000, ge=1000)
-    runs_dir: str = "runs"
+    #: where runs write (bundles, results, the ledger); None: the per-user ``<data_dir>/runs``
+    #: (:func:`ait_env.conf.default_runs_dir`, ``$AIT_DATA_DIR``)
+    runs_dir: str | None = None
+
+    @property
+    def runs_path(self) -> Path:
+        """:attr:`runs_dir`, or the per-user default."""
+        return Path(self.runs_dir).expanduser() if self.runs_dir else default_runs_dir()
     workspace: WorkspaceQuota = Field(default_factory=WorkspaceQuota)
     ledger: LedgerSettings = Field(default_factory=LedgerSettings)
     probe: DynamicSettings = Field(default_factory=DynamicSettings)

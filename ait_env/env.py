@@ -30,7 +30,6 @@ import json
 import logging
 import uuid
 import warnings
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -41,7 +40,7 @@ from ait_env.episode.spaces import UnicodeText
 from ait_env.episode.spec import ResearchTerms, system_prompt, task_message
 from ait_env.episode.submission import EpisodeJobs
 from ait_env.episode.tools import ToolBox, ToolOutcome, tool_schemas
-from ait_env.hidden.baselines import BaselinesNotSeeded
+from ait_env.hidden.baselines import seed_command
 from ait_env.hidden.redact import for_agent
 from ait_env.jobs.toolcalls import CALL_FORMAT, ToolCall, parse_action
 from ait_env.observe.ledger import CostLedger
@@ -83,7 +82,7 @@ class JobWritingEnv(gym.Env[str, str]):
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.render_mode = render_mode
         es = self.settings.env
-        self.runs_dir = Path(es.runs_dir)
+        self.runs_dir = es.runs_path
         self._owns_backend = given is None
         self.backend: Backend = given if given is not None else make_backend(self.settings.backend, self.runs_dir)
         self.ledger = CostLedger.from_settings(es.ledger, self.runs_dir)
@@ -288,18 +287,24 @@ class JobWritingEnv(gym.Env[str, str]):
         return info
 
     def _baseline_text(self) -> str:
+        """``get_baseline_scores``: exactly the untrained scores the reward will use (the one baselines
+        policy, :meth:`BaselineStore.for_job`); a model whose score does not hold for this machine's build
+        or the current hidden set is said to be measured by the job, not shown with a stale figure."""
         assert self._spec is not None
-        store = self.backend.baselines
-        try:
-            pins = [store.lookup(self._spec.family, m, self.backend.built_weights_hash(m))
-                    for m in self._spec.bounds.base_models]
-        except BaselinesNotSeeded as exc:
-            return f"error: {exc}"
-        entries = [e for e, _ in pins]
-        lines = [f"{e.model}: {e.score:.3f}" + (" (measured on other weights than this machine built, or on "
-                                                 "another hidden set: the job measures this model's base "
-                                                 "itself, and the reward uses that)" if stale else "")
-                 for e, stale in pins]
-        return ("Hidden-eval scores of the untrained base models (fraction correct):\n" + "\n".join(lines)
-                + f"\nYour reward compares the trained model with the best of these "
-                f"({max(e.score for e in entries):.3f}).")
+        models = self._spec.bounds.base_models
+        holding, missing = self.backend.baselines.for_job(
+            self._spec.family, models, {m: self.backend.built_weights_hash(m) for m in models})
+        fam = self._spec.family
+        why = {m: (f"not seeded; `{seed_command(self.backend.name, fam)}` measures it ahead of time"
+                   if r == "not seeded" else r) for m, r in missing.items()}
+        lines = [f"{m}: {holding[m]:.3f}" if m in holding else
+                 f"{m}: not measured for this machine's build yet ({why[m]}): your job measures it before "
+                 "training, and the reward uses that measurement" for m in models]
+        head = "Hidden-eval scores of the untrained base models (fraction correct):\n" + "\n".join(lines)
+        if not holding:
+            return head + "\nYour reward compares the trained model with the best of these, once measured."
+        best = max(holding.values())
+        if missing:
+            return head + (f"\nYour reward compares the trained model with the best of these: {best:.3f} so far, "
+                           "higher if a model your job measures scores more.")
+        return head + f"\nYour reward compares the trained model with the best of these ({best:.3f})."

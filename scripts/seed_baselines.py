@@ -1,6 +1,6 @@
 """Score every allowed base model of a backend on each family's hidden set and store the results.
 
-    python scripts/seed_baselines.py backend=stub            # user store: <runs_dir>/baselines/stub.json
+    python scripts/seed_baselines.py backend=stub            # the per-user store: $AIT_DATA_DIR/baselines/stub.json
     python scripts/seed_baselines.py backend=stub pin=true   # the store shipped with the package
     python scripts/seed_baselines.py backend=local families=calendar            # or families=[units,calendar]
 """
@@ -26,7 +26,7 @@ PINNED_DIR = Path(__file__).resolve().parents[1] / "ait_env" / "data" / "baselin
 def main(cfg: DictConfig) -> None:
     console = Console()
     env = EnvSettings.model_validate(dict(cfg.env))
-    backend = make_backend(BackendSettings.model_validate(dict(cfg.backend)), env.runs_dir)
+    backend = make_backend(BackendSettings.model_validate(dict(cfg.backend)), env.runs_path)
     chosen = cfg.families
     families = (list(FAMILY_NAMES) if str(chosen) == "all"
                 else [str(f) for f in chosen] if isinstance(chosen, ListConfig) else [str(chosen)])

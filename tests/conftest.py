@@ -48,6 +48,15 @@ def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(httpx.AsyncHTTPTransport, "handle_async_request", handle_async)
 
 
+@pytest.fixture(autouse=True)
+def _private_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Every test has its own per-user data folder ($AIT_DATA_DIR: default runs, measured baselines), so no
+    test reads or writes the user's own (~/.local/share/ai-trains-ai)."""
+    path = tmp_path / "ait-data"
+    monkeypatch.setenv("AIT_DATA_DIR", str(path))
+    return path
+
+
 @pytest.fixture
 def runs_dir(tmp_path: Path) -> Path:
     return tmp_path / "runs"

@@ -23,7 +23,8 @@ def test_get_baseline_scores_tool_reports_unseeded(make_env):
     env = make_env(family="arithmetic", overrides={"backend": {"models": [{"name": "other/model", "role": "small"}]}})
     env.reset(seed=0)
     obs, *_ = env.step(call("get_baseline_scores"))
-    assert "no baseline for model 'other/model'" in obs and "seed_baselines.py" in obs
+    assert "other/model: not measured for this machine's build yet (not seeded" in obs
+    assert "seed_baselines.py backend=stub families=arithmetic" in obs and "your job measures it" in obs
 
 
 def test_get_baseline_scores_tool(make_env):
@@ -41,8 +42,12 @@ def test_get_baseline_scores_flags_a_pin_measured_on_other_weights(make_env, tmp
     inner.backend.built_weights_hash = lambda m: {"Qwen/Qwen3-0.6B": "new"}.get(m, "")
     env.reset(seed=0)
     obs, *_ = env.step(call("get_baseline_scores"))
-    assert "Qwen/Qwen3-0.6B: 0.200 (measured on other weights than this machine built" in obs
+    # what the reward would not use is not shown: the job measures it
+    assert "0.200" not in obs
+    assert "Qwen/Qwen3-0.6B: not measured for this machine's build yet (measured on other weights (old, built " \
+           "here: new))" in obs
     assert "Qwen/Qwen3-1.7B: 0.216\n" in obs   # no hash recorded: taken as it is, not flagged
+    assert "0.216 so far" in obs
 
 
 def test_entry_knows_when_it_was_measured_on_other_weights():

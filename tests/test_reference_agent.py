@@ -28,10 +28,10 @@ def test_reference_agent_scores_on_stub(make_env, family):
     assert r["uplift"] > 0.2  # the surrogate rewards the reference hyperparameters
 
 
-def test_reference_agent_trains_the_best_base_model(make_env, runs_dir):
+def test_reference_agent_trains_the_best_base_model(make_env, _private_data_dir):
     """It reads the baseline scores the env gives it and trains the model that scores best before
     training, here the smaller one (a user baseline store that says so), not the one with role larger."""
-    BaselineStore("stub", user_dir=runs_dir / "baselines").put([
+    BaselineStore("stub", user_dir=_private_data_dir / "baselines").put([
         BaselineEntry(backend="stub", family="arithmetic", model="Qwen/Qwen3-0.6B", score=0.5),
         BaselineEntry(backend="stub", family="arithmetic", model="Qwen/Qwen3-1.7B", score=0.2)])
     env = make_env(family="arithmetic")

@@ -88,7 +88,7 @@ def run(cfg: DictConfig) -> Path:
     name = str(backend_over.pop("name"))
     overrides = {"env": env_cfg, "reward": OmegaConf.to_container(cfg.reward, resolve=True), "backend": backend_over}
     settings = compose(backend=name, overrides=overrides)
-    backend = make_backend(settings.backend, settings.env.runs_dir)
+    backend = make_backend(settings.backend, settings.env.runs_path)
     catalog = [m.name for m in backend.catalog()]
     stronger = next((m.name for m in backend.catalog() if m.role == "larger"), catalog[-1])
     slots = slots_for(catalog)

@@ -390,7 +390,7 @@ def run(agent: AgentSettings, families: list[str], episodes: int, *, backend: st
     out.mkdir(parents=True, exist_ok=True)
     overrides = {"env": {"runs_dir": str(out / "runs")}, **(overrides or {})}
     settings = compose(backend=backend if isinstance(backend, str) else "stub", overrides=overrides)
-    shared = backend if isinstance(backend, Backend) else make_backend(settings.backend, settings.env.runs_dir)
+    shared = backend if isinstance(backend, Backend) else make_backend(settings.backend, settings.env.runs_path)
     client = _client(agent)
     redact = redactor(agent.api_key)
     catalog = [m.name for m in shared.catalog()]

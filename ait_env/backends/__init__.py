@@ -12,9 +12,9 @@ __all__ = ["Backend", "BackendOptionsError", "BackendSettings", "JobHandle", "Jo
            "TokenCounter", "make_backend"]
 
 
-def make_backend(settings: BackendSettings, runs_dir: Path | str = "runs") -> Backend:
+def make_backend(settings: BackendSettings, runs_dir: Path | str | None = None) -> Backend:
     """A new backend for ``settings``; the caller owns it (close it, or use it as a context manager).
-    ``runs_dir`` holds its user baseline store (``<runs_dir>/baselines``)."""
+    ``runs_dir``: where its jobs write (None: the per-user default, :func:`ait_env.conf.default_runs_dir`)."""
     if settings.name == "stub":
         from ait_env.backends.stub import StubBackend
 

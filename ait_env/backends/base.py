@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ait_env.conf import baselines_dir, default_runs_dir
 from ait_env.hidden.baselines import BaselineEntry, BaselineStore
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.cache import JobCache, job_key
@@ -43,14 +44,18 @@ class Backend(abc.ABC):
     (:meth:`close`, or use it as a context manager); an env closes the backend it built from a name and
     never one it was given. ``options`` are validated against :attr:`Options` (a pydantic model; an
     unknown key is an error naming the allowed ones). :attr:`baselines` is the store every reader of
-    untrained scores uses (the shipped pins, then ``<runs_dir>/baselines/<name>.json``)."""
+    untrained scores uses (the shipped pins, then the per-user ``$AIT_DATA_DIR/baselines/<name>.json``)."""
 
     #: the typed ``options`` of this backend
     Options: ClassVar[type[BaseModel]] = NoOptions
+    #: what the reward's speed term measures on this backend: "wall_time" (training seconds over the wall
+    #: clock bound) or "rollouts" (the rollouts trained on over the bounds': machine-independent, for
+    #: backends whose wall time measures the machine's load more than the job)
+    speed_measure: ClassVar[str] = "wall_time"
 
-    def __init__(self, settings: BackendSettings, runs_dir: Path | str = "runs") -> None:
+    def __init__(self, settings: BackendSettings, runs_dir: Path | str | None = None) -> None:
         self.settings = settings
-        self.runs_dir = Path(runs_dir)
+        self.runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
         try:
             self.options = self.Options.model_validate(settings.options)
         except ValidationError as exc:
@@ -60,7 +65,9 @@ class Backend(abc.ABC):
                                  for e in exc.errors())
             raise BackendOptionsError(f"backend {settings.name!r}: {problems}. Allowed options: {allowed} "
                                       f"(conf/backend/{settings.name}.yaml, or backend.options.<key>=...)") from None
-        self.baselines = BaselineStore(settings.name, user_dir=self.runs_dir / "baselines")
+        #: measured baselines: the per-user store (``$AIT_DATA_DIR/baselines``), whatever the run dir
+        self.baselines_dir = baselines_dir()
+        self.baselines = BaselineStore(settings.name, user_dir=self.baselines_dir)
         self.job_cache = JobCache(self.runs_dir / "job_cache.sqlite") if settings.job_cache else None
         self.closed = False
 

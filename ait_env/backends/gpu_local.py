@@ -56,7 +56,7 @@ class GpuLocalBackend(SubprocessBackend):
     child_name = "the GPU worker"
     out_file = log_file = "worker.out"
 
-    def __init__(self, settings: BackendSettings, runs_dir: Path | str = "runs",
+    def __init__(self, settings: BackendSettings, runs_dir: Path | str | None = None,
                  show_progress: bool = True) -> None:
         super().__init__(settings, runs_dir, show_progress)
         self.options: GpuLocalOptions
@@ -92,7 +92,7 @@ class GpuLocalBackend(SubprocessBackend):
             path = bundle.root / "worker_settings.json"
             path.write_text(worker_settings(self.settings).model_dump_json(indent=1))
             cmd = self._command(str(bundle.root), "--settings", str(path), "--baselines-dir",
-                                str((self.runs_dir / "baselines").resolve()))
+                                str(self.baselines_dir.resolve()))
             if self.options.job_timeout_s:
                 cmd += ["--timeout", str(self.options.job_timeout_s)]
         except BaseException:

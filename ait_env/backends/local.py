@@ -42,10 +42,11 @@ class LocalOptions(LocalExecutorOptions):
 class LocalBackend(SubprocessBackend):
     Options = LocalOptions
     child_name = "the job runner"
+    speed_measure = "rollouts"   # 2 shared CPU cores: wall time measures the machine's load, not the job
     out_file = "runner.out"
     log_file = "job.log"
 
-    def __init__(self, settings: BackendSettings, runs_dir: Path | str = "runs", show_progress: bool = True) -> None:
+    def __init__(self, settings: BackendSettings, runs_dir: Path | str | None = None, show_progress: bool = True) -> None:
         super().__init__(settings, runs_dir, show_progress)
         self.options: LocalOptions
         self._slots = (threading.BoundedSemaphore(self.options.max_parallel_jobs)
@@ -96,7 +97,7 @@ class LocalBackend(SubprocessBackend):
         settings_path = bundle.root / "backend.json"
         settings_path.write_text(self.settings.model_dump_json(indent=1))
         cmd = [sys.executable, "-m", "ait_env.runner", str(bundle.root), "--backend-settings", str(settings_path),
-               "--baselines-dir", str((self.runs_dir / "baselines").resolve())]
+               "--baselines-dir", str(self.baselines_dir.resolve())]
         if not self.show_progress:
             cmd.append("--no-progress")
         return self._start(bundle, cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, slot=slot)

@@ -121,7 +121,7 @@ if TYPE_CHECKING:
 class RunpodBackend(Backend):
     Options = RunpodOptions
 
-    def __init__(self, settings: BackendSettings, runs_dir: Path | str = "runs", show_progress: bool = True,
+    def __init__(self, settings: BackendSettings, runs_dir: Path | str | None = None, show_progress: bool = True,
                  client: ServerlessClientLike | None = None, management: ManagementLike | None = None, *,
                  clock: Callable[[], float] = time.time, threads: bool = True) -> None:
         """``client``/``management``: stand-ins for Runpod (tests, the simulator); ``clock``: the wall clock

@@ -33,7 +33,7 @@ class SubprocessBackend(Backend):
     out_file: ClassVar[str] = "job.out"
     log_file: ClassVar[str] = "job.out"
 
-    def __init__(self, settings: BackendSettings, runs_dir: Path | str = "runs", show_progress: bool = True) -> None:
+    def __init__(self, settings: BackendSettings, runs_dir: Path | str | None = None, show_progress: bool = True) -> None:
         super().__init__(settings, runs_dir)
         self.show_progress = show_progress
         self._procs: dict[str, tuple[subprocess.Popen[bytes], Any]] = {}

@@ -8,8 +8,10 @@
   ``U = 0.5 + 0.5·d/(1 - best_pre)`` for gains, ``U = 0.5 + 0.5·d/best_pre`` for losses
   (0.5 = no change, 1.0 = perfect score, 0.0 = dropped to zero). A job that died because of the
   job itself has ``Q = 0``.
-- ``S`` train speed: ``max(0, 1 - train_seconds / wall_clock_limit)`` for scored jobs that improved the
-  model (``post > best_pre``), else 0. Speed only breaks ties between *successful* jobs: a job that
+- ``S`` train speed, for scored jobs that improved the model (``post > best_pre``), else 0: on GPU backends
+  ``max(0, 1 - train_seconds / wall_clock_limit)``; on the local CPU backend, whose wall time depends on the
+  machine and its load, ``1 - (steps x batch_size) / (max_steps x max_batch_size)`` (:func:`training_share`:
+  the rollouts the job trains on over the bounds', the same on every machine; ``Backend.speed_measure``). Speed only breaks ties between *successful* jobs: a job that
   changes nothing (constant reward, lr 0) finishes fastest, and must not outrank a slower real job
   that also failed to lift the model.
 
@@ -130,10 +132,12 @@ def validation_score(validated_attempt: int | None, s: RewardSettings) -> float:
 
 
 def episode_reward(status: Status, s: RewardSettings, *, attempts: int, validated_attempt: int | None = None,
-            post: float | None = None, best_pre: float | None = None, train_seconds: float | None = None,
-            wall_clock_limit_s: float | None = None, reason: str = "", fault: str = "") -> RewardBreakdown:
+                   post: float | None = None, best_pre: float | None = None, train_seconds: float | None = None,
+                   wall_clock_limit_s: float | None = None, train_fraction: float | None = None,
+                   reason: str = "", fault: str = "") -> RewardBreakdown:
     """Compute the reward and its breakdown for a finished episode (``fault``: a failed job's
-    ``JobResult.fault``)."""
+    ``JobResult.fault``). ``S`` is ``1 - train_fraction`` when it is given (the share of the bounds' training
+    cost the job used: :func:`training_share`), else ``1 - train_seconds / wall_clock_limit_s``."""
     w = s.weights
     if status == "infra_failed":
         return RewardBreakdown(status=status, total=None, attempts=attempts, drop=True,
@@ -155,12 +159,22 @@ def episode_reward(status: Status, s: RewardSettings, *, attempts: int, validate
     U = uplift_score(post, best_pre)
     Q = s.quality.post * post + s.quality.uplift * U
     S = 0.0
-    if train_seconds is not None and wall_clock_limit_s and post > best_pre:
-        S = max(0.0, min(1.0, 1.0 - train_seconds / wall_clock_limit_s))
+    if post > best_pre:
+        if train_fraction is not None:
+            S = max(0.0, min(1.0, 1.0 - train_fraction))
+        elif train_seconds is not None and wall_clock_limit_s:
+            S = max(0.0, min(1.0, 1.0 - train_seconds / wall_clock_limit_s))
     total = w.validation * V + w.quality * Q + w.speed * S
     return RewardBreakdown(status=status, total=total, V=V, Q=Q, S=S, post=post, best_pre=best_pre,
                            uplift=post - best_pre, U=U, attempts=attempts,
                            validated_attempt=validated_attempt, reason=reason)
+
+
+def training_share(steps: int, batch_size: int, max_steps: int, max_batch_size: int) -> float:
+    """The share of the bounds' training cost a job used, independent of the machine and its load: the
+    rollouts it trains on (``steps x batch_size``) over the most the bounds allow. The speed term of a
+    backend whose wall time measures the machine more than the job (the local CPU backend) uses it."""
+    return min(1.0, (steps * batch_size) / max(1, max_steps * max_batch_size))
 
 
 def best_job(jobs: list[RewardBreakdown]) -> int:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ait_env.episode.reward import End, RewardBreakdown, Status, best_job, combine, episode_reward
+from ait_env.episode.reward import End, RewardBreakdown, Status, best_job, combine, episode_reward, training_share
 from ait_env.episode.tools import ToolOutcome
 from ait_env.hidden.baselines import BaselinesNotSeeded
 from ait_env.hidden.redact import for_agent
@@ -229,7 +229,8 @@ class EpisodeJobs:
                                "is not scored.", ends_episode=True)
         score = self._add_job(result, "scored", post=result.post_score, best_pre=best_pre,
                               train_seconds=result.train_seconds,
-                              wall_clock_limit_s=self._spec.bounds.wall_clock_minutes * 60)
+                              wall_clock_limit_s=self._spec.bounds.wall_clock_minutes * 60,
+                              train_fraction=self._training_share(bundle))
         if self.research:
             return self._after_job(result, score, bundle)
         self.end("job_limit")
@@ -314,6 +315,14 @@ class EpisodeJobs:
             return self._best_pre(result)
         except BaselinesNotSeeded:
             return None
+
+    def _training_share(self, bundle: Any) -> float | None:
+        """The speed term's measure where the backend's wall time is not the job's (``speed_measure ==
+        "rollouts"``: the local CPU backend): the rollouts it trained on over the bounds'; None: wall time."""
+        if getattr(self.backend, "speed_measure", "wall_time") != "rollouts":
+            return None
+        p, b = bundle.job.prime_rl, self._spec.bounds
+        return training_share(p.max_steps, p.batch_size, b.max_steps, b.max_batch_size)
 
     def _best_pre(self, result: JobResult) -> float:
         """The best untrained score of the allowed models: what the job was compared with (its result's

@@ -181,7 +181,7 @@ def run_backend(cfg: AdapterConfig) -> Backend:
             if cfg.backend_factory:
                 mod, _, attr = cfg.backend_factory.partition(":")
                 factory = getattr(importlib.import_module(mod), attr)
-            _RUN_BACKENDS[key] = factory(settings.backend, settings.env.runs_dir)
+            _RUN_BACKENDS[key] = factory(settings.backend, settings.env.runs_path)
         return _RUN_BACKENDS[key]
 
 

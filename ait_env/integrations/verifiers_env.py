@@ -297,7 +297,7 @@ def load_environment(backend: str | Backend = "stub", families: str | Sequence[s
                        VERIFIERS_VERSION)
     settings = compose(backend=backend if isinstance(backend, str) else "stub", overrides=overrides)
     owns = isinstance(backend, str)
-    instance = make_backend(settings.backend, settings.env.runs_dir) if owns else backend
+    instance = make_backend(settings.backend, settings.env.runs_path) if owns else backend
     assert isinstance(instance, Backend)
     try:
         if num_examples <= 0 and num_eval_examples <= 0:

@@ -617,6 +617,6 @@ def test_seed_baselines_pins_a_baseline_through_runpod(tmp_path):
             capture_output=True, text=True, timeout=600, check=False)
         sent = len(fake.jobs)
     assert out.returncode == 0, out.stderr[-3000:]
-    entries = json.loads((tmp_path / "runs" / "baselines" / "runpod.json").read_text())["entries"]
+    entries = json.loads((Path(env.get("AIT_DATA_DIR") or os.environ["AIT_DATA_DIR"]) / "baselines" / "runpod.json").read_text())["entries"]
     assert [(e["family"], e["model"], e["n"]) for e in entries] == [("arithmetic", "ait-tiny-s", 8)]
     assert sent == 1 and "wrote 1 baselines" in out.stdout and "python -m fleet.reconcile" in out.stderr
