@@ -16,7 +16,8 @@ and ``job`` (the backend's result of the job the reward counts); ``jobs`` lists 
 Research episodes (``env.max_jobs_per_episode > 1``): after each job the agent reads its result (pre and
 post scores, the eval-point curve, wall time, cost, the log tail of a failed job) and how many jobs and how
 much of the episode's USD budget (``env.ledger.episode_budget_usd``, the ledger's one per-episode budget)
-remain, and may revise the workspace and submit again, or call ``finish``. The episode ends after the last
+remain, and may revise the workspace and submit again, submit several jobs at once (``submit_jobs``: one per
+workspace folder, run concurrently, reported together), or call ``finish``. The episode ends after the last
 allowed job, when what is left of the budget cannot pay for another job like the last one (or the ledger
 refuses the next dispatch), at ``finish``, at the turn limit, or when a job's submit_job attempts run out;
 it is then scored on the jobs that ran (:func:`ait_env.episode.reward.combine`). An infrastructure failure in any
@@ -133,10 +134,10 @@ class JobWritingEnv(gym.Env[str, str]):
         self._jobs = EpisodeJobs(self.settings, self.backend, self.ledger, self.probe, self.runs_dir, self.episode_id,
                                  self._ws, self._spec, self._family)
         self._toolbox = ToolBox(self._ws, self._baseline_text, self._jobs.submit,
-                                finish=self._jobs.finish if self.research else None)
-        es, charge = self.settings.env, self.settings.reward.research
-        terms = ResearchTerms(es.max_jobs_per_episode, es.ledger.episode_budget_usd, charge.per_extra_job,
-                              charge.per_usd) if self.research else None
+                                finish=self._jobs.finish if self.research else None,
+                                submit_many=self._jobs.submit_many if self.research else None)
+        es = self.settings.env
+        terms = ResearchTerms.from_settings(self.settings)
         sys_text = system_prompt(es.max_turns, es.max_attempts, terms)
         user_text = task_message(self._spec, self.backend.catalog(), self.backend.name, self.backend.surrogate)
         self._messages = [{"role": "system", "content": sys_text}, {"role": "user", "content": user_text}]
@@ -190,6 +191,19 @@ class JobWritingEnv(gym.Env[str, str]):
                                 + (f" {jobs.closing()}" if ran else ""))
         reward = jobs.breakdown.gym_reward if (terminated or truncated) and jobs.breakdown else 0.0
         return self._clip("\n".join(observations)), float(reward), terminated, truncated, self._info()
+
+    def end_episode(self, reason: str) -> dict[str, Any]:
+        """End the episode now, for an outer loop that cannot go on with it (a turn its parser could not
+        read, a context overflow): scored on the jobs that ran, as at the turn limit (``end`` ``aborted``);
+        without a job, ``invalid`` or ``unparsable``. Returns the final ``info``; an episode already over
+        is left as it is. Never raises."""
+        jobs = self._jobs
+        if jobs is not None and not jobs.done:
+            jobs.end("aborted", reason=reason)
+            note = f"The episode was ended by the outer loop: {reason}." + (f" {jobs.closing()}"
+                                                                            if jobs.jobs_ran else "")
+            self._messages.append({"role": "user", "content": note})
+        return self._info()
 
     def _run_tool(self, call: ToolCall) -> ToolOutcome:
         """One tool call; an unexpected exception (our bug, a full disk) becomes the call's error text."""

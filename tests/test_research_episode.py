@@ -79,7 +79,7 @@ def test_job_results_come_back_and_the_job_limit_ends_it(make_env, runs_dir):
     env = _research_env(make_env, runs_dir, jobs=2)
     obs, info = env.reset(seed=0)
     names = [t["function"]["name"] for t in info["tools"]]
-    assert names == [*TOOL_NAMES, "finish"] and "You may run up to 2 jobs within a budget of $5.00" in obs
+    assert names == [*TOOL_NAMES, "submit_jobs", "finish"] and "You may run up to 2 jobs within a budget of $5.00" in obs
     assert "less\n  0.02 for each job after the first and 0.05 per USD" in obs
     assert info["jobs_left"] == 2 and info["budget_left_usd"] == 5.0
     env.step(_write(SHORT))

@@ -6,6 +6,9 @@ gradient on the env's reward, to write better jobs — no account, no LLM, real 
     python trainers/local_outer.py +pilot=local_smoke           # stub backend, seconds
     python trainers/plot_run.py runs/local_outer/local          # the Tinker trainer's charts
 
+With ``env.max_jobs_per_episode=2`` the episodes are research episodes and the policy has one more slot,
+``sweep``: one job, or a two-job learning-rate sweep run at once (``submit_jobs``), then ``finish``.
+
 Each step samples ``groups_per_step`` task instances and ``group_size`` episodes of each; every episode
 draws its slot choices from the policy (:class:`ait_env.agents.slot_policy.SlotPolicy`) and plays them
 through the env's text tool calls (read the job template, write job.toml and environment.py, submit).
@@ -39,7 +42,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
-from ait_env.agents.slot_policy import SlotPolicy, job_files, play, slots_for
+from ait_env.agents.slot_policy import SlotPolicy, episode_jobs, play, slots_for
 from ait_env.backends import make_backend
 from ait_env.config import compose
 from ait_env.observe.metrics import episode_metrics, fill_model_share, model_key
@@ -91,7 +94,8 @@ def run(cfg: DictConfig) -> Path:
     backend = make_backend(settings.backend, settings.env.runs_path)
     catalog = [m.name for m in backend.catalog()]
     stronger = next((m.name for m in backend.catalog() if m.role == "larger"), catalog[-1])
-    slots = slots_for(catalog)
+    research = settings.env.max_jobs_per_episode > 1
+    slots = slots_for(catalog, research=research)
     policy = SlotPolicy(slots, lr=float(p.policy_lr), seed=int(p.seed))
     families = list(p.families)
     tracker = _wandb(cfg, out)
@@ -108,11 +112,12 @@ def run(cfg: DictConfig) -> Path:
     def episode(step: int, g: int, family: str, instance: int, choice: dict[str, int]) -> dict[str, Any]:
         env = gym.make("AIT/JobWriting-v0", family=family, backend=backend, overrides=overrides)
         try:
-            info, turns = play(env, family, instance, lambda fam: job_files(fam, slots, choice, name))
+            jobs = episode_jobs(family, slots, choice, name)
+            info, turns = play(env, family, instance, lambda fam: jobs if len(jobs) > 1 else jobs[0])
             reward = info["reward"]
             job = None
-            if reward.get("validated_attempt") is not None:
-                job, _ = parse_job(job_files(family, slots, choice, name)["job.toml"])
+            if reward.get("validated_attempt") is not None:   # the job the reward counts
+                job, _ = parse_job(jobs[min(reward.get("best_job") or 0, len(jobs) - 1)]["job.toml"])
         finally:
             env.close()
         kept = not reward.get("drop")
@@ -120,10 +125,11 @@ def run(cfg: DictConfig) -> Path:
                "choice": {s.name: s.label(choice[s.name]) for s in slots}, "status": reward["status"],
                "reward": float(reward["total"]) if kept else None, "validated": reward.get("validated_attempt") is not None,
                "base_model": job.job.base_model if job else None, "post": reward.get("post"),
-               "uplift": reward.get("uplift"), "dispatched": info.get("job") is not None,
-               "cache_hit": bool((info.get("job") or {}).get("cache_hit")),
-               "job_usd": float((info.get("job") or {}).get("cost_usd") or 0.0),
-               "metrics": episode_metrics(reward, job, family, turns, float(reward["total"] or 0.0)) if kept else {}}
+               "uplift": reward.get("uplift"), "dispatched": len(info.get("jobs") or []),
+               "cache_hit": sum(bool(j.get("cache_hit")) for j in info.get("jobs") or []),
+               "job_usd": float(sum(j.get("cost_usd") or 0.0 for j in info.get("jobs") or [])),
+               "metrics": episode_metrics(reward, job, family, turns, float(reward["total"] or 0.0),
+                                          research=research) if kept else {}}
         with lock:
             with open(out / "episodes.jsonl", "a") as f:
                 f.write(json.dumps(rec) + "\n")
@@ -185,8 +191,8 @@ def _row(step: int, recs: list[dict[str, Any]], catalog: list[str], policy: Slot
         vals = [m[key] for m in kept if key in m]
         row[f"env/all/{key}"] = sum(vals) / len(vals)
     row["env/all/ait/infra_dropped_frac"] = sum(r["reward"] is None for r in recs) / len(recs)
-    jobs = [r for r in recs if r["dispatched"]]
-    row["env/all/ait/cache_hit"] = sum(r["cache_hit"] for r in jobs) / len(jobs) if jobs else 0.0  # of jobs run
+    ran = sum(r["dispatched"] for r in recs)
+    row["env/all/ait/cache_hit"] = sum(r["cache_hit"] for r in recs) / ran if ran else 0.0  # of the jobs run
     row["env/all/ait/job_usd"] = sum(r["job_usd"] for r in recs) / len(recs)
     row["env/all/ait/llm_usd"] = 0.0  # no LLM: the policy is a few dozen numbers
     for s in policy.slots:

@@ -14,7 +14,10 @@ chart, skipping a chart whose metrics are absent (and saying so):
 - ``adoption``: ``[prime_rl]`` surface adoption (any field changed / a field beyond the template);
 - ``status_mix``: job status mix per step (stacked) and the infra-dropped share;
 - ``cost``: LLM USD and tokens per episode;
-- ``cache``: the share of jobs served from the job result cache (the local outer loop).
+- ``cache``: the share of jobs served from the job result cache (the local outer loop);
+- ``research``: research episodes (``env.max_jobs_per_episode > 1``): jobs per episode, the share of the
+  dispatches that ran several jobs at once (``submit_jobs``), the share where a later job beat the first;
+- ``research_gain``: the best job's reward minus the first job's, the post-score gain, and the research charge.
 
 Every chart follows :mod:`ait_env.observe.plots`' conventions: integer step ticks, the legend below the axes.
 Returns (and prints) the written paths. Uses matplotlib's Agg backend (no display needed).
@@ -101,7 +104,15 @@ def figures(series: dict[str, list[tuple[int, float]]], source: str = "metrics")
           [("env/all/ait/surface/adopted", "changed any field from the template"),
            ("env/all/ait/surface/beyond_template", "set a field the template does not show")], "share",
           ylim=(0, 1.05))
-    chart("cost", "LLM cost per episode (estimate)", [("env/all/ait/llm_usd", "USD per episode")], "USD")
+    chart("cost", "Cost per episode", [("env/all/ait/llm_usd", "LLM USD per episode (estimate)"),
+                                        ("env/all/ait/job_usd", "job USD per episode")], "USD")
+    chart("research", "Research episodes: jobs and batches",
+          [("env/all/ait/jobs", "jobs per episode"), ("env/all/ait/batch_share", "share of dispatches that were batches"),
+           ("env/all/ait/later_job_best", "a later job beat the first")], "value")
+    chart("research_gain", "Research episodes: best job vs first job",
+          [("env/all/ait/best_vs_first", "best job's reward − first job's"),
+           ("env/all/ait/post_gain", "best job's post − first job's"), ("env/all/ait/charge", "research charge")],
+          "reward / score")
     chart("cache", "Jobs served from the job result cache", [("env/all/ait/cache_hit", "share of the jobs run")],
           "share", ylim=(0, 1.05))
 

@@ -4,11 +4,12 @@ OpenAI-compatible chat endpoint (a hosted API, vLLM, Ollama, the local tiny-mode
     python -m ait_env.agents.llm --base-url https://api.example.com/v1 --model my-model \\
         [--api-key-env OPENAI_API_KEY] [--families train|all|arithmetic,units] [--episodes 4] \\
         [--concurrency 4] [--backend stub|local] [--tool-mode auto|native|text] \\
-        [--price-in 0.5 --price-out 1.5 --prices-as-of 2026-12-01] [--out runs/llm/<name>]
+        [--price-in 0.5 --price-out 1.5 --prices-as-of 2026-12-01] [--max-jobs 3] [--out runs/llm/<name>]
 
 Contract:
 
-- **Tool calls**: ``native`` sends the env's six tools as OpenAI ``tools`` (the system prompt without
+- **Tool calls**: ``native`` sends the episode's tools (``info["tools"]``: the six, plus ``submit_jobs``
+  and ``finish`` when ``--max-jobs`` > 1 makes it a research episode) as OpenAI ``tools`` (the system prompt without
   its text tool sections) and turns each returned ``tool_calls`` entry into the env's
   ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` text
   (:func:`ait_env.episode.messages.action_text`, as every outer loop does); the conversation sent back is the
@@ -36,7 +37,9 @@ Contract:
 - **Results** in ``--out``: ``episodes.jsonl`` (one record per episode), ``results.json`` and
   ``results.md`` (per family and overall: episodes, mean reward with a 95% CI over the scored,
   job_failed, invalid and unparsable episodes, validation rate, status mix, mean uplift of scored jobs,
-  the share of validated jobs on each base model, mean turns, LLM and job USD), and ``results.png``.
+  the share of validated jobs on each base model, mean turns, LLM and job USD; jobs per episode, the share
+  of dispatches that were batches of several jobs, the best job's reward gain over the first job's, and
+  the cost per episode), and ``results.png``.
 """
 
 from __future__ import annotations
@@ -338,9 +341,18 @@ def summarize(records: list[EpisodeRecord], catalog: list[str]) -> dict[str, Any
             "model_share": {m: (sum(v.get(f"ait/model/{model_key(m)}", 0.0) for v in validated) / len(validated))
                             for m in catalog} if validated else {},
             "mean_turns": (sum(r.turns for r in recs) / len(recs)) if recs else None,
+            "jobs_per_episode": _mean_of(metrics, "ait/jobs"), "batch_share": _mean_of(metrics, "ait/batch_share"),
+            "best_vs_first": _mean_of(metrics, "ait/best_vs_first"),
+            "usd_per_episode": (sum(r.llm_usd + r.job_usd for r in recs) / len(recs)) if recs else None,
             "llm_usd": round(sum(r.llm_usd for r in recs), 6), "job_usd": round(sum(r.job_usd for r in recs), 6),
             "tokens_in": sum(r.tokens_in for r in recs), "tokens_out": sum(r.tokens_out for r in recs)}
     return rows
+
+
+def _mean_of(metrics: list[dict[str, float]], key: str) -> float | None:
+    """The mean of ``key`` over the episodes that have it (None: none has)."""
+    vals = [m[key] for m in metrics if key in m]
+    return sum(vals) / len(vals) if vals else None
 
 
 def _fmt(v: Any, spec: str = ".3f") -> str:
@@ -349,14 +361,17 @@ def _fmt(v: Any, spec: str = ".3f") -> str:
 
 def markdown(rows: dict[str, Any], title: str) -> str:
     lines = [f"# {title}", "", "| family | episodes (kept) | mean reward ± 95% CI | validated | status mix | "
-             "mean uplift | base-model share | turns | LLM USD | job USD |", "|" + "---|" * 10]
+             "mean uplift | base-model share | turns | LLM USD | job USD | jobs/episode | batch share | "
+             "best − first job | USD/episode |", "|" + "---|" * 14]
     for name, r in rows.items():
         reward = f"{_fmt(r['mean_reward'])} ± {_fmt(r['ci95'])}" if r["ci95"] is not None else _fmt(r["mean_reward"])
         status = ", ".join(f"{k} {v}" for k, v in sorted(r["status"].items()))
         share = ", ".join(f"{model_key(m)} {v:.0%}" for m, v in r["model_share"].items()) or "–"
         lines.append(f"| {name} | {r['episodes']} ({r['kept']}) | {reward} | {_fmt(r['validation_rate'], '.0%')} | "
                      f"{status} | {_fmt(r['mean_uplift'], '+.3f')} | {share} | {_fmt(r['mean_turns'], '.1f')} | "
-                     f"{r['llm_usd']:.4f} | {r['job_usd']:.4f} |")
+                     f"{r['llm_usd']:.4f} | {r['job_usd']:.4f} | {_fmt(r.get('jobs_per_episode'), '.2f')} | "
+                     f"{_fmt(r.get('batch_share'), '.0%')} | {_fmt(r.get('best_vs_first'), '+.3f')} | "
+                     f"{_fmt(r.get('usd_per_episode'), '.4f')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -388,7 +403,8 @@ def run(agent: AgentSettings, families: list[str], episodes: int, *, backend: st
     results to ``out`` and return the table."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    overrides = {"env": {"runs_dir": str(out / "runs")}, **(overrides or {})}
+    given = dict(overrides or {})
+    overrides = {**given, "env": {"runs_dir": str(out / "runs"), **dict(given.get("env") or {})}}
     settings = compose(backend=backend if isinstance(backend, str) else "stub", overrides=overrides)
     shared = backend if isinstance(backend, Backend) else make_backend(settings.backend, settings.env.runs_path)
     client = _client(agent)
@@ -468,6 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--price-in", type=float, default=0.0, help="USD per million prompt tokens")
     ap.add_argument("--price-out", type=float, default=0.0, help="USD per million completion tokens")
     ap.add_argument("--prices-as-of", default="", help="the date the prices were read (recorded with each cost)")
+    ap.add_argument("--max-jobs", type=int, default=1,
+                    help="jobs per episode (env.max_jobs_per_episode); above 1: research episodes, with the "
+                    "submit_jobs and finish tools")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, help="default: runs/llm/<model>-<backend>")
     args = ap.parse_args(argv)
@@ -480,7 +499,8 @@ def main(argv: list[str] | None = None) -> int:
                           max_retries=args.max_retries, timeout_s=args.timeout, prices=prices)
     out = args.out or Path("runs") / "llm" / re.sub(r"[^\w.-]+", "_", f"{args.model}-{args.backend}")
     rows = run(agent, family_list(args.families), args.episodes, backend=args.backend, out=out,
-               concurrency=args.concurrency, seed=args.seed)
+               concurrency=args.concurrency, seed=args.seed,
+               overrides={"env": {"max_jobs_per_episode": args.max_jobs}} if args.max_jobs > 1 else None)
     print(markdown(rows, f"{args.model} ({args.backend})"))
     print(f"results: {out}/results.md, results.json, results.png, episodes.jsonl", file=sys.stderr)
     return 0

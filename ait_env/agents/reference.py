@@ -115,6 +115,28 @@ def with_steps(job_toml: str, steps: int) -> str:
                   lambda m: f"warmup_steps = {min(int(m.group(1)), steps // 2)}", text)
 
 
+#: the learning rates of :func:`lr_sweep` (the reference's 3e-6, a tenth of it, ten times it)
+SWEEP_LRS: tuple[float, ...] = (3e-7, 3e-6, 3e-5)
+
+
+def with_lr(job_toml: str, lr: float) -> str:
+    """``job_toml`` with ``lr = lr`` and, where it sets one, ``min_lr`` a tenth of it."""
+    text, n = re.subn(r"(?m)^lr = .*$", f"lr = {lr!r}", job_toml, count=1)
+    if not n:
+        raise ValueError("the job.toml has no lr line")
+    return re.sub(r"(?m)^min_lr = .*$", f"min_lr = {round(lr / 10, 12)!r}", text, count=1)
+
+
+def lr_sweep(files: dict[str, str], lrs: tuple[float, ...] = SWEEP_LRS) -> dict[str, str]:
+    """A learning-rate sweep for ``submit_jobs``: the job ``files`` once per learning rate, each in its own
+    folder ``lr_<k>/`` (workspace path -> text). The folders are ``sorted({p.split("/")[0] for p in ...})``."""
+    out: dict[str, str] = {}
+    for k, lr in enumerate(lrs):
+        for name, text in files.items():
+            out[f"lr_{k}/{name}"] = with_lr(text, lr) if name == "job.toml" else text
+    return out
+
+
 class TwoJobReferenceAgent(ScriptedReferenceAgent):
     """The reference agent for a research episode: a short first job of ``first_steps`` steps, then the
     reference job (its own steps) when the first job's eval curve rose by more than ``min_rise`` over its

@@ -10,6 +10,12 @@ family's reference has the line they change). It plays the episode through the e
 calls: it reads the workspace's ``job.toml`` template, writes its ``job.toml`` and ``environment.py``,
 then submits (:func:`play`).
 
+In a research episode (``env.max_jobs_per_episode > 1``) a last slot, ``sweep`` (:data:`SWEEP`), decides
+between one job (``single``: written at the workspace root, ``submit_job``) and a two-job learning-rate
+sweep (``lr_pair``: the chosen learning rate and its neighbour on the menu, each in its own folder, run at
+once with ``submit_jobs``); either way the agent then calls ``finish``. The env's reward (the best job less
+the charge of the second) teaches it whether the sweep pays.
+
 :class:`SlotPolicy` holds one categorical distribution per slot (independent logits), samples choices
 from a seeded generator and takes group-relative policy-gradient steps with Adam on the logits. What it
 cannot do: write a new reward function, a new dataset or any setting outside its menu; it picks from a
@@ -102,13 +108,18 @@ SLOTS: tuple[Slot, ...] = (
 )
 
 
-def slots_for(models: list[str]) -> tuple[Slot, ...]:
-    """The slots of a run: the base model (the catalog's models) first, then :data:`SLOTS`."""
-    return (Slot("base_model", tuple(models), lambda f, v: f), *SLOTS)
+#: a research episode's last slot: one job, or a two-job learning-rate sweep run at once (``submit_jobs``)
+SWEEP = Slot("sweep", ("single", "lr_pair"), lambda f, v: f)
+
+
+def slots_for(models: list[str], research: bool = False) -> tuple[Slot, ...]:
+    """The slots of a run: the base model (the catalog's models) first, then :data:`SLOTS`, and in a
+    research episode :data:`SWEEP`."""
+    return (Slot("base_model", tuple(models), lambda f, v: f), *SLOTS, *((SWEEP,) if research else ()))
 
 
 def job_files(family: str, slots: tuple[Slot, ...], choice: dict[str, int], backend: str) -> Files:
-    """The files the agent writes for these slot choices."""
+    """The files the agent writes for these slot choices (the sweep slot writes nothing itself)."""
     pick = {s.name: s.choices[choice[s.name]] for s in slots}
     files = reference_files(family, pick["base_model"], backend)
     for s in slots[1:]:
@@ -116,18 +127,37 @@ def job_files(family: str, slots: tuple[Slot, ...], choice: dict[str, int], back
     return files
 
 
-def play(env: Any, family: str, seed: int, files_for: Callable[[str], Files]) -> tuple[dict[str, Any], int]:
+def episode_jobs(family: str, slots: tuple[Slot, ...], choice: dict[str, int], backend: str) -> list[Files]:
+    """The jobs of an episode: one, or with ``sweep`` = ``lr_pair`` two that differ only in the learning rate
+    (the chosen one and the next on the menu; the highest's neighbour is the one below it)."""
+    jobs = [job_files(family, slots, choice, backend)]
+    if "sweep" in choice and SWEEP.choices[choice["sweep"]] == "lr_pair":
+        n = len(SLOTS[0].choices)
+        k = choice["lr"]
+        jobs.append(job_files(family, slots, {**choice, "lr": k + 1 if k + 1 < n else k - 1}, backend))
+    return jobs
+
+
+def play(env: Any, family: str, seed: int, files_for: Callable[[str], Files | list[Files]]) -> tuple[dict[str, Any], int]:
     """One episode through the env's text tool calls: read the job template, write the files, submit.
+    ``files_for`` gives one job's files, or several jobs (each written to its folder ``job<k>/`` and submitted
+    at once with ``submit_jobs``). A research episode still open after its jobs ends with ``finish``.
     Returns the final ``info`` and the number of turns."""
     obs, info = env.reset(seed=seed, options={"family": family})
     env.step(tool_call("read_file", path="job.toml"))
-    files = files_for(family)
-    env.step("".join(tool_call("write_file", path=k, content=v) for k, v in files.items()))
+    jobs = files_for(family)
+    jobs = jobs if isinstance(jobs, list) else [jobs]
+    folders = [f"job{k}" for k in range(len(jobs))] if len(jobs) > 1 else ["."]
+    env.step("".join(tool_call("write_file", path=k if d == "." else f"{d}/{k}", content=v)
+                     for d, files in zip(folders, jobs) for k, v in files.items()))
     turns, done = 2, False
+    submit = tool_call("submit_job") if folders == ["."] else tool_call("submit_jobs", folders=folders)
     while not done:
-        _, _, terminated, truncated, info = env.step(tool_call("submit_job"))
+        _, _, terminated, truncated, info = env.step(submit)
         turns += 1
         done = terminated or truncated
+        if not done and info.get("jobs"):   # a research episode after its jobs ran: end it
+            submit = tool_call("finish")
     return info, turns
 
 

@@ -142,6 +142,28 @@ class Backend(abc.ABC):
                                                "cached_from": data["job_id"]})
         return result
 
+    def run_batch(self, bundles: list[JobBundle], timeout: float | None = None) -> list[JobResult]:
+        """Run several jobs at once (a research episode's ``submit_jobs``): each is submitted and waited for
+        in its own thread (:meth:`run`, so the job cache applies to each, and a backend that bounds how many
+        jobs train at once, e.g. the local backend's ``max_parallel_jobs``, makes the others wait in
+        :meth:`submit`); the results come back in the bundles' order once all finished. A job whose run
+        raises is an ``infra_failed`` result naming the exception; this method never raises for a job."""
+        import time
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(bundle: JobBundle) -> JobResult:
+            t0 = time.time()
+            try:
+                return self.run(bundle, timeout=timeout)
+            except Exception as exc:  # noqa: BLE001 - any backend crash is an infrastructure failure
+                return JobResult(job_id=bundle.job_id, backend=self.name, status="infra_failed",
+                                 error=f"{type(exc).__name__}: {exc}", wall_seconds=time.time() - t0)
+
+        if len(bundles) <= 1:
+            return [one(b) for b in bundles]
+        with ThreadPoolExecutor(max_workers=len(bundles), thread_name_prefix="ait-batch") as pool:
+            return list(pool.map(one, bundles))
+
     def close(self) -> None:
         """Release what the backend holds (running jobs, servers, pods); idempotent."""
         self.closed = True

@@ -24,8 +24,9 @@ __all__ = ["action_text", "call_block", "env_arguments"]
 def env_arguments(raw: Any) -> Any:
     """A parsed call's ``arguments`` as the env's tools take them.
 
-    JSON text is decoded; in an object, every value that is not a string goes back to its JSON text
-    (each argument of the env's tools is a string, and a parser may have decoded ``"3"`` as ``3``).
+    JSON text is decoded; in an object, every value that is not a string or a list of strings goes back to
+    its JSON text (the env's tools take strings, and ``submit_jobs`` a list of folder names; a parser may
+    have decoded ``"3"`` as ``3``).
     Empty or missing arguments are ``{}``. Anything else (invalid JSON, a list) is passed on as it is:
     the env answers the call with an error that says how to fix it."""
     if raw is None or (isinstance(raw, str) and not raw.strip()):
@@ -37,8 +38,13 @@ def env_arguments(raw: Any) -> Any:
         except json.JSONDecodeError:
             return raw
     if isinstance(args, dict):
-        return {k: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for k, v in args.items()}
+        return {k: v if isinstance(v, str) or _strings(v) else json.dumps(v, ensure_ascii=False)
+                for k, v in args.items()}
     return args
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 def call_block(name: str, arguments: Any) -> str:

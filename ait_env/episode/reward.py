@@ -34,9 +34,12 @@ scores each job as if it were the episode's only job (``R_k``: its own ``V`` fro
 took, its ``Q`` and ``S``); :func:`combine` keeps the best and charges the research::
 
     R = max_k R_k - charge
-    charge = research.per_extra_job * (n - 1) + research.per_usd * (USD of jobs 2..n)
+    charge = research.per_extra_job * (jobs 2..n not served from the cache) + research.per_usd * (USD of jobs 2..n)
 
-over the ``n`` jobs that ran (ties: the earlier job). A one-job episode is charged nothing, so its
+over the ``n`` jobs that ran, in the order they were dispatched (ties: the earlier job). A batch
+(``submit_jobs``) of k jobs is k jobs, charged as if submitted one after another; only the wall clock differs
+(the longest job of the batch, not the sum). A job the backend served from its result cache (an identical job
+ran before: ``cache_hit``) costs nothing and is not charged the per-job term. A one-job episode is charged nothing, so its
 reward is the single-job formula whatever the limit. The episode's breakdown is the best job's (``V``,
 ``Q``, ``S``, ``post``, ...) with ``total`` less the charge, ``jobs`` (every job's own breakdown),
 ``best_job`` (its index in ``jobs``), ``charge`` and ``end`` (why the episode ended). Its status is
@@ -58,8 +61,9 @@ FORFEITING_FAULTS = frozenset({"eval_leak", "foreign_tools"})
 
 Status = Literal["scored", "job_failed", "invalid", "unparsable", "infra_failed"]
 #: why an episode ended: its last allowed job ran, the budget was spent, the agent called ``finish``, the
-#: turn limit, the submit_job attempts ran out, an infrastructure failure
-End = Literal["", "job_limit", "budget", "finish", "turn_limit", "attempts", "infra_failed"]
+#: turn limit, the submit_job attempts ran out, an infrastructure failure, the outer loop stopped it (a turn its
+#: parser could not read, after jobs ran: :meth:`ait_env.env.JobWritingEnv.end_episode`)
+End = Literal["", "job_limit", "budget", "finish", "turn_limit", "attempts", "infra_failed", "aborted"]
 
 
 class RewardWeights(BaseModel):
@@ -108,6 +112,8 @@ class RewardBreakdown(BaseModel):
     best_job: int | None = None  # the index in ``jobs`` of the job the reward counts
     charge: float = 0.0          # research charge subtracted from the best job's reward
     end: End = ""
+    cache_hit: bool = False      # a job's own breakdown: served from the backend's result cache (not charged)
+    batch: int | None = None     # a job's own breakdown: which dispatch ran it (0, 1, ...; a batch shares one)
 
     @property
     def gym_reward(self) -> float:
@@ -183,10 +189,13 @@ def best_job(jobs: list[RewardBreakdown]) -> int:
 
 
 def research_charge(jobs: list[RewardBreakdown], s: RewardSettings) -> float:
-    """``per_extra_job·(n-1) + per_usd·(USD of jobs 2..n)`` over the jobs that ran."""
+    """``per_extra_job·(jobs 2..n not served from the cache) + per_usd·(USD of jobs 2..n)`` over the jobs that
+    ran (a cached job's USD is 0)."""
     if len(jobs) < 2:
         return 0.0
-    return s.research.per_extra_job * (len(jobs) - 1) + s.research.per_usd * sum(j.cost_usd for j in jobs[1:])
+    later = jobs[1:]
+    return (s.research.per_extra_job * sum(1 for j in later if not j.cache_hit)
+            + s.research.per_usd * sum(j.cost_usd for j in later))
 
 
 def combine(jobs: list[RewardBreakdown], s: RewardSettings, *, attempts: int, end: End,

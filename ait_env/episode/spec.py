@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ait_env.jobs.toolcalls import CALL_FORMAT
 from ait_env.jobs.settings import ModelInfo
 from ait_env.episode.tools import tool_schemas
 from task_families.base import TaskSpec
+
+if TYPE_CHECKING:
+    from ait_env.config import Settings
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,15 @@ class ResearchTerms:
     per_extra_job: float         # reward charged per job after the first
     per_usd: float               # reward charged per USD the jobs after the first cost
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ResearchTerms | None:
+        """The terms of a research episode under ``settings`` (None: ``env.max_jobs_per_episode`` is 1, an
+        episode of one job). Every outer loop builds the prompt and the tools from this one answer."""
+        es, charge = settings.env, settings.reward.research
+        if es.max_jobs_per_episode <= 1:
+            return None
+        return cls(es.max_jobs_per_episode, es.ledger.episode_budget_usd, charge.per_extra_job, charge.per_usd)
+
     def rules(self, max_turns: int, max_attempts: int) -> str:
         budget = f" within a budget of ${self.budget_usd:.2f}" if self.budget_usd is not None else ""
         usd = f" and {self.per_usd:g} per USD they cost" if self.per_usd else ""
@@ -29,7 +42,10 @@ class ResearchTerms:
   eval points during training, time, cost (and the log of a job that failed).
 - You may run up to {self.max_jobs} jobs{budget}. Your reward is the reward of your best job, less
   {self.per_extra_job:g} for each job after the first{usd}: run another job only if you expect it to
-  be better.
+  be better. A job identical to one that already ran is served from the cache and not charged.
+- To run several experiments at once (e.g. a sweep), write each complete job (job.toml and its
+  environment module) in its own folder and call submit_jobs with the folders: each is validated on its
+  own, the valid ones train at the same time and their results come back together. Each counts as a job.
 - The episode ends after the last job, when the budget cannot pay for another, at the message limit, or
   when you call finish."""
 
@@ -59,6 +75,17 @@ Put each call in its own block; you may make several calls in one message:
     return head + f"""- You have {max_turns} messages in total and {max_attempts} submit_job attempts.
 - submit_job validates your job; if it is invalid you get every problem and may fix and resubmit.
 - A valid job is trained and evaluated on hidden questions; that ends the episode."""
+
+
+def episode_system_prompt(settings: Settings) -> str:
+    """The system prompt of an episode under ``settings`` (research terms when it allows several jobs)."""
+    return system_prompt(settings.env.max_turns, settings.env.max_attempts, ResearchTerms.from_settings(settings))
+
+
+def episode_tools(settings: Settings) -> list[dict[str, object]]:
+    """The tool schemas of an episode under ``settings``: the six, plus ``submit_jobs`` and ``finish`` exactly
+    when ``env.max_jobs_per_episode > 1`` (what ``info["tools"]`` declares)."""
+    return tool_schemas(research=ResearchTerms.from_settings(settings) is not None)
 
 
 def strip_tool_sections(system_text: str) -> str:

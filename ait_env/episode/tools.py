@@ -5,17 +5,20 @@
 raise on bad input: every problem becomes a :class:`ToolOutcome` with ``ok=False`` and a message
 that says how to fix the call.
 
-A research episode (``env.max_jobs_per_episode > 1``) has a seventh tool, ``finish``, and a
+A research episode (``env.max_jobs_per_episode > 1``) has two more tools, ``submit_jobs`` (several jobs at
+once, one per workspace folder, validated each on its own and run concurrently) and ``finish``, and a
 ``submit_job`` whose description says that a job's result comes back (:func:`tool_docs` with
-``research=True``); an episode of one job never shows either.
+``research=True``); an episode of one job never shows them. This module is the one place that defines the
+tools: the env, the verifiers, TRL and Tinker adapters and the LLM runner all declare :func:`tool_schemas`.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ait_env.jobs.toolcalls import ToolCall
 from ait_env.sandbox.workspace import Workspace, WorkspaceError
@@ -44,6 +47,23 @@ class NoArgs(_Args):
     pass
 
 
+class SubmitJobsArgs(_Args):
+    folders: list[str] = Field(description="Workspace folders, each holding a complete job (its job.toml and "
+                                           "environment module), e.g. [\"lr_low\", \"lr_high\"]; \".\" is "
+                                           "the workspace root.")
+
+    @field_validator("folders", mode="before")
+    @classmethod
+    def _json_list(cls, value: Any) -> Any:
+        """A list written as JSON text (``'["a", "b"]'``, as some tool-call parsers pass it) is that list."""
+        if isinstance(value, str) and value.strip().startswith("["):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError:
+                return value
+        return value
+
+
 TOOL_DOCS: dict[str, tuple[str, type[_Args]]] = {
     "read_file": ("Read a text file of the workspace.", ReadFileArgs),
     "write_file": ("Create or overwrite a text file in the workspace.", WriteFileArgs),
@@ -55,18 +75,24 @@ TOOL_DOCS: dict[str, tuple[str, type[_Args]]] = {
                    "limited.", NoArgs),
 }
 TOOL_NAMES: tuple[str, ...] = tuple(TOOL_DOCS)
-#: what changes in a research episode: submit_job's description, and the finish tool
+#: what changes in a research episode: submit_job's description, and the submit_jobs and finish tools
 RESEARCH_TOOL_DOCS: dict[str, tuple[str, type[_Args]]] = {
     "submit_job": ("Validate job.toml and your environment module; if valid, run the training job and show "
                    "you its result (scores, eval curve, time, cost). You may then revise the workspace and "
                    "submit another job until the job limit or the budget ends, or call finish. If invalid, "
                    "every problem is listed and attempts per job are limited.", NoArgs),
+    "submit_jobs": ("Run several experiments at once: each folder holds a complete job and is validated on "
+                    "its own (a refused one does not stop the others, and counts as an attempt); the valid "
+                    "ones train at the same time and their results come back together. Each job counts "
+                    "toward the job limit and is charged like a job submitted alone.", SubmitJobsArgs),
     "finish": ("End the episode now; your reward counts your best job so far.", NoArgs),
 }
+#: the tools only a research episode has
+RESEARCH_ONLY: tuple[str, ...] = ("submit_jobs", "finish")
 
 
 def tool_docs(research: bool = False) -> dict[str, tuple[str, type[_Args]]]:
-    """The tools of an episode: the six, or in a research episode the six with ``finish``."""
+    """The tools of an episode: the six, or in a research episode the six with ``submit_jobs`` and ``finish``."""
     return {**TOOL_DOCS, **RESEARCH_TOOL_DOCS} if research else TOOL_DOCS
 
 
@@ -74,7 +100,9 @@ def tool_schemas(research: bool = False) -> list[dict[str, Any]]:
     """OpenAI-style function schemas of the episode's tools (see :func:`tool_docs`)."""
     out = []
     for name, (desc, model) in tool_docs(research).items():
-        props = {k: {"type": "string", "description": f.description or ""} for k, f in model.model_fields.items()}
+        props = {k: {"type": "array", "items": {"type": "string"}, "description": f.description or ""}
+                 if f.annotation == list[str] else {"type": "string", "description": f.description or ""}
+                 for k, f in model.model_fields.items()}
         out.append({"type": "function", "function": {
             "name": name, "description": desc,
             "parameters": {"type": "object", "properties": props, "required": list(props)}}})
@@ -90,7 +118,8 @@ class ToolOutcome:
 
 
 def _args_error(name: str, exc: ValidationError, model: type[_Args]) -> str:
-    expected = ", ".join(f"{k} (string)" for k in model.model_fields) or "no arguments"
+    expected = ", ".join(f"{k} ({'list of strings' if f.annotation == list[str] else 'string'})"
+                         for k, f in model.model_fields.items()) or "no arguments"
     problems = "; ".join(
         f"{'.'.join(str(x) for x in e['loc']) or 'arguments'}: "
         f"{'unexpected argument' if e['type'] == 'extra_forbidden' else e['msg']}" for e in exc.errors())
@@ -101,12 +130,15 @@ class ToolBox:
     """Dispatches parsed calls to the workspace and to the env's callbacks."""
 
     def __init__(self, workspace: Workspace, baselines: Callable[[], str],
-                 submit: Callable[[], ToolOutcome], finish: Callable[[], ToolOutcome] | None = None) -> None:
-        """``finish``: the research episode's ``finish`` callback; without it the tool does not exist."""
+                 submit: Callable[[], ToolOutcome], finish: Callable[[], ToolOutcome] | None = None,
+                 submit_many: Callable[[list[str]], ToolOutcome] | None = None) -> None:
+        """``finish`` and ``submit_many``: the research episode's callbacks of ``finish`` and ``submit_jobs``;
+        without ``finish`` neither tool exists."""
         self.ws = workspace
         self._baselines = baselines
         self._submit = submit
         self._finish_cb = finish
+        self._submit_many = submit_many
         self.docs = tool_docs(research=finish is not None)
 
     def run(self, call: ToolCall) -> ToolOutcome:
@@ -152,6 +184,10 @@ class ToolBox:
 
     def _submit_job(self, a: NoArgs) -> ToolOutcome:  # noqa: ARG002
         return self._submit()
+
+    def _submit_jobs(self, a: SubmitJobsArgs) -> ToolOutcome:
+        assert self._submit_many is not None  # run() knows submit_jobs only in a research episode
+        return self._submit_many(list(a.folders))
 
     def _finish(self, a: NoArgs) -> ToolOutcome:  # noqa: ARG002
         assert self._finish_cb is not None  # run() knows finish only when the callback exists

@@ -13,7 +13,11 @@ Every cookbook-specific call of the project lives here (plus the offline helpers
   notes as ``user`` messages; the whole conversation is returned each step, as ``MessageEnv`` requires.
   In a research episode the job results come back as tool messages and the reward arrives when the
   episode ends (the last job, the budget, ``finish``, the turn limit); the metrics count the best job
-  and the research charge. ``reset``/``step`` are blocking
+  and the research charge. A turn the renderer cannot parse (or one over ``max_tokens``, a context
+  overflow) ends the rollout with the cookbook's parse-error / overflow reward only when no job ran yet:
+  once jobs ran, :class:`MeteredEnv` ends the gym episode scored on them
+  (:meth:`ait_env.env.JobWritingEnv.end_episode`, ``end`` ``aborted``), as the gym env scores them at its
+  turn limit. ``reset``/``step`` are blocking
   (``submit_job`` waits for the job: minutes) and run in a dedicated thread pool
   (``env_threads``), never on the event loop and never in asyncio's small default pool.
 - :class:`MeteredEnv` (``EnvFromMessageEnv``): the token-level env the cookbook samples against. It
@@ -328,6 +332,23 @@ class JobWritingMessageEnv(MessageEnv):
                                         "prices_as_of": prices.as_of, "billing": "estimate"})
         await _in_thread(self.cfg, self.env.unwrapped.ledger.append, rec)
 
+    @property
+    def jobs_ran(self) -> int:
+        return len(self.info.get("jobs") or [])
+
+    async def end_early(self, reason: str) -> float:
+        """The outer loop stops the episode (a turn it could not parse, ...) after jobs ran: the gym env ends
+        it scored on those jobs; returns that reward (an infra_failed episode raises, as in :meth:`step`)."""
+        assert self.env is not None
+        self.info = await _in_thread(self.cfg, self.env.unwrapped.end_episode, reason)
+        self.finished = True
+        breakdown = self.info.get("reward") or {}
+        if breakdown.get("drop"):
+            self.dropped = True
+            raise InfraFailedEpisode(f"episode {self.episode_id} ({self.example_id}) infra_failed: "
+                                     f"{breakdown.get('reason', '')}"[:500])
+        return float(breakdown.get("total") or 0.0)
+
     def job(self) -> Any:
         """The job the reward counts (from its bundle; a research episode's best job), or None."""
         job_info = self.info.get("job")
@@ -369,6 +390,14 @@ class MeteredEnv(EnvFromMessageEnv):
         self.turns.append((self._ob, list(action)))
         self._prev = self._ob + list(action)
         result = await super().step(action, extra=extra)
+        me = self.message_env
+        if result.episode_done and not me.finished and me.jobs_ran:
+            # the cookbook ended the rollout (a turn it could not parse, max_tokens, context overflow) after
+            # jobs ran: the episode is scored on them, never given the parse-error reward
+            why = ("a turn the renderer could not parse" if result.metrics.get("parse_error")
+                   else "a turn over the token limits")
+            result.reward = await me.end_early(why)
+            result.metrics = {**result.metrics, "ait/ended_early_scored": 1.0}
         if not result.episode_done:
             self._ob = result.next_observation.to_ints()
         return result

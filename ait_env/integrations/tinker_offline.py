@@ -36,7 +36,7 @@ from tinker_cookbook.completers import StopCondition, TokenCompleter, TokensWith
 from tinker_cookbook.renderers.base import RenderContext, ToolCall
 from tinker_cookbook.tokenizer_utils import register_tokenizer
 
-from ait_env.agents.reference import with_steps
+from ait_env.agents.reference import lr_sweep, with_steps
 from task_families import reference_files
 
 QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -150,18 +150,39 @@ def _research_turn(variant: str, ctx: PlanContext) -> renderers.Message:
     return renderers.Message(role="assistant", content="", tool_calls=[_call("finish")])
 
 
+def _batch_turn(variant: str, ctx: PlanContext) -> renderers.Message:
+    """Turns 2 and later of a batch plan: write an lr sweep of the reference job (three folders,
+    :func:`ait_env.agents.reference.lr_sweep`), run it at once (``submit_jobs``), then ``finish``
+    (``research_batch``) or a turn that never ends its message (``research_parse``: the renderer cannot
+    parse it, see :class:`ScriptedPolicy`)."""
+    sweep = lr_sweep(reference_files(ctx.family, ctx.model("larger"), ctx.backend))
+    if ctx.turn == 2:
+        return renderers.Message(role="assistant", content="An lr sweep, three jobs at once.",
+                                 tool_calls=[_call("write_file", path=k, content=v) for k, v in sweep.items()])
+    if ctx.turn == 3:
+        folders = sorted({p.split("/")[0] for p in sweep})
+        return renderers.Message(role="assistant", content="", tool_calls=[_call("submit_jobs", folders=folders)])
+    if variant == "research_parse":
+        return renderers.Message(role="assistant", content="The best of the sweep is")
+    return renderers.Message(role="assistant", content="", tool_calls=[_call("finish")])
+
+
 def plan_turn(variant: str, ctx: PlanContext) -> renderers.Message:
     """The assistant message of plan ``variant`` at ``ctx.turn``. Plans: ``reference`` (the reference
     job, larger model), ``template`` (the template's [prime_rl] untouched, small model), ``collapse``
     (reference with a diverging learning rate), ``invalid`` (batch not divisible by the group size,
     resubmitted until the attempts run out), ``infra`` (a marker a test backend fails on); for research
     episodes (``env.max_jobs_per_episode >= 2``) ``research`` (a 5-step reference job, then the reference
-    job, then ``finish``) and ``research_infra`` (its second job carries the ``infra`` marker)."""
+    job, then ``finish``), ``research_infra`` (its second job carries the ``infra`` marker), ``research_batch``
+    (an lr sweep of three jobs in one ``submit_jobs``, then ``finish``) and ``research_parse`` (the same sweep,
+    then a turn that never ends: a parse failure after jobs ran)."""
     if ctx.turn == 0:
         return renderers.Message(role="assistant", content=f"[plan {variant}] Reading the job skeleton first.",
                                  tool_calls=[_call("read_file", path="job.toml")])
     if ctx.turn == 1:
         return renderers.Message(role="assistant", content="", tool_calls=[_call("get_baseline_scores")])
+    if variant in ("research_batch", "research_parse"):
+        return _batch_turn(variant, ctx)
     if ctx.turn == 2:
         files = _job_files(ctx, variant)
         return renderers.Message(role="assistant", content="Writing the job.",
@@ -202,6 +223,8 @@ class ScriptedPolicy(TokenCompleter):
             m = re.search(r"\[plan (\w+)\]", text)
             variant = m.group(1) if m else self.plans[0]
         tokens = self.message_tokens(plan_turn(variant, PlanContext(turn=turn, text=text)))
+        if variant == "research_parse" and turn >= 4:  # a turn without its end-of-message token
+            tokens = tokens[:-1]
         reason: tinker.StopReason = "stop"
         if max_tokens is not None and len(tokens) > max_tokens:
             tokens, reason = tokens[:max_tokens], "length"

@@ -15,7 +15,9 @@ the same slot). The contract, and how this module meets it:
   each row ``num_generations`` times, so a group shares one task instance. Without a dataset, ``reset``
   samples a task and returns the system prompt and the task as one text.
 - **Tools**: every public method but ``reset`` and ``get_reward`` is a tool. The six methods are the
-  env's tools (their docstrings come from :data:`ait_env.episode.tools.TOOL_DOCS`, the env's own schemas); the
+  env's tools (their docstrings come from :func:`ait_env.episode.tools.tool_docs`, the env's own schemas); a
+  research episode (``env.max_jobs_per_episode > 1`` in the factory's ``overrides``) gets
+  :class:`ResearchToolEnv`, which adds ``submit_jobs`` and ``finish`` and the research ``submit_job``; the
   model's chat template declares them and TRL parses the calls. Each call is **one env step** (one turn
   of ``env.max_turns``), sent as a ``<tool_call>`` action; the tool result is the env's observation. A call
   after the episode ended raises ``ValueError``, which TRL feeds back to the model as the tool's error.
@@ -46,8 +48,8 @@ import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.backends import Backend
 from ait_env.config import Settings, compose, split_families
 from ait_env.tiny_models.chat import CHAT_TEMPLATE
-from ait_env.episode.spec import strip_tool_sections, system_prompt
-from ait_env.episode.tools import TOOL_DOCS
+from ait_env.episode.spec import ResearchTerms, episode_system_prompt, strip_tool_sections
+from ait_env.episode.tools import TOOL_DOCS, tool_docs
 from task_families import FAMILY_NAMES
 
 ENV_ID = "AIT/JobWriting-v0"
@@ -74,10 +76,10 @@ def prepare_tokenizer(tokenizer: Any) -> Any:
     return tokenizer
 
 
-def _docstring(name: str) -> str:
+def _docstring(name: str, research: bool = False) -> str:
     """A Google-style docstring for tool ``name`` from the env's own description and argument help (TRL
     builds each tool's JSON schema from its method's docstring and type hints)."""
-    description, args_model = TOOL_DOCS[name]
+    description, args_model = tool_docs(research)[name]
     lines = [description]
     if args_model.model_fields:
         fields = args_model.model_fields.items()
@@ -103,8 +105,7 @@ class JobWritingToolEnv:
         task = self.info["messages"][1]["content"]
         if "prompt" in row:  # the dataset's prompt holds the system message (EnvironmentFactory.dataset)
             return task
-        es = self.env.unwrapped.settings.env
-        return strip_tool_sections(system_prompt(es.max_turns, es.max_attempts)) + "\n\n" + task
+        return strip_tool_sections(self.info["messages"][0]["content"]) + "\n\n" + task
 
     def get_reward(self) -> float | None:
         """The env's reward for the episode; ``None`` for an ``infra_failed`` one (dropped by TRL)."""
@@ -148,8 +149,24 @@ class JobWritingToolEnv:
         return obs
 
 
+class ResearchToolEnv(JobWritingToolEnv):
+    """A research episode's TRL environment: the six tools, ``submit_jobs`` (several jobs at once, one per
+    workspace folder) and ``finish`` (docstrings from :data:`ait_env.episode.tools.RESEARCH_TOOL_DOCS`)."""
+
+    def submit_job(self) -> str:
+        return self._call("submit_job")
+
+    def submit_jobs(self, folders: list[str]) -> str:
+        return self._call("submit_jobs", folders=folders)
+
+    def finish(self) -> str:
+        return self._call("finish")
+
+
 for _name in TOOL_DOCS:
     getattr(JobWritingToolEnv, _name).__doc__ = _docstring(_name)
+for _name in tool_docs(research=True):
+    getattr(ResearchToolEnv, _name).__doc__ = _docstring(_name, research=True)
 
 
 class EnvironmentFactory:
@@ -171,8 +188,8 @@ class EnvironmentFactory:
         self.envs: list[JobWritingToolEnv] = []
 
     def __call__(self) -> JobWritingToolEnv:
-        env = JobWritingToolEnv(gym.make(ENV_ID, family=self.family, backend=self.backend,
-                                         overrides=self.overrides))
+        cls = ResearchToolEnv if ResearchTerms.from_settings(self.settings) else JobWritingToolEnv
+        env = cls(gym.make(ENV_ID, family=self.family, backend=self.backend, overrides=self.overrides))
         self.envs.append(env)
         return env
 
@@ -185,8 +202,7 @@ class EnvironmentFactory:
         user message), ``family`` and ``instance``, drawn with ``seed``."""
         from datasets import Dataset
 
-        es = self.settings.env
-        system = strip_tool_sections(system_prompt(es.max_turns, es.max_attempts))
+        system = strip_tool_sections(episode_system_prompt(self.settings))
         families = split_families(FAMILY_NAMES)[0] if self.family == "train" else [self.family]
         rng = random.Random(seed)
         rows = [(rng.choice(families), rng.randrange(2**31 - 1)) for _ in range(n)]

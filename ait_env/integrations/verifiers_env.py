@@ -18,8 +18,9 @@ Contract (details and sources: ``docs/verifiers.md``):
   it. Blocking env calls (``reset``; ``step``, where ``submit_job`` waits for the job) run in the
   wrapper's thread pool (``env_threads``), never on the event loop.
 - **Turns**: each assistant message becomes the env's text action
-  (:func:`ait_env.episode.messages.action_text`). ``tool_format="native"`` (default): the six
-  tools go to the model as ``tool_defs`` (the env's own JSON schemas), the system prompt loses its
+  (:func:`ait_env.episode.messages.action_text`). ``tool_format="native"`` (default): the episode's
+  tools go to the model as ``tool_defs`` (the env's own JSON schemas, :func:`ait_env.episode.spec.episode_tools`:
+  the six, plus ``submit_jobs`` and ``finish`` when ``env.max_jobs_per_episode > 1`` in ``overrides``), the system prompt loses its
   text-format tool sections, and each structured call gets a ``tool`` message under its own id (the
   env's notes follow as a ``user`` message). ``"text"``: no ``tool_defs``, the env's whole system
   prompt, and each turn's observation comes back as a ``user`` message, as in the gym API.
@@ -55,9 +56,8 @@ import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.backends import Backend, make_backend
 from ait_env.config import compose, split_families
 from ait_env.episode.messages import action_text, env_arguments
-from ait_env.episode.spec import strip_tool_sections
+from ait_env.episode.spec import episode_tools, strip_tool_sections
 from ait_env.integrations.verifiers_v0 import VERIFIERS_VERSION
-from ait_env.episode.tools import tool_schemas
 from task_families import FAMILY_NAMES
 
 __all__ = ["ENV_ID", "JobInfraFailed", "JobRubric", "JobWritingVerifiersEnv", "load_environment", "opening",
@@ -179,7 +179,7 @@ class JobWritingVerifiersEnv(vf.MultiTurnEnv):
         self.tool_format: ToolFormat = tool_format
         self.executor = ThreadPoolExecutor(max_workers=env_threads, thread_name_prefix="ait-vf-env")
         tools = [vf.Tool(name=t["function"]["name"], description=t["function"]["description"],
-                         parameters=t["function"]["parameters"]) for t in tool_schemas()]
+                         parameters=t["function"]["parameters"]) for t in episode_tools(compose(overrides=overrides))]
         # the env truncates itself at its own turn limit; verifiers' limit is only a backstop (verifiers
         # checks it before the turn's message reaches the env, so it must be one more)
         super().__init__(max_turns=max_turns + 1, rubric=JobRubric(unfinished_reward),

@@ -19,8 +19,11 @@ Contract:
   ``ait/Q``, ``ait/S``, the model and surface keys) are the best job's, the one the reward counts; a
   research episode (``research=True``: ``env.max_jobs_per_episode > 1``) adds ``ait/charge`` (the
   research charge), ``ait/end/<job_limit|budget|finish|turn_limit|attempts>`` (one-hot: how it ended)
-  and, with two jobs or more, ``ait/later_job_best`` (a later job beat the first) and ``ait/post_gain``
-  (the best job's post score minus the first's, when both scored).
+  and, with two jobs or more, ``ait/later_job_best`` (a later job beat the first), ``ait/post_gain``
+  (the best job's post score minus the first's, when both scored) and ``ait/best_vs_first`` (the best
+  job's own reward minus the first's); with a job, ``ait/batch_share`` (the share of the episode's
+  dispatches that ran several jobs at once, ``submit_jobs``), ``ait/cache_hits`` (jobs served from the
+  cache) and ``ait/job_usd`` (what the episode's jobs cost).
 - :func:`surface_changes` compares a job's ``[prime_rl]`` table with the family template's, both
   completed with the schema defaults, and lists the dotted fields that differ. *Adopted* means at
   least one field differs; *beyond_template* means at least one differing field is one the template
@@ -35,6 +38,7 @@ Contract:
 from __future__ import annotations
 
 import tomllib
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -42,7 +46,7 @@ from typing import Any
 from ait_env.jobs.schema import Job, PrimeRL
 
 STATUSES = ("scored", "job_failed", "invalid", "unparsable", "aborted")
-ENDS = ("job_limit", "budget", "finish", "turn_limit", "attempts")
+ENDS = ("job_limit", "budget", "finish", "turn_limit", "attempts", "aborted")
 SURFACE_GROUPS = ("max_steps", "seq_len", "batch_size", "group_size", "sampling", "optim", "scheduler", "loss",
                   "algo")
 
@@ -170,6 +174,12 @@ def episode_metrics(reward: dict[str, Any] | None, job: Job | None, family: str,
             first, top = jobs[0].get("post"), jobs[best].get("post")
             if first is not None and top is not None:
                 m["ait/post_gain"] = float(top) - float(first)
+            m["ait/best_vs_first"] = float(jobs[best].get("total") or 0.0) - float(jobs[0].get("total") or 0.0)
+        if jobs:
+            sizes = Counter(j.get("batch") for j in jobs)
+            m["ait/batch_share"] = sum(1 for n in sizes.values() if n > 1) / len(sizes)
+            m["ait/cache_hits"] = float(sum(1 for j in jobs if j.get("cache_hit")))
+            m["ait/job_usd"] = float(sum(j.get("cost_usd") or 0.0 for j in jobs))
     if job is not None and m["ait/validated"]:
         m[f"ait/model/{model_key(job.job.base_model)}"] = 1.0
         changed, beyond = surface_changes(job, family)

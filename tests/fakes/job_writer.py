@@ -62,3 +62,33 @@ def job_writer_policy(structured: bool | None = True, infra_families: tuple[str,
         return {"content": f"Turn {turn}.", "tool_calls": structured_calls}
 
     return policy
+
+
+def sweep_policy(structured: bool = True) -> Policy:
+    """A research episode's agent (``env.max_jobs_per_episode`` >= 4): ``read_file job.toml``,
+    ``get_baseline_scores``, writes an lr sweep of the reference job for the ``larger`` model in three
+    folders (:func:`ait_env.agents.reference.lr_sweep`), runs them at once (``submit_jobs``), then ``finish``.
+    The same script as the Tinker dry run's ``research_batch`` plan."""
+    from ait_env.agents.reference import lr_sweep
+
+    def policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        sweep = lr_sweep(plan_files(_text(messages))) if turn > 1 else {}
+        calls: list[tuple[str, dict[str, Any]]]
+        if turn == 0:
+            calls = [("read_file", {"path": "job.toml"})]
+        elif turn == 1:
+            calls = [("get_baseline_scores", {})]
+        elif turn == 2:
+            calls = [("write_file", {"path": k, "content": v}) for k, v in sweep.items()]
+        elif turn == 3:
+            calls = [("submit_jobs", {"folders": sorted({p.split("/")[0] for p in sweep})})]
+        else:
+            calls = [("finish", {})]
+        if not structured:
+            return {"content": "\n".join(f"<tool_call>{json.dumps({'name': n, 'arguments': a})}</tool_call>"
+                                         for n, a in calls)}
+        return {"content": f"Turn {turn}.",
+                "tool_calls": [{"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls]}
+
+    return policy

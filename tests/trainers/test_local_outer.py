@@ -127,3 +127,28 @@ def test_a_project_without_wandb_installed_says_how_to_fix(local_outer, tmp_path
     monkeypatch.setitem(sys.modules, "wandb", None)
     with pytest.raises(SystemExit, match="pip install wandb"):
         local_outer.run(_cfg("+pilot=local_smoke", f"run_dir={tmp_path}", "wandb.project=ait"))
+
+
+def test_research_episodes_add_a_sweep_slot_that_runs_two_jobs_at_once(local_outer, tmp_path):
+    """env.max_jobs_per_episode=2: the policy's sweep slot picks one job or a two-job lr sweep (submit_jobs),
+    then finish; the metrics count the jobs, the batches and the best job's gain over the first."""
+    from ait_env.agents.slot_policy import episode_jobs
+
+    slots = slots_for(["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"], research=True)
+    assert slots[-1].name == "sweep" and "sweep" not in {s.name for s in slots_for(["a"])}
+    choice = {s.name: 0 for s in slots} | {"sweep": 1, "lr": 3}
+    pair = episode_jobs("arithmetic", slots, choice, "stub")
+    assert len(pair) == 2 and "lr = 3e-05" in pair[0]["job.toml"] and "lr = 3e-06" in pair[1]["job.toml"]
+    out = local_outer.run(_cfg("+pilot=local_smoke", f"run_dir={tmp_path}", "pilot.steps=2",
+                               "env.max_jobs_per_episode=2"))
+    rows = _rows(out / "metrics.jsonl")
+    assert all("policy/sweep/lr_pair" in r and "env/all/ait/batch_share" in r for r in rows)
+    episodes = _rows(out / "episodes.jsonl")
+    pairs = [e for e in episodes if e["choice"]["sweep"] == "lr_pair" and e["reward"] is not None]
+    singles = [e for e in episodes if e["choice"]["sweep"] == "single" and e["reward"] is not None]
+    assert pairs and singles
+    assert all(e["metrics"]["ait/end/finish"] == 1.0 for e in singles if e["dispatched"])
+    ran = [e for e in pairs if e["dispatched"] == 2]
+    assert ran and all(e["metrics"]["ait/jobs"] == 2 and e["metrics"]["ait/batch_share"] == 1.0 for e in ran)
+    assert all("ait/best_vs_first" in e["metrics"] for e in ran)
+    assert (out / "charts" / "research.png").is_file()
