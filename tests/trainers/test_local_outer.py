@@ -74,6 +74,8 @@ def test_smoke_run_metrics_summary_charts_and_a_cached_rerun(local_outer, tmp_pa
     summary = json.loads((out / "summary.json").read_text())
     assert summary["first"]["episodes"] == 8 and summary["last"]["episodes"] == 8
     assert (out / "charts" / "reward.png").is_file() and (out / "charts" / "model_share.png").is_file()
+    # the stub's scores are a formula: the run folder says so, and so every chart drawn from it
+    assert (out / "run_label.txt").read_text().startswith("SURROGATE scores (stub backend's formula")
     episodes = _rows(out / "episodes.jsonl")
     assert len(episodes) == 24 and all(e["reward"] is not None for e in episodes)
     # the same command again: every job is served from the run's cache, and the metrics are the same
