@@ -1,8 +1,13 @@
-"""Shared fixtures: envs that write under a temporary runs dir."""
+"""Shared fixtures: envs that write under a temporary runs dir.
+
+Under pytest-xdist (the default run: ``-n 2``, pyproject.toml) each worker gets a training uid of its own
+(:func:`worker_training_uid`): the GPU worker's jail kills every process of its uid before and after a
+request, so two workers (or two suites side by side) on one uid would kill each other's jobs."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -15,6 +20,28 @@ from ait_env.local.chat import render
 from ait_env.local.model import TinyConfig, TinyLM
 from ait_env.local.tokenizer import ChatTokenizer, train_tokenizer
 from task_families import get_family
+
+
+def worker_training_uid(environ: Any = os.environ, pid: int | None = None) -> int:
+    """Set and return this process's ``AIT_TRAINING_UID`` (the GPU jail's uid, which it kills wholesale).
+
+    The session picks a base once (the xdist controller, or a plain run): ``$AIT_TRAINING_UID`` when you set
+    one, else 61000 + 300 × (pid mod 13), so that two suites started side by side (two checkouts on one
+    machine) rarely share one; the workers inherit it as ``AIT_TRAINING_UID_BASE``. Each xdist worker
+    (``PYTEST_XDIST_WORKER=gwN``) then takes base + 100 × (N + 1), room for the per-GPU-group uids a backend
+    derives from it. No uid changes what a test computes; only which processes a jail may kill."""
+    worker = environ.get("PYTEST_XDIST_WORKER", "")
+    if "AIT_TRAINING_UID_BASE" not in environ:
+        own = environ.get("AIT_TRAINING_UID")
+        base = int(own) if own else 61000 + 300 * ((os.getpid() if pid is None else pid) % 13)
+        environ["AIT_TRAINING_UID_BASE"] = str(base)
+    base = int(environ["AIT_TRAINING_UID_BASE"])
+    uid = base + 100 * (int(worker[2:]) + 1) if worker.startswith("gw") and worker[2:].isdigit() else base
+    environ["AIT_TRAINING_UID"] = str(uid)
+    return uid
+
+
+worker_training_uid()  # before any test module reads training_uid() at import
 
 
 def call(name: str, **arguments: Any) -> str:
