@@ -296,6 +296,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     # the canonical module's main, not this __main__ copy's: one class object per exception and type
-    from ait_env.runner import main as _main
+    from ait_env.extras import missing_extras_exit
 
-    raise SystemExit(_main())
+    with missing_extras_exit("python -m ait_env.runner"):  # a missing extra: one line, exit 3
+        from ait_env.runner import main as _main
+
+        raise SystemExit(_main())

@@ -15,7 +15,10 @@ import json
 import os
 
 import gymnasium as gym
-from openai import OpenAI
+from ait_env.extras import missing_extras_exit
+
+with missing_extras_exit("examples/llm_agent.py", active=__name__ == "__main__"):  # one line, exit 3
+    from openai import OpenAI
 
 import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.episode.spec import strip_tool_sections

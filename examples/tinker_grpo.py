@@ -18,7 +18,10 @@ import os
 from pathlib import Path
 from unittest import mock
 
-from tinker_cookbook.rl import train
+from ait_env.extras import missing_extras_exit
+
+with missing_extras_exit("examples/tinker_grpo.py", active=__name__ == "__main__"):  # one line, exit 3
+    from tinker_cookbook.rl import train
 
 from ait_env.integrations.tinker import JobWritingDatasetBuilder, close_run_backends, drop_infra_strategy, get_renderer
 

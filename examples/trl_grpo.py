@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import GRPOConfig, GRPOTrainer
+from ait_env.extras import missing_extras_exit
+
+with missing_extras_exit("examples/trl_grpo.py", active=__name__ == "__main__"):  # one line, exit 3
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
 
 from ait_env.backends import make_backend
 from ait_env.config import compose

@@ -18,7 +18,10 @@ import math
 import os
 from collections import Counter
 
-import verifiers as vf
+from ait_env.extras import missing_extras_exit
+
+with missing_extras_exit("examples/verifiers_outer_loop.py", active=__name__ == "__main__"):  # one line, exit 3
+    import verifiers as vf
 
 from ait_env.backends import make_backend
 from ait_env.config import compose

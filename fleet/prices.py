@@ -1,7 +1,7 @@
 """One dated Runpod price sheet and the cost of GPU time.
 
 Contract: :data:`PRICE_SHEET` holds, per Runpod GPU type id (the exact strings of Runpod's
-``references/gpu-types`` page, ``/work/shared/notes/runpod.md`` §2.3), the Serverless flex and active
+``references/gpu-types`` page), the Serverless flex and active
 prices in USD per GPU-second, the on-demand pod price in USD per GPU-hour and the VRAM. Every figure
 carries its source and the date of that source in :attr:`GpuPrice.sources`; a figure with no source
 is marked ``ASSUMPTION``. Prices move: read them live at run time before sizing a budget, and update

@@ -23,15 +23,28 @@ from rich.table import Table
 
 from ait_env.agents.reference import ScriptedReferenceAgent, TwoJobReferenceAgent
 from ait_env.config import settings_from_cfg
-from ait_env.observe.display import clip, status_label
+from ait_env.observe.display import clip, no_bars_unless_terminal, status_label
 from ait_env.env import JobWritingEnv
 
 AGENTS = {"reference": ScriptedReferenceAgent, "research": TwoJobReferenceAgent}
 SHOWN_CHARS = 800  # of each turn's tool output
+#: the reward breakdown's rows: V comes from the attempt that validated (of the job that counts), so that
+#: attempt is shown beside it, and the episode's submit_job calls under their own name
+BREAKDOWN_ROWS = (("total", "total"), ("V", "V"), ("validated_attempt", "V: validated at attempt"), ("Q", "Q"),
+                  ("S", "S"), ("post", "post"), ("best_pre", "best_pre"), ("uplift", "uplift"), ("U", "U"),
+                  ("attempts", "submit_job calls (episode)"))
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="run_episode")
 def main(cfg: DictConfig) -> None:
+    from ait_env.extras import missing_extras_exit
+
+    with missing_extras_exit("scripts/run_episode.py"):  # e.g. torch for backend=local: one line, exit 3
+        _main(cfg)
+
+
+def _main(cfg: DictConfig) -> None:
+    no_bars_unless_terminal()  # a tee'd log gets lines, not tqdm redraws
     console = Console()
     if cfg.agent not in AGENTS:
         raise SystemExit(f"unknown agent {cfg.agent!r}; choose one of: {', '.join(AGENTS)}")
@@ -59,10 +72,10 @@ def main(cfg: DictConfig) -> None:
         done = terminated or truncated
     r = info["reward"]
     console.print(f"reward: {status_label(r['status'], info['backend'], info['surrogate'])}", markup=False)
-    table = Table("term", "value", title="reward breakdown")
-    for key in ("total", "V", "Q", "S", "post", "best_pre", "uplift", "U", "attempts"):
+    table = Table("term", "value", title="reward breakdown" + (" [SURROGATE scores]" if info["surrogate"] else ""))
+    for key, name in BREAKDOWN_ROWS:
         value = r.get(key)
-        table.add_row(key, "—" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value))
+        table.add_row(name, "—" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value))
     if len(r["jobs"]) > 1:
         table.add_row("charge", f"{r['charge']:.4f}")
         table.add_row("best job", str(r["best_job"] + 1) if r["best_job"] is not None else "—")

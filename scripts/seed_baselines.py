@@ -24,6 +24,13 @@ PINNED_DIR = Path(__file__).resolve().parents[1] / "ait_env" / "data" / "baselin
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="seed_baselines")
 def main(cfg: DictConfig) -> None:
+    from ait_env.extras import missing_extras_exit
+
+    with missing_extras_exit("scripts/seed_baselines.py"):  # e.g. torch for backend=local: one line, exit 3
+        _main(cfg)
+
+
+def _main(cfg: DictConfig) -> None:
     console = Console()
     env = EnvSettings.model_validate(dict(cfg.env))
     backend = make_backend(BackendSettings.model_validate(dict(cfg.backend)), env.runs_path)

@@ -1,4 +1,8 @@
-"""Shared fixtures: envs that write under a temporary runs dir."""
+"""Shared fixtures: envs that write under a temporary runs dir.
+
+Under pytest-xdist (the default run: ``-n 2``, pyproject.toml) each worker gets a training uid of its own
+(:func:`worker_training_uid`): the GPU worker's jail kills every process of its uid before and after a
+request, so two workers (or two suites side by side) on one uid would kill each other's jobs."""
 
 from __future__ import annotations
 
@@ -14,6 +18,11 @@ from ait_env.tiny_models.chat import render
 from ait_env.tiny_models.model import TinyConfig, TinyLM
 from ait_env.tiny_models.tokenizer import ChatTokenizer, train_tokenizer
 from task_families import get_family
+
+
+from tests.helpers import worker_training_uid  # noqa: E402
+
+worker_training_uid()  # before any test module reads training_uid() at import
 
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})

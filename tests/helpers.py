@@ -4,6 +4,7 @@ in ``conftest.py``."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +64,22 @@ def load_reference_environment(family: str, model: str, folder: Path, args: dict
     env_id = f"ait_job_test_{uuid.uuid4().hex[:8]}"
     write_env_package(ws, job, get_family(family), folder / "pkgs", env_id)
     return V.load_environment(V.import_env_package(folder / "pkgs", env_id), args)
+
+
+def worker_training_uid(environ: Any = os.environ, pid: int | None = None) -> int:
+    """Set and return this process's ``AIT_TRAINING_UID`` (the GPU jail's uid, which it kills wholesale).
+
+    The session picks a base once (the xdist controller, or a plain run): ``$AIT_TRAINING_UID`` when you set
+    one, else 61000 + 300 × (pid mod 13), so that two suites started side by side (two checkouts on one
+    machine) rarely share one; the workers inherit it as ``AIT_TRAINING_UID_BASE``. Each xdist worker
+    (``PYTEST_XDIST_WORKER=gwN``) then takes base + 100 × (N + 1), room for the per-GPU-group uids a backend
+    derives from it. No uid changes what a test computes; only which processes a jail may kill."""
+    worker = environ.get("PYTEST_XDIST_WORKER", "")
+    if "AIT_TRAINING_UID_BASE" not in environ:
+        own = environ.get("AIT_TRAINING_UID")
+        base = int(own) if own else 61000 + 300 * ((os.getpid() if pid is None else pid) % 13)
+        environ["AIT_TRAINING_UID_BASE"] = str(base)
+    base = int(environ["AIT_TRAINING_UID_BASE"])
+    uid = base + 100 * (int(worker[2:]) + 1) if worker.startswith("gw") and worker[2:].isdigit() else base
+    environ["AIT_TRAINING_UID"] = str(uid)
+    return uid

@@ -35,3 +35,16 @@ def test_gym_make_kwargs(make_env):
     env = make_env(family="arithmetic", overrides={"env": {"max_attempts": 5}})
     _, info = env.reset(seed=0)
     assert info["attempts_left"] == 5
+
+
+def test_each_xdist_worker_and_each_session_gets_its_own_training_uid() -> None:
+    """The GPU jail kills every process of its uid: workers of one run, and runs side by side, must differ."""
+    from tests.helpers import worker_training_uid
+
+    a: dict[str, str] = {}
+    base = worker_training_uid(a, pid=1)
+    w0 = worker_training_uid({**a, "PYTEST_XDIST_WORKER": "gw0"})
+    w1 = worker_training_uid({**a, "PYTEST_XDIST_WORKER": "gw1"})
+    assert len({base, w0, w1}) == 3 and w1 - w0 == 100 and w0 - base == 100
+    assert worker_training_uid({}, pid=2) != base  # another session (pid) on the same machine
+    assert worker_training_uid({"AIT_TRAINING_UID": "62000", "PYTEST_XDIST_WORKER": "gw1"}) == 62200

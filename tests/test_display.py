@@ -40,3 +40,33 @@ def test_a_surrogate_score_is_never_shown_bare() -> None:
     assert surrogate == "scored (SURROGATE: stub backend's formula, nothing trained)"
     assert status_label("scored", "local", False) == "scored"
     assert status_label("invalid", "stub", True) == "invalid"
+
+
+def test_progress_bars_are_off_when_the_output_is_not_a_terminal() -> None:
+    import io
+
+    from ait_env.observe.display import no_bars_unless_terminal
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    env: dict[str, str] = {}
+    assert no_bars_unless_terminal(io.StringIO(), env) is True
+    assert env == {"TQDM_DISABLE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+    mine = {"TQDM_DISABLE": "0"}
+    no_bars_unless_terminal(io.StringIO(), mine)
+    assert mine["TQDM_DISABLE"] == "0"  # what the user set stays
+    tty: dict[str, str] = {}
+    assert no_bars_unless_terminal(Tty(), tty) is False and tty == {}
+
+
+def test_the_local_trainer_logs_plain_progress_lines_off_a_terminal() -> None:
+    import io
+    from types import SimpleNamespace
+
+    from ait_env.cpu_trainer.executor import _is_terminal, progress_line
+
+    assert not _is_terminal(io.StringIO()) and not _is_terminal(object())
+    line = progress_line("units", SimpleNamespace(step=10, reward_mean=0.4234, eval_score=0.5, seconds=2.04), 50)
+    assert line == "GRPO units: step 10/50, reward 0.42, eval 0.50 (2.0 s/step)" and "\r" not in line

@@ -157,6 +157,8 @@ local_jobs = st.fixed_dictionaries({
 })
 
 
+@pytest.mark.slow  # 146 s of real local jobs (2026-12-02); test_stub_no_hostile_submission_is_infra_failed and
+# tests/backends/test_local_job_failures.py cover the same rule in the default run
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=local_jobs)
 def test_local_no_hostile_job_is_infra_failed(local_env, case):

@@ -91,7 +91,8 @@ def test_job_results_come_back_and_the_job_limit_ends_it(make_env, runs_dir):
                      r"best untrained base 0\.\d{3}; uplift \+0\.\d{3}\)\.", obs), obs
     assert eval_curve(obs) == [(s, round(v, 3)) for s, v in zip(first["curves"]["eval_step"],
                                                                 first["curves"]["eval_score"])]
-    assert "Wall time 0.0 s (training 12.8 s); cost $0.00. This job's reward on its own: " in obs
+    # the stub's simulated job: its wall time is its simulated training time, never less
+    assert "Wall time 12.8 s (training 12.8 s); cost $0.00. This job's reward on its own: " in obs
     assert "Jobs left: 1 of 2; budget: $5.00 of $5.00 left" in obs and "call finish" in obs
     assert info["jobs_left"] == 1 and info["attempts_left"] == 3 and info["job"] == first
     env.step(call("write_file", path="job.toml", content=FILES["job.toml"]))

@@ -22,7 +22,8 @@ Output in ``<run_dir>/<pilot.name>``: ``metrics.jsonl`` with the Tinker trainer'
 ``.../surface/*``, ``.../status/*``) plus ``env/all/ait/cache_hit``, ``env/all/ait/job_usd``, the policy's
 choice probabilities ``policy/<slot>/<choice>`` and ``policy/entropy``; ``episodes.jsonl``; ``summary.json``
 (the first and last quarter of steps: mean reward with 95% CIs, the stronger model's share); the charts
-of ``trainers/plot_run.py`` in ``charts/``. With ``wandb.project`` set (``pip install wandb``; ``wandb.mode=offline``
+of ``trainers/plot_run.py`` in ``charts/`` (on a surrogate backend each says ``SURROGATE scores``, from the
+run folder's ``run_label.txt``). With ``wandb.project`` set (``pip install wandb``; ``wandb.mode=offline``
 needs no account) every row also goes to Weights & Biases; ``metrics.jsonl`` stays the record.
 """
 
@@ -47,6 +48,7 @@ from ait_env.backends import make_backend
 from ait_env.config import compose
 from ait_env.observe.metrics import episode_metrics, fill_model_share, model_key
 from ait_env.jobs.schema import parse_job
+from ait_env.observe.plots import run_label, write_run_label
 
 
 def _mean_ci(values: list[float]) -> tuple[float | None, float | None]:
@@ -92,6 +94,7 @@ def run(cfg: DictConfig) -> Path:
     overrides = {"env": env_cfg, "reward": OmegaConf.to_container(cfg.reward, resolve=True), "backend": backend_over}
     settings = compose(backend=name, overrides=overrides)
     backend = make_backend(settings.backend, settings.env.runs_path)
+    write_run_label(out, run_label(surrogate=backend.surrogate, backend=name))  # every chart carries it
     catalog = [m.name for m in backend.catalog()]
     stronger = next((m.name for m in backend.catalog() if m.role == "larger"), catalog[-1])
     research = settings.env.max_jobs_per_episode > 1
@@ -224,9 +227,15 @@ def _charts(out: Path) -> None:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="local_outer")
 def main(cfg: DictConfig) -> None:
+    from ait_env.observe.display import no_bars_unless_terminal
+    from ait_env.extras import missing_extras_exit, require
+
     if cfg.get("pilot") is None:
         raise SystemExit("choose a pilot: python trainers/local_outer.py +pilot=<local|local_smoke> (conf/pilot/)")
-    run(cfg)
+    require("trainers/local_outer.py", "local", "matplotlib")  # the charts, drawn at the end of the run
+    no_bars_unless_terminal()  # a tee'd log gets lines, not tqdm redraws
+    with missing_extras_exit("trainers/local_outer.py"):  # e.g. torch, for backend=local
+        run(cfg)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 
 Contract: reads the cookbook's ``metrics.jsonl`` (one JSON object per line with ``step``; training rows
 carry ``env/all/...``, evaluation rows ``test/env/...``; rows may share a step) and writes one file per
-chart, skipping a chart whose metrics are absent (and saying so):
+chart, skipping a chart whose metrics are absent (the command line names them in one line at the end):
 
 - ``reward``: batch reward per step (``env/all/ait/reward``) with the validation rate;
 - ``post``: post-training hidden-eval score and uplift per step (scored jobs);
@@ -19,7 +19,8 @@ chart, skipping a chart whose metrics are absent (and saying so):
   dispatches that ran several jobs at once (``submit_jobs``), the share where a later job beat the first;
 - ``research_gain``: the best job's reward minus the first job's, the post-score gain, and the research charge.
 
-Every chart follows :mod:`ait_env.observe.plots`' conventions: integer step ticks, the legend below the axes.
+Every chart follows :mod:`ait_env.observe.plots`' conventions: integer step ticks, the legend below the axes, and
+the run folder's label (``run_label.txt``: a surrogate backend's scores, a dry run) in red above the title.
 Returns (and prints) the written paths. Uses matplotlib's Agg backend (no display needed).
 """
 
@@ -32,12 +33,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ait_env.observe.plots import finish_figure, save_figure, step_figure
+from ait_env.extras import require
+from ait_env.observe.plots import finish_figure, read_run_label, save_figure, step_figure
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 STATUSES = ("scored", "job_failed", "invalid", "unparsable", "aborted")
+#: the charts the last :func:`figures` call left out (none of their metrics in the run)
+SKIPPED: list[str] = []
 
 
 def load_series(path: Path) -> dict[str, list[tuple[int, float]]]:
@@ -64,20 +68,24 @@ def _xy(series: dict[str, list[tuple[int, float]]], key: str) -> tuple[list[int]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def figures(series: dict[str, list[tuple[int, float]]], source: str = "metrics") -> dict[str, Figure]:
-    """One finished figure per chart whose metrics are present (see the module docstring)."""
+def figures(series: dict[str, list[tuple[int, float]]], source: str = "metrics",
+            label: str | None = None) -> dict[str, Figure]:
+    """One finished figure per chart whose metrics are present (see the module docstring); ``label`` (a
+    surrogate or dry run, :func:`ait_env.observe.plots.read_run_label`) goes on every one. The charts left out for
+    want of metrics are in :data:`SKIPPED` (their names), not printed."""
     out: dict[str, Figure] = {}
+    SKIPPED.clear()
 
     def chart(name: str, title: str, lines: list[tuple[str, str]], ylabel: str, *, marker: str = "o",
               ylim: tuple[float, float] | None = None) -> None:
-        present = [(k, label) for k, label in lines if series.get(k)]
+        present = [(k, text) for k, text in lines if series.get(k)]
         if not present:
-            print(f"skip {name}: none of {', '.join(k for k, _ in lines)} in {source}", file=sys.stderr)
+            SKIPPED.append(name)
             return
-        fig, ax = step_figure(title, ylabel)
-        for k, label in present:
+        fig, ax = step_figure(title, ylabel, label=label)
+        for k, text in present:
             x, y = _xy(series, k)
-            ax.plot(x, y, marker=marker, label=label)
+            ax.plot(x, y, marker=marker, label=text)
         if ylim:
             ax.set_ylim(*ylim)
         finish_figure(fig)
@@ -117,9 +125,11 @@ def figures(series: dict[str, list[tuple[int, float]]], source: str = "metrics")
           "share", ylim=(0, 1.05))
 
     keys = [f"env/all/ait/status/{s}" for s in STATUSES]
-    if any(series.get(k) for k in keys):
+    if not any(series.get(k) for k in keys):
+        SKIPPED.append("status_mix")
+    else:
         steps = sorted({s for k in keys for s, _ in series.get(k, [])})
-        fig, ax = step_figure("Job status mix per step", "share of kept episodes")
+        fig, ax = step_figure("Job status mix per step", "share of kept episodes", label=label)
         bottom = [0.0] * len(steps)
         for s, k in zip(STATUSES, keys):
             vals = dict(series.get(k, []))
@@ -135,8 +145,9 @@ def figures(series: dict[str, list[tuple[int, float]]], source: str = "metrics")
 
 
 def render(metrics: Path, out_dir: Path, fmt: str = "png") -> list[Path]:
-    """Write every chart of ``metrics`` as ``<out_dir>/<chart>.<fmt>``; returns the written paths."""
-    charts = figures(load_series(metrics), str(metrics))
+    """Write every chart of ``metrics`` as ``<out_dir>/<chart>.<fmt>``, labelled as the run folder's
+    :func:`ait_env.observe.plots.read_run_label` says; returns the written paths."""
+    charts = figures(load_series(metrics), str(metrics), read_run_label(metrics.parent))
     return [save_figure(fig, out_dir / f"{name}.{fmt}") for name, fig in charts.items()]
 
 
@@ -152,9 +163,12 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     out = args.out or metrics.parent / "charts"
+    require("trainers/plot_run.py", "local", "matplotlib")
     written = render(metrics, out, args.format)
     for p in written:
         print(p)
+    if SKIPPED:  # one line, not one per chart: a run without evaluations or a cache is normal
+        print(f"not drawn (no such metrics in this run): {', '.join(SKIPPED)}", file=sys.stderr)
     return 0 if written else 1
 
 

@@ -11,6 +11,8 @@ Contract:
   groups per batch, steps, per-turn and per-episode token limits, turn limit, the async off-policy bound,
   the warm start, the backend and its pool, budgets, prices and the eval cadence; ``env.*`` / ``reward.*``
   overrides reach every episode.
+- Without the ``tinker`` extra (real run or dry run) it exits with status 3 and one line saying how to
+  install it (:mod:`ait_env.extras`), before anything else.
 - Without ``TINKER_API_KEY`` (and without ``dry_run=true``) it exits with status 2 before importing the
   cookbook or touching the disk, saying what to set and how to run the loop locally instead.
 - Logs go to ``<run_dir>/<pilot>`` (``<pilot>-dryrun`` for dry runs): the cookbook's ``metrics.jsonl``
@@ -18,7 +20,9 @@ Contract:
   message, with the transcripts of the trajectory groups it logs), and this run's cost ledger ``costs.jsonl``.
 - Console (``console=compact``, the default; :mod:`ait_env.integrations.tinker_console`): one line per step,
   evaluation and logged trajectory group, colour only on a terminal; ``console=full`` is the cookbook's
-  own (metric tables, whole transcripts). A dry run's first line says it is one.
+  own (metric tables, whole transcripts). A dry run's first line says it is one, and so does every step
+  line; its token prices are zero (:func:`run_prices`: nothing is billed) and its charts carry
+  ``DRY RUN`` (``run_label.txt`` in the log dir, read by ``trainers/plot_run.py``).
 - Resume: rerunning the same pilot resumes from the last full checkpoint in its log dir (weights and
   optimizer state, batch index), which the cookbook does by itself; a warm start is then ignored.
 - Warm start: ``warm_start: {pilot: 7}`` loads the *weights* of that pilot's final checkpoint (the last
@@ -40,6 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = "ai_trains_ai_tinker_grpo"
+ENTRY = "trainers/tinker_grpo.py"
 
 
 def missing_key_message(pilot: str) -> str:
@@ -138,6 +143,17 @@ def _wandb_project(cfg: DictConfig) -> str | None:
     return str(w.project)
 
 
+def run_prices(cfg: DictConfig) -> dict[str, Any]:
+    """The pilot's dated token prices; a dry run's are zero (a scripted policy, no LLM: nothing is billed,
+    so its ledger, metrics and console show no LLM cost)."""
+    prices = OmegaConf.to_container(cfg.pilot.prices, resolve=True)
+    assert isinstance(prices, dict)
+    if cfg.get("dry_run"):
+        return {"prefill": 0.0, "cached_prefill": 0.0, "sample": 0.0, "train": 0.0,
+                "as_of": str(prices.get("as_of", "")), "source": "dry run: a scripted policy, nothing billed"}
+    return prices
+
+
 def build_train_config(cfg: DictConfig) -> Any:
     """The cookbook's ``train.Config`` for this pilot (chz does no type checks: every value is cast)."""
     import json
@@ -146,6 +162,7 @@ def build_train_config(cfg: DictConfig) -> Any:
 
     from ait_env.conf import conf_dir, group_options
     from ait_env.integrations.tinker import JobWritingDatasetBuilder, drop_infra_strategy
+    from ait_env.observe.plots import run_label, write_run_label
 
     p = cfg.pilot
     backend, why = pilot_backend(cfg)
@@ -156,6 +173,7 @@ def build_train_config(cfg: DictConfig) -> Any:
                          "Pick one with pilot.backend.name=<name>.")
     run_log = log_dir(cfg)
     run_log.mkdir(parents=True, exist_ok=True)
+    write_run_label(run_log, run_label(surrogate=backend == "stub", backend=backend, dry_run=bool(cfg.dry_run)))
     resuming = (run_log / "checkpoints.jsonl").is_file()
     warm = None if resuming else resolve_warm_start(cfg)
     g = int(p.group_size)
@@ -166,7 +184,7 @@ def build_train_config(cfg: DictConfig) -> Any:
         env_overrides_json=json.dumps(env_overrides(cfg, run_log)), max_tokens=int(p.max_tokens),
         max_trajectory_tokens=int(p.max_trajectory_tokens) if p.get("max_trajectory_tokens") else None,
         eval_heldout_groups=int(p.eval.heldout_groups), eval_train_groups=int(p.eval.train_groups),
-        eval_group_size=int(p.eval.group_size), prices_json=json.dumps(OmegaConf.to_container(p.prices, resolve=True)),
+        eval_group_size=int(p.eval.group_size), prices_json=json.dumps(run_prices(cfg)),
         run_budget_usd=float(p.budgets.run_usd) if p.budgets.get("run_usd") is not None else None,
         run_id=f"{p.name}{'-dryrun' if cfg.dry_run else ''}", backend_factory=cfg.get("backend_factory"),
         env_threads=int(p.rollout.env_threads))
@@ -214,7 +232,7 @@ def run(cfg: DictConfig, record: Any = None) -> Path:
     try:
         with ExitStack() as stack:
             if console == "compact":
-                stack.enter_context(compact_console())
+                stack.enter_context(compact_console(dry_run=bool(cfg.dry_run)))
             if cfg.dry_run:
                 run_offline(cfg, config, record)
             else:
@@ -251,13 +269,26 @@ def run_offline(cfg: DictConfig, config: Any, record: Any = None) -> None:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="tinker_grpo")
 def main(cfg: DictConfig) -> None:
+    from ait_env.extras import missing_extras_exit
+
+    with missing_extras_exit(ENTRY):
+        _main(cfg)
+
+
+def _main(cfg: DictConfig) -> None:
+    from ait_env.observe.display import no_bars_unless_terminal
+    from ait_env.extras import require
+
     if cfg.get("pilot") is None:
         raise SystemExit("choose a pilot: python trainers/tinker_grpo.py +pilot=<smoke|7|7b|7c> (conf/pilot/)")
     if cfg.pilot.get("trainer", "tinker") != "tinker":
         raise SystemExit(f"pilot {cfg.pilot.name} is for trainers/{cfg.pilot.trainer}.py, not the Tinker trainer")
+    # a real run and a dry run both drive the cookbook: checked before the key, whose advice is a dry run
+    require(ENTRY + (" dry_run=true" if cfg.dry_run else ""), "tinker", "tinker_cookbook", "tinker")
     if not cfg.dry_run and not os.environ.get("TINKER_API_KEY"):
         print(missing_key_message(str(cfg.pilot.name)), file=sys.stderr)
         raise SystemExit(2)
+    no_bars_unless_terminal()  # a tee'd log gets lines, not tqdm redraws
     if cfg.dry_run:
         print(dry_run_banner(cfg), flush=True)
     if str(cfg.get("console") or "compact") == "compact":

@@ -39,7 +39,12 @@ Contract:
   job_failed, invalid and unparsable episodes, validation rate, status mix, mean uplift of scored jobs,
   the share of validated jobs on each base model, mean turns, LLM and job USD; jobs per episode, the share
   of dispatches that were batches of several jobs, the best job's reward gain over the first job's, and
-  the cost per episode), and ``results.png``.
+  the cost per episode), and ``results.png``; the
+  three and the table printed on stdout carry one title (:func:`results_title`: the model, the backend,
+  ``SURROGATE scores`` on the stub backend). The chart draws a CI only where one exists (n ≥ 2).
+- **Exit status**: 0 when at least one episode was kept (has a reward, even 0); 1 when none was (every
+  episode ``endpoint_failed`` or ``infra_failed``: nothing measured the agent), with a line saying so;
+  3 when an extra is missing (:mod:`ait_env.extras`).
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from ait_env.backends import Backend, make_backend
 from ait_env.config import compose, split_families
 from ait_env.observe.metrics import Prices, episode_metrics, fill_model_share, model_key
 from ait_env.episode.messages import action_text
+from ait_env.observe.display import status_label
 from ait_env.jobs.schema import Job, parse_job
 from ait_env.observe.ledger import CostRecord
 from ait_env.episode.spec import strip_tool_sections
@@ -375,22 +381,49 @@ def markdown(rows: dict[str, Any], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def chart(rows: dict[str, Any], path: Path, title: str) -> None:
-    """Mean reward per family with its 95% CI (families without a kept episode are left out)."""
+def results_title(model: str, backend: str, surrogate: bool) -> str:
+    """The one title of a run's results: ``results.md``, ``results.png`` and the table printed on stdout."""
+    return f"{model} as a trainer agent ({backend} backend{', SURROGATE scores' if surrogate else ''})"
+
+
+def chart_figure(rows: dict[str, Any], title: str) -> Any:
+    """The results chart: mean reward per family (families without a kept episode are left out), each
+    bar labelled with its kept episodes; the 95% CI is drawn only where there is one (two or more kept
+    episodes: one episode has no interval, and a bar without a whisker says so, "n=1, no CI"). The title
+    is wrapped to the figure's width so that none of it is cut off."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = [n for n, r in rows.items() if r["mean_reward"] is not None]
-    fig, ax = plt.subplots(figsize=(1.2 * len(names) + 2, 3.6))
+    width = max(1.2 * len(names) + 2, 4.5)
+    fig, ax = plt.subplots(figsize=(width, 3.8), layout="constrained")
     means = [rows[n]["mean_reward"] for n in names]
-    errs = [rows[n]["ci95"] or 0.0 for n in names]
-    ax.bar(names, means, yerr=errs, capsize=4, color=["#4c72b0" if n != "all" else "#555555" for n in names])
+    ax.bar(names, means, color=["#4c72b0" if n != "all" else "#555555" for n in names])
+    with_ci = [i for i, n in enumerate(names) if rows[n]["ci95"]]
+    if with_ci:
+        ax.errorbar([names[i] for i in with_ci], [means[i] for i in with_ci],
+                    yerr=[rows[names[i]]["ci95"] for i in with_ci], fmt="none", ecolor="black", capsize=4)
+    for i, n in enumerate(names):
+        note = f"n={rows[n]['kept']}" + ("" if rows[n]["ci95"] else ", no CI")
+        ax.annotate(note, (i, means[i]), xytext=(0, 3 if means[i] >= 0 else -10), textcoords="offset points",
+                    ha="center", fontsize=7)
     ax.axhline(0, color="black", linewidth=0.6)
+    ax.margins(y=0.15)
     ax.set_ylabel("mean episode reward (95% CI)")
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
+    chars = max(20, int(width * 72 / (10 * 0.62)))  # ~characters of a 10 pt title per line at this width
+    ax.set_title("\n".join(textwrap.wrap(title, chars)), fontsize=10)
+    return fig
+
+
+def chart(rows: dict[str, Any], path: Path, title: str) -> None:
+    """Write :func:`chart_figure` to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = chart_figure(rows, title)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -426,7 +459,8 @@ def run(agent: AgentSettings, families: list[str], episodes: int, *, backend: st
             records.append(rec)
             with open(out / "episodes.jsonl", "a") as f:
                 f.write(redact(rec.model_dump_json()) + "\n")
-            log(redact(f"[{len(records)}/{len(plan)} {time.time() - t0:.0f}s] {fam} seed {s}: {rec.status} "
+            log(redact(f"[{len(records)}/{len(plan)} {time.time() - t0:.0f}s] {fam} seed {s}: "
+                       f"{status_label(rec.status, shared.name, shared.surrogate)} "
                        f"reward {_fmt(rec.reward)} turns {rec.turns} ({rec.tool_mode}) LLM ${rec.llm_usd:.4f}"
                        + (f" — {rec.error}" if rec.error else "")))
         return rec
@@ -440,7 +474,7 @@ def run(agent: AgentSettings, families: list[str], episodes: int, *, backend: st
             shared.close()
     records.sort(key=lambda r: (r.family, r.seed))
     rows = summarize(records, catalog)
-    title = f"{agent.model} as a trainer agent ({shared.name} backend{', SURROGATE scores' if shared.surrogate else ''})"
+    title = results_title(agent.model, shared.name, shared.surrogate)
     meta = {"model": agent.model, "base_url": agent.base_url, "backend": shared.name, "surrogate": shared.surrogate,
             "tool_mode": agent.tool_mode, "temperature": agent.temperature, "episodes_per_family": episodes,
             "prices": {"as_of": agent.prices.as_of, "source": agent.prices.source, "in": agent.prices.prefill,
@@ -501,13 +535,22 @@ def main(argv: list[str] | None = None) -> int:
     rows = run(agent, family_list(args.families), args.episodes, backend=args.backend, out=out,
                concurrency=args.concurrency, seed=args.seed,
                overrides={"env": {"max_jobs_per_episode": args.max_jobs}} if args.max_jobs > 1 else None)
-    print(markdown(rows, f"{args.model} ({args.backend})"))
+    print((out / "results.md").read_text(), end="")  # the same title and table as results.md and results.png
     print(f"results: {out}/results.md, results.json, results.png, episodes.jsonl", file=sys.stderr)
+    if not rows["all"]["kept"]:
+        status = ", ".join(f"{k} {v}" for k, v in sorted(rows["all"]["status"].items()))
+        print(f"error: no episode was scored ({status}): nothing measured the agent; the episodes' errors are "
+              f"in {out}/episodes.jsonl (check --base-url, --model and the API key in ${args.api_key_env})",
+              file=sys.stderr)
+        return 1
     return 0
 
 
 if __name__ == "__main__":
     # the canonical module's main, not this __main__ copy's: one class object per exception and type
-    from ait_env.agents.llm import main as _main
+    from ait_env.extras import missing_extras_exit
 
-    raise SystemExit(_main())
+    with missing_extras_exit("python -m ait_env.agents.llm"):  # a missing extra: one line, exit 3
+        from ait_env.agents.llm import main as _main
+
+        raise SystemExit(_main())

@@ -14,8 +14,9 @@ score is this documented function of the job's ``[prime_rl]`` features (Qwen-sca
     post     = pre + (ceiling - pre) * gain
     if lr > 1e-4:  post = 0.3 * pre                    (divergence: the model collapses)
 
-Simulated training time: ``0.02 s * max_steps * batch_size`` (reported as ``train_seconds``; no time
-actually passes). Baselines are ``0.15`` (small) / ``0.25`` (larger) plus a per-family offset in
+Simulated training time: ``0.02 s * max_steps * batch_size``, reported as ``train_seconds`` and as the
+job's ``wall_seconds`` (the simulated job does nothing but train; no time actually passes), so that a
+report never shows a wall time shorter than its training time. Baselines are ``0.15`` (small) / ``0.25`` (larger) plus a per-family offset in
 [-0.05, 0.05] from a hash of the family name.
 """
 
@@ -88,7 +89,7 @@ class StubBackend(Backend):
         curve = [pre + (post - pre) * (1 - math.exp(-5 * (i + 1) / steps)) / (1 - math.exp(-5))
                  for i in range(steps)]
         return JobResult(job_id=handle.job_id, backend=self.name, status="succeeded", surrogate=True,
-                         post_score=round(post, 4), baselines=baselines, wall_seconds=0.0,
+                         post_score=round(post, 4), baselines=baselines, wall_seconds=train_s,
                          train_seconds=train_s, cost_usd=self.settings.cost_usd_per_job,
                          curves={"eval_step": [float(i) for i in range(steps + 1)],
                                  "eval_score": [round(pre, 4)] + [round(c, 4) for c in curve]},

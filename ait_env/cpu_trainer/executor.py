@@ -14,6 +14,9 @@ It implements :class:`ait_env.runner.TrainerExecutor` for the generic runner:
 - the final weights are saved as servable HF files in ``<bundle>/outputs/weights/step_N`` (prime-rl's
   layout).
 
+Progress: a tqdm bar on a terminal; where stderr is a file or a pipe (``bash scripts/main.sh | tee log``)
+one plain line (:func:`progress_line`) about every fifth of the steps, so a log holds no bar redraws.
+
 The step channel (``/ait/work``, ``/ait/results``) and the sampling records are this executor's own:
 nothing of the generic phases depends on them.
 """
@@ -51,6 +54,20 @@ class LocalExecutorOptions(RunnerSettings):
     step_timeout_s: float = 600.0
     max_model_len: int | None = None
     sandbox_memory_mb: int = 3072
+
+
+def _is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal (a bar's carriage returns make sense only there)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def progress_line(family: str, s: Any, total: int) -> str:
+    """One plain progress line of a training step (a :class:`~ait_env.cpu_trainer.trainer.StepLog`)."""
+    ev = f", eval {s.eval_score:.2f}" if s.eval_score is not None else ""
+    return f"GRPO {family}: step {s.step}/{total}, reward {s.reward_mean:.2f}{ev} ({s.seconds:.1f} s/step)"
 
 
 
@@ -175,10 +192,13 @@ class LocalExecutor:
         trainer = LocalGRPOTrainer(ep, job, rows, lr_scale=opts.lr_scale, seed=opts.seed,
                                    step_timeout_s=opts.step_timeout_s, audit=self._audit())
         bar = None
-        if self.progress:
+        plain_every = 0  # progress as plain lines: stderr is a file or a pipe (a tee'd log), no tqdm redraws
+        if self.progress and _is_terminal(sys.stderr):
             from tqdm import tqdm
 
             bar = tqdm(total=job.prime_rl.max_steps, desc=f"GRPO {self.family.name}", unit="step", file=sys.stderr)
+        elif self.progress:
+            plain_every = max(1, job.prime_rl.max_steps // 5)
         eval_seconds: list[float] = []
 
         def timed_eval_point(step: int) -> float | None:
@@ -193,6 +213,8 @@ class LocalExecutor:
                 bar.update(1)
                 bar.set_postfix(reward=f"{s.reward_mean:.2f}",
                                 **({"eval": f"{s.eval_score:.2f}"} if s.eval_score is not None else {}))
+            elif plain_every and (s.step % plain_every == 0 or s.step == job.prime_rl.max_steps):
+                print(progress_line(self.family.name, s, job.prime_rl.max_steps), file=sys.stderr, flush=True)
 
         t_train = time.time()
         try:

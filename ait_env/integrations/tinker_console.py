@@ -36,10 +36,11 @@ logger = logging.getLogger("ait_env.tinker")
 
 #: The cookbook's per-step dump of a trajectory group (``rl.train.print_group``) starts with this.
 GROUP_DUMP = "====== Trajectory Group ======"
-#: Messages of the cookbook's loops that say only that a loop started, waits or stopped.
+#: Messages of the cookbook's loops that say only that a loop started, waits or stopped, or that a fresh
+#: run has no checkpoint to resume from (a resume says so in its own message).
 _CHATTER = re.compile(r"^\[(dataloader_loop|trajectory_group_worker_loop|training_loop|evaluation_loop)\] "
                       r"(Terminated|Received shutdown signal|No more data|Last worker exited)"
-                      r"|^Wrote metrics to |^Logging to: ")
+                      r"|^Wrote metrics to |^Logging to: |^No checkpoints found ")
 _COLOURS = {"DEBUG": "\033[94m", "INFO": "\033[92m", "WARNING": "\033[93m", "ERROR": "\033[91m",
             "CRITICAL": "\033[95m"}
 
@@ -71,8 +72,10 @@ def _env_summary(metrics: dict[str, Any], prefix: str) -> str:
     return text + (f" ({statuses})" if statuses else "")
 
 
-def step_line(metrics: dict[str, Any], step: int | None, elapsed: float | None = None) -> str:
-    """One line for a training step's row of ``metrics.jsonl`` (``elapsed``: seconds since the start)."""
+def step_line(metrics: dict[str, Any], step: int | None, elapsed: float | None = None, *,
+              dry_run: bool = False) -> str:
+    """One line for a training step's row of ``metrics.jsonl`` (``elapsed``: seconds since the start); a
+    dry run's line starts ``DRY RUN`` and shows no LLM cost (a scripted policy, nothing billed)."""
     p = "env/all/" if "env/all/total_episodes" in metrics else "env/train/"
     parts = [_env_summary(metrics, p)]
     validated, uplift = _num(metrics.get(p + "ait/validated")), _num(metrics.get(p + "ait/uplift"))
@@ -81,21 +84,24 @@ def step_line(metrics: dict[str, Any], step: int | None, elapsed: float | None =
         parts.append(f"validated {validated:.0%}")
     if uplift is not None:
         parts.append(f"uplift {uplift:+.3f}")
-    if usd is not None:
+    if usd is not None and not dry_run:
         parts.append(f"LLM ${usd:.4f}/episode")
     if elapsed is not None:
         parts.append(f"{elapsed:.0f}s elapsed")
-    return f"step {step if step is not None else metrics.get('step', '?')}: " + ", ".join(parts)
+    return f"{'DRY RUN ' if dry_run else ''}step {step if step is not None else metrics.get('step', '?')}: " \
+        + ", ".join(parts)
 
 
-def eval_line(metrics: dict[str, Any], step: int | None) -> str:
-    """One line for an evaluation row (``test/env/<tag>/...``): the training families and the held-out one."""
+def eval_line(metrics: dict[str, Any], step: int | None, *, dry_run: bool = False) -> str:
+    """One line for an evaluation row (``test/env/<tag>/...``): the training families and the held-out one
+    (``DRY RUN`` first in a dry run)."""
     tags = sorted({k.split("/")[2] for k in metrics
                    if k.startswith("test/env/") and k.endswith("/total_episodes")})
     shown = [t for t in ("train", "heldout") if t in tags] or tags
     parts = [f"{'held-out family' if t == 'heldout' else 'training families' if t == 'train' else t} "
              f"{_env_summary(metrics, f'test/env/{t}/')}" for t in shown]
-    return f"eval at step {step if step is not None else metrics.get('step', '?')}: " + "; ".join(parts)
+    return f"{'DRY RUN ' if dry_run else ''}eval at step {step if step is not None else metrics.get('step', '?')}: " \
+        + "; ".join(parts)
 
 
 def group_line(dump: str) -> str:
@@ -115,6 +121,8 @@ def group_line(dump: str) -> str:
 class CompactMetricsLogger(ml_log.Logger):
     """Stands in for the cookbook's ``PrettyPrintLogger``: a line per step or evaluation, no config print."""
 
+    dry_run = False  # DryRunMetricsLogger: every line says DRY RUN, none an LLM cost
+
     def __init__(self) -> None:
         self.t0 = time.monotonic()
 
@@ -125,8 +133,15 @@ class CompactMetricsLogger(ml_log.Logger):
         if not metrics:
             return
         is_eval = any(k.startswith("test/") for k in metrics)
-        line = eval_line(metrics, step) if is_eval else step_line(metrics, step, time.monotonic() - self.t0)
+        line = (eval_line(metrics, step, dry_run=self.dry_run) if is_eval
+                else step_line(metrics, step, time.monotonic() - self.t0, dry_run=self.dry_run))
         logger.info(line)
+
+
+class DryRunMetricsLogger(CompactMetricsLogger):
+    """:class:`CompactMetricsLogger` of a dry run."""
+
+    dry_run = True
 
 
 class ConsoleFormatter(logging.Formatter):
@@ -186,8 +201,9 @@ def console_handler() -> logging.Handler:
 
 
 @contextmanager
-def compact_console() -> Iterator[None]:
-    """Within the block, the cookbook's console is the compact one described in the module docstring."""
-    with mock.patch.object(ml_log, "PrettyPrintLogger", CompactMetricsLogger), \
+def compact_console(dry_run: bool = False) -> Iterator[None]:
+    """Within the block, the cookbook's console is the compact one described in the module docstring
+    (``dry_run``: its lines say so)."""
+    with mock.patch.object(ml_log, "PrettyPrintLogger", DryRunMetricsLogger if dry_run else CompactMetricsLogger), \
             mock.patch.object(ml_log, "configure_logging_module", configure_logging):
         yield

@@ -38,7 +38,9 @@ Every TRL- and transformers-version-specific detail of the project lives in this
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import logging
 import random
 from typing import Any
 
@@ -51,6 +53,25 @@ from ait_env.tiny_models.chat import CHAT_TEMPLATE
 from ait_env.episode.spec import ResearchTerms, episode_system_prompt, strip_tool_sections
 from ait_env.episode.tools import TOOL_DOCS, tool_docs
 from task_families import FAMILY_NAMES
+
+logger = logging.getLogger(__name__)
+
+
+def static_probe_without_verifiers(overrides: list[str] | dict[str, Any] | None,
+                                   has_verifiers: bool | None = None) -> list[str] | dict[str, Any] | None:
+    """``overrides`` for a venv without verifiers (TRL's, ``.venv-trl``: verifiers 0.2.0 cannot be installed
+    next to TRL): the probe's dynamic stage switched off by setting, which is the probe the env builds
+    anyway without verifiers (static stage only), minus its per-env warning whose advice (install the
+    ``inner`` extra) cannot be followed there. Unchanged where verifiers is installed."""
+    if has_verifiers is None:
+        has_verifiers = importlib.util.find_spec("verifiers") is not None
+    if has_verifiers:
+        return overrides
+    if overrides is None or isinstance(overrides, list):
+        return [*(overrides or []), "env.probe.enabled=false"]
+    env = dict(overrides.get("env") or {})
+    env["probe"] = {**dict(env.get("probe") or {}), "enabled": False}
+    return {**overrides, "env": env}
 
 ENV_ID = "AIT/JobWriting-v0"
 
@@ -184,7 +205,10 @@ class EnvironmentFactory:
                             "ait_env.config.compose(backend='stub').backend)")
         self.backend = backend
         self.family = family
-        self.overrides = overrides
+        self.overrides = static_probe_without_verifiers(overrides)
+        if self.overrides is not overrides:
+            logger.info("verifiers is not installed (TRL's venv cannot have it): submit_job runs the validation "
+                        "probe's static stage only (docs/trl.md)")
         self.envs: list[JobWritingToolEnv] = []
 
     def __call__(self) -> JobWritingToolEnv:

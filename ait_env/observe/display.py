@@ -6,9 +6,16 @@ they are.
   ``… [cut: 1,234 more characters]``. Text within the limit comes back unchanged.
 - :func:`status_label` names a reward status for a table or a log line; a surrogate backend's
   ``scored`` is never shown bare (``scored (SURROGATE: stub backend's formula, nothing trained)``).
+- :func:`no_bars_unless_terminal`: an entry point whose stderr is a file or a pipe (a tee'd log) turns
+  off tqdm progress bars for itself and the processes it starts (``TQDM_DISABLE``, which tqdm ≥ 4.66
+  reads; ``HF_DATASETS_DISABLE_PROGRESS_BARS`` for datasets), so a log holds lines, not bar redraws.
 """
 
 from __future__ import annotations
+
+import os
+import sys
+from typing import Any, MutableMapping
 
 CUT_MARKER = "… [cut: {n:,} more characters]"
 
@@ -36,3 +43,19 @@ def status_label(status: str, backend: str, surrogate: bool) -> str:
     if surrogate and status == "scored":
         return f"scored (SURROGATE: {backend} backend's formula, nothing trained)"
     return status
+
+
+def no_bars_unless_terminal(stream: Any = None, environ: MutableMapping[str, str] | None = None) -> bool:
+    """Disable tqdm bars (here and in child processes) when ``stream`` (default: stderr) is not a
+    terminal; a variable the user set is kept. Returns whether bars were disabled."""
+    stream = sys.stderr if stream is None else stream
+    environ = os.environ if environ is None else environ
+    try:
+        terminal = bool(stream.isatty())
+    except (AttributeError, ValueError):
+        terminal = False
+    if terminal:
+        return False
+    environ.setdefault("TQDM_DISABLE", "1")
+    environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    return True

@@ -7,6 +7,11 @@ the axes, so it never covers data (bars, points); a series says in its label wha
 measurements of different things never share a label. ``trainers/plot_run.py`` draws the outer-loop
 charts with them.
 
+A run that measured nothing real says so on every chart (``step_figure(..., label=...)``: a red line
+above the title). A trainer writes that label once in its run folder (:func:`write_run_label`:
+``SURROGATE scores`` for a stub backend, ``DRY RUN`` for Tinker's offline loop); ``trainers/plot_run.py``
+reads it (:func:`read_run_label`), so charts drawn later from the same ``metrics.jsonl`` carry it too.
+
 The job chart (:func:`plot_job_curves`) shows the training reward per GRPO step and the hidden-eval
 scores the backend recorded (``curves["eval_step"]`` / ``curves["eval_score"]``). The local backend
 records the untrained base model's score at step 0 and the post-training score at the last step, both
@@ -35,11 +40,42 @@ def _pyplot() -> Any:
     return plt
 
 
-def step_figure(title: str, ylabel: str, xlabel: str = "training step") -> tuple[Figure, Axes]:
-    """A new figure with one axes whose x axis counts steps (integer ticks)."""
+#: the file in a run folder that holds the label of a run that measured nothing real (one line)
+RUN_LABEL_FILE = "run_label.txt"
+
+
+def run_label(*, surrogate: bool = False, backend: str = "stub", dry_run: bool = False) -> str | None:
+    """The label of a run's outputs: None for a real run."""
+    parts = (["DRY RUN: a scripted policy, nothing learns, no LLM billed"] if dry_run else []) + \
+        ([f"SURROGATE scores ({backend} backend's formula, nothing trained)"] if surrogate else [])
+    return "; ".join(parts) or None
+
+
+def write_run_label(run_dir: str | Path, label: str | None) -> None:
+    """Record ``label`` in ``run_dir`` (remove a stale one when None)."""
+    path = Path(run_dir) / RUN_LABEL_FILE
+    if label:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(label + "\n", encoding="utf-8")
+    else:
+        path.unlink(missing_ok=True)
+
+
+def read_run_label(run_dir: str | Path) -> str | None:
+    """The label :func:`write_run_label` left in ``run_dir``, or None."""
+    path = Path(run_dir) / RUN_LABEL_FILE
+    return (path.read_text(encoding="utf-8").strip() or None) if path.is_file() else None
+
+
+def step_figure(title: str, ylabel: str, xlabel: str = "training step", *,
+                label: str | None = None) -> tuple[Figure, Axes]:
+    """A new figure with one axes whose x axis counts steps (integer ticks); ``label`` (a run that measured
+    nothing real) is drawn in red above the title."""
     from matplotlib.ticker import MaxNLocator
 
     fig, ax = _pyplot().subplots(figsize=(8, 4), dpi=120, layout="constrained")
+    if label:
+        fig.suptitle(label, color="tab:red", fontsize=9, fontweight="bold")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     ax.set_title(title, fontsize=10)
     ax.set_xlabel(xlabel)

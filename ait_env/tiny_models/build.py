@@ -457,8 +457,8 @@ def pinned_match(meta: dict[str, Any]) -> str:
     if any(not e.measured_on_other_weights(meta["weights_hash"]) for e in pins):
         return "weights match the pinned baselines"
     return ("weights differ from the pinned build's (another CPU or corpus); the first job of each family "
-            "measures its untrained score and pins it for this build (or pin them all at once: "
-            "python scripts/seed_baselines.py backend=local pin=true)")
+            "measures its untrained score and pins it for this build (or measure them all at once into your own "
+            "store, runs/baselines/local.json: python scripts/seed_baselines.py backend=local)")
 
 
 def model_line(meta: dict[str, Any]) -> str:
@@ -505,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     # the canonical module's main, not this __main__ copy's: one class object per exception and type
-    from ait_env.tiny_models.build import main as _main
+    from ait_env.extras import missing_extras_exit
 
-    raise SystemExit(_main())
+    with missing_extras_exit("python -m ait_env.tiny_models.build"):  # a missing extra: one line, exit 3
+        from ait_env.tiny_models.build import main as _main
+
+        raise SystemExit(_main())

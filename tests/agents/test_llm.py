@@ -116,12 +116,57 @@ def test_an_endpoint_that_keeps_failing_ends_episodes_unscored(tmp_path):
     assert rows["all"]["kept"] == 0 and rows["all"]["mean_reward"] is None
 
 
+def test_the_command_line_fails_when_no_episode_was_scored(tmp_path, capsys):
+    def down(messages: list[dict[str, Any]], tools: list[Any]) -> dict[str, Any]:
+        raise PolicyHTTPError(503, "overloaded")
+
+    with ScriptedOpenAIServer(down) as server:
+        code = main(["--base-url", server.base_url, "--model", "scripted", "--families", "arithmetic",
+                     "--episodes", "1", "--max-retries", "0", "--out", str(tmp_path / "cli")])
+    err = capsys.readouterr().err
+    assert code == 1, err[-1000:]
+    assert "no episode was scored (endpoint_failed 1)" in err
+
+
+def _rows(**per_family: tuple[int, float, float | None]) -> dict[str, Any]:
+    return {name: {"kept": kept, "mean_reward": mean, "ci95": ci} for name, (kept, mean, ci) in per_family.items()}
+
+
+def test_the_chart_draws_no_interval_for_one_episode_and_its_whole_title():
+    import matplotlib.pyplot as plt
+
+    from ait_env.agents.llm import chart_figure, results_title
+
+    title = results_title("a-rather-long/model-name-Instruct-2507-FP8", "stub", True)
+    fig = chart_figure(_rows(arithmetic=(1, 0.61, None), units=(3, 0.5, 0.12), all=(4, 0.53, 0.1)), title)
+    try:
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        box, renderer = fig.bbox, fig.canvas.get_renderer()
+        shown = ax.title.get_window_extent(renderer)
+        assert box.x0 - 0.5 <= shown.x0 and shown.x1 <= box.x1 + 0.5, "the title is cut off"
+        assert ax.title.get_text().replace("\n", " ") == title and "SURROGATE" in title
+        whiskers = [seg for c in ax.collections for seg in c.get_segments()]
+        assert len(whiskers) == 2, "two bars have a CI, the one-episode bar has none"
+        assert all(abs(seg[1][1] - seg[0][1]) > 1e-9 for seg in whiskers), "a zero-width CI bar"
+        notes = {t.get_text() for t in ax.texts}
+        assert {"n=1, no CI", "n=3", "n=4"} <= notes
+    finally:
+        plt.close(fig)
+
+
 def test_the_command_line(tmp_path, capsys):
     with ScriptedOpenAIServer(scripted(careless=False)) as server:
         assert main(["--base-url", server.base_url, "--model", "scripted", "--families", "calendar",
                      "--episodes", "1", "--out", str(tmp_path / "cli"), "--price-in", "1", "--price-out", "2",
                      "--prices-as-of", "2026-12-01"]) == 0
-    assert "| calendar | 1 (1) |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| calendar | 1 (1) |" in out
+    # stdout shows results.md: one title, with the surrogate label of the stub backend
+    assert "[1/1 " in out and "scored (SURROGATE: stub backend's formula, nothing trained) reward" in out
+    table = out[out.index("# "):]
+    assert table.splitlines()[0] == "# scripted as a trainer agent (stub backend, SURROGATE scores)"
+    assert table == (tmp_path / "cli" / "results.md").read_text()
     with pytest.raises(SystemExit, match="prices-as-of"):
         main(["--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--price-in", "1"])
 

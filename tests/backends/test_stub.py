@@ -20,6 +20,8 @@ def _episode(make_env, job_toml_edit):
 def test_better_hyperparameters_score_higher(make_env):
     good, info = _episode(make_env, lambda t: t)
     assert info["job"]["surrogate"] and "SURROGATE" in info["job"]["log_tail"]
+    # a simulated job's wall time is its simulated training time, never less ("Wall 0.0 s (training 12.8 s)")
+    assert info["job"]["train_seconds"] > 0 and info["job"]["wall_seconds"] >= info["job"]["train_seconds"]
     lr0, _ = _episode(make_env, lambda t: t.replace("lr = 3e-6", "lr = 0.0").replace("min_lr = 3e-7", "min_lr = 0.0"))
     few_steps, _ = _episode(make_env, lambda t: t.replace("max_steps = 60", "max_steps = 6"))
     collapse, cinfo = _episode(make_env, lambda t: t.replace("lr = 3e-6", "lr = 1e-3"))

@@ -87,3 +87,19 @@ def test_within_compact_console_the_file_keeps_the_dump_and_the_console_gets_one
         for h in saved[0]:
             root.addHandler(h)
         root.setLevel(saved[1])
+
+
+def test_a_dry_runs_lines_say_so_and_show_no_llm_cost() -> None:
+    line = tc.step_line(STEP, 0, elapsed=12.4, dry_run=True)
+    assert line.startswith("DRY RUN step 0: 8 episodes") and "LLM" not in line and "$" not in line
+    assert tc.eval_line(EVAL, 2, dry_run=True).startswith("DRY RUN eval at step 2: ")
+    with tc.compact_console(dry_run=True):
+        assert ml_log.PrettyPrintLogger is tc.DryRunMetricsLogger
+    with tc.compact_console():
+        assert ml_log.PrettyPrintLogger is tc.CompactMetricsLogger
+
+
+def test_a_fresh_runs_no_checkpoint_message_stays_off_the_console() -> None:
+    assert not tc._not_chatter(_record("No checkpoints found at /tmp/x/checkpoints.jsonl",
+                                       name="tinker_cookbook.checkpoint_utils"))
+    assert tc._not_chatter(_record("Resuming from checkpoint ...", name="tinker_cookbook.checkpoint_utils"))

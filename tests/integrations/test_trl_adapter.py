@@ -124,3 +124,32 @@ def test_prepare_tokenizer_only_touches_the_local_chat_format() -> None:
 
     assert prepare_tokenizer(Tok(CHAT_TEMPLATE)).response_template is not None
     assert prepare_tokenizer(Tok("{{ messages }}")).response_template is None
+
+
+def test_a_venv_without_verifiers_gets_the_static_probe_without_a_warning_per_env(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    """TRL's venv cannot have verifiers: the factory asks for the static probe stage by setting, so no env
+    warns that the `inner` extra (which cannot be installed there) is missing."""
+    import importlib.util
+    import warnings
+
+    from ait_env.integrations.trl import static_probe_without_verifiers
+
+    assert static_probe_without_verifiers(["env.max_turns=8"], has_verifiers=False) == \
+        ["env.max_turns=8", "env.probe.enabled=false"]
+    assert static_probe_without_verifiers({"env": {"runs_dir": "r"}}, has_verifiers=False) == \
+        {"env": {"runs_dir": "r", "probe": {"enabled": False}}}
+    assert static_probe_without_verifiers(["x=1"], has_verifiers=True) == ["x=1"]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "verifiers" else real(name, *a))
+    settings = compose(backend="stub")
+    backend = make_backend(settings.backend, tmp_path)
+    with warnings.catch_warnings(record=True) as caught, \
+            EnvironmentFactory(backend, family="arithmetic", overrides={"env": {"runs_dir": str(tmp_path)}}) as factory:
+        warnings.simplefilter("always")
+        env = factory()
+        env.reset(family="arithmetic", instance=1, prompt=[])
+        _write_reference(env)
+        assert "SURROGATE" in env.submit_job()  # the static stage validated it; the stub scored it
+    backend.close()
+    assert not [w for w in caught if "verifiers is not installed" in str(w.message)], [str(w.message) for w in caught]

@@ -63,3 +63,32 @@ def test_a_two_step_run_has_integer_ticks_and_legends_below_the_charts(plot_run,
         legend, frame = fig.legends[0].get_window_extent(renderer), ax.get_window_extent(renderer)
         assert legend.y1 <= frame.y0, name  # below the axes, never over the bars
         plt.close(fig)
+
+
+def test_a_labelled_run_has_its_label_on_every_chart_and_skips_are_one_line(plot_run, tmp_path):
+    """A surrogate or dry run says so on every chart, also when the charts are drawn later from its folder;
+    charts without metrics are named once at the end, not one stderr line each."""
+    import matplotlib.pyplot as plt
+
+    from ait_env.observe.plots import run_label, write_run_label
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [json.loads(x) for x in FIXTURE.read_text().splitlines() if x.strip()]
+    (run / "metrics.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if not k.startswith("test/")})
+                                               + "\n" for r in rows))
+    label = run_label(surrogate=True, backend="stub", dry_run=True)
+    write_run_label(run, label)
+    figs = plot_run.figures(plot_run.load_series(run / "metrics.jsonl"), label=label)
+    try:
+        assert figs and all(f._suptitle is not None and f._suptitle.get_text() == label for f in figs.values())
+    finally:
+        for f in figs.values():
+            plt.close(f)
+    assert "heldout" in plot_run.SKIPPED and "cache" in plot_run.SKIPPED
+    script = Path(__file__).resolve().parents[2] / "trainers" / "plot_run.py"
+    p = subprocess.run([sys.executable, str(script), str(run)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.strip().splitlines() == ["not drawn (no such metrics in this run): heldout, cache"], p.stderr
+    write_run_label(run, None)
+    assert not (run / "run_label.txt").exists()

@@ -98,6 +98,34 @@ def test_config_errors_say_how_to_fix(tinker_grpo, compose_cfg, tmp_path):
                                                    "pilot.backend.name=nowhere"))
 
 
+def test_a_missing_tinker_extra_is_one_line_and_exit_3_before_the_key(tmp_path):
+    """After the quick start (.venv with the `local` extra only) the dry run the no-key message recommends
+    must say which extra to install, not end in a traceback; a real run says the same before the key."""
+    block = ("import runpy, sys; sys.modules['tinker_cookbook'] = None; sys.modules['tinker'] = None; "
+             f"sys.argv = [{str(SCRIPT)!r}] + sys.argv[1:]; runpy.run_path({str(SCRIPT)!r}, run_name='__main__')")
+    for extra in (["dry_run=true"], []):
+        p = subprocess.run([sys.executable, "-c", block, "+pilot=smoke", f"run_dir={tmp_path / 'runs'}", *extra],
+                           cwd=REPO, env=_env_without_key(), capture_output=True, text=True, timeout=60)
+        assert p.returncode == 3, p.stderr[-2000:]
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and "needs the 'tinker' extra" in lines[0], p.stderr
+        assert "bash scripts/setup.sh tinker" in lines[0] and "Traceback" not in p.stderr
+        assert not (tmp_path / "runs").exists()
+
+
+def test_a_dry_run_bills_nothing_and_labels_its_charts(tinker_grpo, compose_cfg, tmp_path):
+    from ait_env.observe.plots import read_run_label
+
+    cfg = compose_cfg("+pilot=smoke", "dry_run=true", f"run_dir={tmp_path}")
+    prices = json.loads(tinker_grpo.build_train_config(cfg).dataset_builder.prices_json)
+    assert all(prices[k] == 0.0 for k in ("prefill", "cached_prefill", "sample", "train")), prices
+    label = read_run_label(tmp_path / "smoke-dryrun")
+    assert label is not None and label.startswith("DRY RUN") and "SURROGATE scores (stub backend" in label
+    real = compose_cfg("+pilot=smoke", f"run_dir={tmp_path}")
+    assert json.loads(tinker_grpo.build_train_config(real).dataset_builder.prices_json)["sample"] > 0
+    assert "DRY RUN" not in (read_run_label(tmp_path / "smoke") or "")
+
+
 def test_a_dry_run_says_first_what_it_is(tinker_grpo, compose_cfg, tmp_path):
     banner = tinker_grpo.dry_run_banner(compose_cfg("+pilot=smoke", "dry_run=true", f"run_dir={tmp_path}"))
     assert banner.startswith("OFFLINE dry run: a scripted policy plays the agent (no Tinker account, no model")
