@@ -34,7 +34,7 @@ def test_the_line_names_the_entry_the_extra_and_the_command() -> None:
     line = extras.missing_extra_line("trainers/tinker_grpo.py", "tinker_cookbook", "tinker")
     assert "\n" not in line and "'tinker' extra" in line and "bash scripts/setup.sh tinker" in line
     assert "VENV=.venv-trl" in extras.install_command("trl")
-    assert extras.entry_of(str(ROOT / "ait_env" / "local" / "build.py")) == "python -m ait_env.tiny_models.build"
+    assert extras.entry_of(str(ROOT / "ait_env" / "tiny_models" / "build.py")) == "python -m ait_env.tiny_models.build"
     assert extras.entry_of(str(ROOT / "scripts" / "run_episode.py")) == "python scripts/run_episode.py"
     assert extras.entry_of("/usr/lib/python3/some_tool.py") is None and extras.entry_of("-c") is None
 

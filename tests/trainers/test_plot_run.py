@@ -89,6 +89,6 @@ def test_a_labelled_run_has_its_label_on_every_chart_and_skips_are_one_line(plot
     script = Path(__file__).resolve().parents[2] / "trainers" / "plot_run.py"
     p = subprocess.run([sys.executable, str(script), str(run)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    assert p.stderr.strip().splitlines() == ["not drawn (no such metrics in this run): heldout, cache"], p.stderr
+    assert p.stderr.strip().splitlines() == ["not drawn (no such metrics in this run): heldout, research, research_gain, cache"], p.stderr
     write_run_label(run, None)
     assert not (run / "run_label.txt").exists()
