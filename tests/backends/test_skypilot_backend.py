@@ -1,0 +1,276 @@
+"""The skypilot backend: the task and pool YAML it generates pass SkyPilot's own parser (skipped without the
+``skypilot`` extra); against a fake of SkyPilot's SDK boundary (tests/fakes/fake_sky.py), jobs complete
+exactly once, real tiny-model jobs equal backend=local's results, and faults (a worker lost mid-job with and
+without SkyPilot's recovery, a pool that cannot scale, a lost launch answer, an orchestrator killed
+mid-batch, budgets) keep the dispatch core's guarantees: nothing lost, nothing paid twice."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ait_env.backends import make_backend
+from ait_env.backends.skypilot import SkypilotBackend
+from ait_env.config import load_group
+from ait_env.jobs.gpus import gpus_for_job
+from ait_env.jobs.settings import BackendSettings
+from fleet import prices
+from fleet.settings import PoolSpec, SkypilotOptions
+from fleet.skypilot_engine import (INSTALL_HINT, REQUEST_ENV, SkySDK, decode_request, job_yaml, parse_result,
+                                   pool_yaml, result_lines)
+from tests.backends.test_runpod_backend import bundles
+from tests.fakes.fake_sky import FakeSky
+from tests.fakes.runpod_client import instant_output
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def settings(**options: Any) -> BackendSettings:
+    base = load_group("backend", "skypilot")
+    opts = {**base["options"], "poll_interval_s": 0.01, "require_revision": "rev-1", **options}
+    return BackendSettings.model_validate({**base, "options": opts})
+
+
+def fake(workers: int = 3, **kw: Any) -> FakeSky:
+    return FakeSky(workers, instant=True, instant_output=lambda body: instant_output(body, "ok", "rev-1"), **kw)
+
+
+def backend(tmp_path: Path, sky: FakeSky, **options: Any) -> SkypilotBackend:
+    return SkypilotBackend(settings(**options), tmp_path / "runs", show_progress=False, sdk=SkySDK(sky))
+
+
+# ---------------------------------------------------------------------------------------------- SkyPilot's parser
+def test_the_job_and_pool_yaml_pass_skypilots_own_parser():
+    sky = pytest.importorskip("sky", reason=INSTALL_HINT)
+    pool = SkypilotOptions.model_validate(settings().options).pool
+    body = {"kind": "job", "executor": "gpu", "settings": {"name": "skypilot"}, "bundle": "x" * 5000, "tag": "t1"}
+    task = sky.Task.from_yaml_config(job_yaml(body, name="ait-t1", pool=pool, gpus=1))
+    assert task.run == f"python -m gpu.worker --request-env {REQUEST_ENV}"
+    assert decode_request(task.envs[REQUEST_ENV]) == body
+    assert [str(r.accelerators) for r in task.resources] and len(task.resources) == 3
+    for spec in (pool, pool.model_copy(update={"workers": 4})):
+        pt = sky.Task.from_yaml_config(pool_yaml(spec, 2))
+        assert pt.service is not None and pt.service.pool
+    with pytest.raises(Exception, match="(?i)invalid|unknown|additional"):   # it really validates
+        sky.Task.from_yaml_config({**job_yaml(body, name="x", pool=pool, gpus=1), "gpus_per_node": 2})
+    with pytest.raises(Exception, match="(?i)min_workers|max_workers"):
+        sky.Task.from_yaml_config({**pool_yaml(pool, 2), "pool": {"min_workers": 3, "max_workers": 1}})
+
+
+def test_the_result_travels_through_the_log_intact():
+    out = {"kind": "job", "result": {"status": "succeeded", "curves": list(range(5000))}}
+    log = "\n".join(["setup noise", *(f"(worker1, pid=7) {ln}" for ln in result_lines(out)), "tail"])
+    assert parse_result(log) == out
+    broken = log.replace(result_lines(out)[1][:10], "AAAAAAAAAA", 1)
+    assert parse_result(broken) is None                                 # a damaged blob is no result
+
+
+def test_gpus_per_job_come_from_one_rule():
+    assert gpus_for_job("Qwen/Qwen3-0.6B", 2048).gpus == 1
+    assert gpus_for_job("Qwen/Qwen3-1.7B", 2048).gpus == 2
+    assert gpus_for_job("Some/Unknown-7B", 2048).gpus == 2
+    sky = fake()
+    try:
+        with backend(Path("/tmp/unused-skypilot"), sky) as b:
+            (job,) = bundles(Path(b.runs_dir).parent / f"g{time.time_ns()}", 1)
+            assert b.gpus_for(job) == gpus_for_job(job.manifest.base_model, job.job.prime_rl.seq_len).gpus
+            assert b._payload(job)["_gpus"] == b.gpus_for(job)
+    finally:
+        sky.close()
+
+
+def test_options_are_typed_and_a_missing_sdk_says_how_to_install(tmp_path, monkeypatch):
+    from ait_env.backends import BackendOptionsError
+
+    with pytest.raises(BackendOptionsError, match="endpoint_id: unknown option"):
+        make_backend(settings(endpoint_id="x"), tmp_path)
+    monkeypatch.setitem(sys.modules, "sky", None)    # as if the skypilot extra were not installed
+    with pytest.raises(RuntimeError, match=r"pip install -e '\.\[skypilot\]'"):
+        make_backend(settings(), tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- happy path
+def run_all(b: SkypilotBackend, jobs: list[Any], timeout: float = 60) -> list[Any]:
+    handles = [b.submit(j) for j in jobs]
+    return [b.wait(h, timeout=timeout) for h in handles]
+
+
+def test_jobs_complete_exactly_once_with_pod_priced_bills(tmp_path):
+    sky = fake(3, job_s=0.3)
+    jobs = bundles(tmp_path, 6)
+    try:
+        with backend(tmp_path, sky, gpus_per_job=1) as b:
+            results = run_all(b, jobs)
+            rows, spent = b.journal.rows(), b.spent_usd()
+            costs = b.run_costs()
+        again = bundles(tmp_path / "again", 1)[0]            # identical content: served from the journal
+        with backend(tmp_path, sky, gpus_per_job=1) as b:
+            served = b.run(again)
+    finally:
+        sky.close()
+    assert [r.status for r in results] == ["succeeded"] * 6
+    assert sky.launches() == 6 and len(rows) == 6 and all(sky.runs_of(i) == 1 for i in sky.jobs_by_id)
+    rate = prices.pod_price_per_s("NVIDIA RTX A5000")
+    for r, row in zip(results, rows):
+        assert r.timings["skypilot_attempts"] == 1
+    assert spent == pytest.approx(sum(r.cost_usd for r in results))
+    assert spent == pytest.approx(sum(round(max(1, -(-row.execution_time_ms // 1000)) * rate * 2, 6)
+                                      for row in rows), rel=1e-6)   # instant output reports 2 GPUs
+    assert costs.idle == pytest.approx(6 * 120 * rate * 2, rel=1e-6)
+    assert served.cache_hit and served.cost_usd == 0 and sky.launches() == 6
+
+
+# ---------------------------------------------------------------------------------------------- faults
+def test_a_worker_lost_mid_job_is_recovered_by_skypilot_in_one_attempt(tmp_path):
+    sky = fake(2, job_s=0.6)
+    sky.kill_next(1, after_s=0.2, recover=True)
+    try:
+        with backend(tmp_path, sky) as b:
+            (r,) = run_all(b, bundles(tmp_path, 1))
+    finally:
+        sky.close()
+    (job,) = sky.jobs_by_id.values()
+    assert r.status == "succeeded" and job.recovery_count == 1 and job.runs == 2
+    assert r.timings["skypilot_attempts"] == 1 and sky.launches() == 1
+    assert r.timings["skypilot_execution_s"] >= 0.7      # both runs' pod time is billed
+
+
+def test_a_worker_lost_without_recovery_is_retried_by_the_backend(tmp_path):
+    sky = fake(2, job_s=0.6)
+    sky.kill_next(1, after_s=0.2, recover=False)
+    try:
+        with backend(tmp_path, sky) as b:
+            h = b.submit(bundles(tmp_path, 1)[0])
+            r = b.wait(h, timeout=60)
+            row = b.journal.get(h.meta["key"], history=True)
+    finally:
+        sky.close()
+    assert r.status == "succeeded" and sky.launches() == 2
+    assert [a["status"] for a in row.history] == ["failed", "completed"]
+    assert "cluster was lost" in row.history[0]["error"]
+    assert r.cost_usd > 0 and r.timings["skypilot_attempts"] == 2
+
+
+def test_a_pool_that_cannot_scale_ends_jobs_infra_failed_unpaid_and_cancelled(tmp_path):
+    sky = fake(2)
+    sky.set_capacity(0)
+    try:
+        with backend(tmp_path, sky, deadline_s=0.5, retry_budget=1) as b:
+            (r,) = run_all(b, bundles(tmp_path, 1))
+    finally:
+        sky.close()
+    assert r.status == "infra_failed" and "deadline" in r.error and r.cost_usd == 0
+    assert sky.launches() == 2 and {j.status for j in sky.jobs_by_id.values()} == {"CANCELLED"}
+
+
+def test_a_lost_launch_answer_is_found_by_name_and_not_sent_twice(tmp_path):
+    sky = fake(2)
+    sky.lose_launch_answers(1)
+    try:
+        with backend(tmp_path, sky) as b:
+            (r,) = run_all(b, bundles(tmp_path, 1))
+    finally:
+        sky.close()
+    assert r.status == "succeeded" and sky.launches() == 1
+
+
+def test_budget_exhaustion_refuses_jobs_before_they_are_launched(tmp_path):
+    sky = fake(2)
+    try:
+        with backend(tmp_path, sky, run_budget_usd=0.01) as b:
+            (r,) = run_all(b, bundles(tmp_path, 1))
+    finally:
+        sky.close()
+    assert r.status == "infra_failed" and "run budget exceeded" in r.error and sky.launches() == 0
+
+
+def test_an_orchestrator_killed_mid_batch_is_replaced_and_nothing_is_lost_or_paid_twice(tmp_path):
+    """Orchestrator A launches 6 jobs and dies (its threads stop, its session is never closed: its heartbeat
+    goes stale); B on the same run dir adopts every job in flight by id, records each result once, and the
+    same bundles submitted to B are served or attached, never launched again."""
+    sky = fake(2, job_s=1.0)
+    jobs = bundles(tmp_path, 6)
+    try:
+        a = backend(tmp_path, sky, owner_stale_s=1.0)
+        for j in jobs:
+            a.submit(j)
+        t0 = time.time()
+        while sky.launches() < 6 and time.time() - t0 < 30:
+            time.sleep(0.05)
+        a.dispatch._stop.set()                       # killed: no close, no more beats or polls
+        a.dispatch._wake.set()
+        time.sleep(1.5)
+        with backend(tmp_path, sky, owner_stale_s=1.0) as b:
+            results = run_all(b, jobs, timeout=60)
+            rows, spent = b.journal.rows(), b.spent_usd()
+    finally:
+        sky.close()
+    assert [r.status for r in results] == ["succeeded"] * 6
+    assert sky.launches() == 6 and len(rows) == 6 and all(sky.runs_of(i) == 1 for i in sky.jobs_by_id)
+    assert all(row.attempt == 1 for row in rows)
+    assert spent == pytest.approx(sum(row.cost_usd for row in rows)) and spent > 0
+
+
+# ---------------------------------------------------------------------------------------------- real jobs
+def _real(tmp_path: Path, n: int, workers: int) -> None:
+    """``n`` distinct real jobs (the tiny model, the local executor) through ``workers`` fake pool workers that
+    run the job's real ``run`` command (``python -m gpu.worker --request-env``): each completes exactly once
+    and equals ``python -m ait_env.runner`` (backend=local) on the same bundle."""
+    from ait_env.hidden.baselines import BaselineEntry, BaselineStore
+    from ait_env.tiny_models.catalog import weights_hash
+    from tests.backends.test_runpod_backend import _real_settings
+    from tests.gpu.helpers import local_settings, make_job, needs_tiny_model, worker_env
+
+    if needs_tiny_model.args[0]:
+        pytest.skip("ait-tiny-s is not built (python -m ait_env.tiny_models.build)")
+    pytest.importorskip("verifiers")
+    env = worker_env(tmp_path)
+    jobs = [make_job(tmp_path / "sp", job_id=f"sp-{i:02d}", seed=1000 + i) for i in range(n)]
+    rp = _real_settings()
+    cfg = settings(**{k: v for k, v in rp.options.items() if k in SkypilotOptions.model_fields},
+                   poll_interval_s=0.5, gpus_per_job=1)
+    cfg = cfg.model_copy(update={"models": rp.models, "bounds": rp.bounds})
+    sky = FakeSky(workers, worker_env=env)
+    t0 = time.time()
+    try:
+        with SkypilotBackend(cfg, tmp_path / "runs", show_progress=False, sdk=SkySDK(sky)) as b:
+            b.baselines.put([BaselineEntry(backend="skypilot", family="arithmetic", model="ait-tiny-s", score=0.1,
+                                           model_hash=weights_hash("ait-tiny-s"), seeded_at=1.0)])
+            results = run_all(b, jobs, timeout=1800)
+            spent, rows = b.journal.spent_usd(), b.journal.rows()
+    finally:
+        sky.close()
+    fleet_s = time.time() - t0
+    assert [r.status for r in results] == ["succeeded"] * n, [r.error for r in results]
+    assert sky.launches() == n and len(rows) == n and all(sky.runs_of(i) == 1 for i in sky.jobs_by_id)
+    assert sum(r.cost_usd for r in results) == pytest.approx(spent) and spent > 0
+    pins = tmp_path / "pins"
+    BaselineStore("local", user_dir=pins).put([BaselineEntry(
+        backend="local", family="arithmetic", model="ait-tiny-s", score=0.1,
+        model_hash=weights_hash("ait-tiny-s"), seeded_at=1.0)])
+    (tmp_path / "local.json").write_text(local_settings(measure_pre=False).model_dump_json())
+    for job, res in zip(jobs, results):
+        twin = make_job(tmp_path / "local", job_id=job.job_id, seed=1000 + int(job.job_id[3:]))
+        out = subprocess.run([sys.executable, "-m", "ait_env.runner", str(twin.root), "--backend-settings",
+                              str(tmp_path / "local.json"), "--baselines-dir", str(pins), "--no-progress"],
+                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+        assert out.returncode == 0, out.stderr[-2000:]
+        ref = json.loads((twin.root / "result.json").read_text())
+        assert (res.post_score, res.post_ci95) == (ref["post_score"], ref["post_ci95"]), job.job_id
+        assert res.curves["train_reward"] == pytest.approx(ref["curves"]["train_reward"], rel=1e-12, abs=1e-15)
+    print(f"{n} real jobs through {workers} fake SkyPilot pool workers: {fleet_s:.0f} s; billed ${spent:.4f}")
+
+
+def test_two_real_jobs_through_two_pool_workers_match_backend_local(tmp_path):
+    _real(tmp_path, 2, 2)
+
+
+@pytest.mark.slow
+def test_twenty_real_jobs_through_four_pool_workers_match_backend_local(tmp_path):
+    _real(tmp_path, 20, 4)
