@@ -163,7 +163,7 @@ class FakeSky:
         return self.jobs_by_id[job_id].runs
 
     # ------------------------------------------------------------------ workers
-    def _take(self, index: int) -> _Job | None:
+    def _take(self, index: int) -> tuple[_Job, tuple[float, bool] | None] | None:
         with self._lock:
             if index >= self.capacity or not self.queue:
                 return None
@@ -174,15 +174,15 @@ class FakeSky:
             job.runs += 1
             kill = self._kill.pop(0) if self._kill else None
             self._cancel[job.job_id] = threading.Event()
-            return job if kill is None else _with_kill(job, kill)
+            return job, kill
 
     def _work(self, index: int) -> None:
         while not self._stop.is_set():
-            job = self._take(index)
-            if job is None:
+            taken = self._take(index)
+            if taken is None:
                 time.sleep(0.02)
                 continue
-            kill = getattr(job, "_kill", None)
+            job, kill = taken
             if kill is not None:
                 threading.Timer(kill[0], self._lose_worker, args=(job, kill[1])).start()
             code, out = self._run(job)
@@ -252,11 +252,6 @@ class FakeSky:
             self._kill_run(j)
         for t in self._threads:
             t.join(10)
-
-
-def _with_kill(job: _Job, kill: tuple[float, bool]) -> _Job:
-    job._kill = kill  # type: ignore[attr-defined]
-    return job
 
 
 class _Jobs:
