@@ -160,10 +160,11 @@ def job_yaml(body: dict[str, Any], *, name: str, pool: PoolSpec, gpus: int) -> d
 
 # ---------------------------------------------------------------------------------------------- the SDK
 class SkyModule(Protocol):
-    """The part of the ``sky`` package the engine calls (``sky.get``, ``sky.Task``, ``sky.jobs``)."""
+    """The part of the ``sky`` package the engine calls (``sky.get``, ``sky.Task``, ``sky.jobs``, ``sky.serve``)."""
 
     Task: Any
     jobs: Any
+    serve: Any
 
     def get(self, request_id: Any) -> Any: ...
 
@@ -224,10 +225,10 @@ class SkySDK:
 
     # the pool (python -m fleet.pool)
     def pool_apply(self, config: dict[str, Any], pool_name: str) -> None:
-        """``sky.jobs.pool_apply(task, pool_name, mode)`` (sky/jobs/client/sdk.py; mode: rolling update)."""
-        from sky.serve import serve_utils  # type: ignore[import-not-found]
-
-        self.sky.get(self.sky.jobs.pool_apply(self.task(config), pool_name, mode=serve_utils.UpdateMode.ROLLING))
+        """``sky.jobs.pool_apply(task, pool_name, mode)`` (sky/jobs/client/sdk.py; mode: a rolling update,
+        ``sky.serve.UpdateMode.ROLLING``, sky/serve/serve_utils.py)."""
+        mode = self.sky.serve.UpdateMode.ROLLING
+        self.sky.get(self.sky.jobs.pool_apply(self.task(config), pool_name, mode=mode))
 
     def pool_status(self, pool_name: str) -> list[dict[str, Any]]:
         """``sky.jobs.pool_status(pool_names)`` (sky/jobs/client/sdk.py)."""

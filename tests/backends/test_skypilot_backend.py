@@ -104,6 +104,47 @@ def test_the_job_and_pool_yaml_pass_skypilots_own_parser():
     assert "min_workers" in got[5]["error"], got[5]
 
 
+#: the SDK calls SkySDK makes, with the keyword arguments it passes (fleet/skypilot_engine.py)
+CALLS = {"jobs.launch": ["task", "name", "pool"], "jobs.queue_v2": ["refresh", "skip_finished", "job_ids",
+         "fields", "name_match"], "jobs.cancel": ["job_ids"], "jobs.tail_logs": ["job_id", "follow", "output_stream"],
+         "jobs.pool_apply": ["task", "pool_name", "mode"], "jobs.pool_status": ["pool_names"],
+         "jobs.pool_down": ["pool_names"], "get": ["request_id"]}
+SIGNATURES = r"""
+import inspect, json, sys
+import sky
+calls = json.load(sys.stdin)
+out = {}
+for name, want in calls.items():
+    fn = sky
+    for part in name.split("."):
+        fn = getattr(fn, part)
+    params = inspect.signature(inspect.unwrap(fn)).parameters
+    out[name] = [p for p in want if p not in params]
+fields = set(sky.jobs.ManagedJobStatus.__members__.values())
+out["statuses"] = sorted(s.value for s in fields)
+out["update_mode"] = sky.serve.UpdateMode.ROLLING.value
+from sky.schemas.api import responses
+out["record_fields"] = sorted(responses.ManagedJobRecord.model_fields)
+print(json.dumps(out))
+"""
+
+
+def test_the_sdk_calls_and_statuses_match_the_pinned_skypilot():
+    """Every call SkySDK (and so the fake) makes exists with those arguments in skypilot 0.14.1, and the
+    status map covers exactly its ManagedJobStatus values."""
+    from fleet.skypilot_engine import QUEUE_FIELDS, STATUS_MAP
+
+    out = subprocess.run([skypilot_python(), "-c", SIGNATURES], input=json.dumps(CALLS), capture_output=True,
+                         text=True, timeout=300, check=False, env={"PATH": "/usr/bin:/bin", "HOME": str(ROOT / ".venv-sky"),
+                                                                   "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {k: v for k, v in got.items() if k in CALLS and v} == {}
+    assert sorted(STATUS_MAP) == got["statuses"]
+    assert got["update_mode"] == "rolling"
+    assert set(QUEUE_FIELDS) <= set(got["record_fields"]), set(QUEUE_FIELDS) - set(got["record_fields"])
+
+
 def test_the_result_travels_through_the_log_intact():
     out = {"kind": "job", "result": {"status": "succeeded", "curves": list(range(5000))}}
     log = "\n".join(["setup noise", *(f"(worker1, pid=7) {ln}" for ln in result_lines(out)), "tail"])

@@ -45,6 +45,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 from fleet.skypilot_engine import REQUEST_ENV, decode_request, result_lines
@@ -102,6 +103,8 @@ class FakeSky:
                  | None = None, pool: str = "ait-workers") -> None:
         self.Task = _Task
         self.jobs = _Jobs(self)
+        #: ``sky.serve.UpdateMode`` (sky/serve/serve_utils.py: ROLLING = 'rolling', BLUE_GREEN = 'blue_green')
+        self.serve = SimpleNamespace(UpdateMode=SimpleNamespace(ROLLING="rolling", BLUE_GREEN="blue_green"))
         self.instant, self.job_s, self.worker_env = instant, job_s, worker_env
         self.instant_output = instant_output
         self.pool_name = pool
