@@ -921,6 +921,50 @@ def journal_table(pods: Row, runs: list[tuple[str, JournalResult]]) -> str:
     return "\n".join(lines)
 
 
+#: the SkyPilot pool settings swept (fleet.settings.PoolSpec): max_workers x downscale delay (idle reaping)
+SKY_MAX_WORKERS = (12, 16, 24)
+SKY_DOWNSCALE_S = (60, 300, 1200)
+
+
+def skypilot_table(w: Workload, seeds: list[int]) -> tuple[str, dict[int, Row]]:
+    """The SkyPilot pool (its queue-length autoscaler, :class:`SkyPoolConfig`) next to Serverless (the
+    defaults' settings), for 1- and 2-GPU jobs on the same workload; the default pool's row per GPU count."""
+    from fleet.settings import PoolSpec
+
+    spec = PoolSpec()
+    default = SkyPoolConfig(min_workers=spec.min_workers, max_workers=spec.max_workers,
+                            upscale_delay_s=spec.upscale_delay_s, downscale_delay_s=spec.downscale_delay_s,
+                            threshold=spec.queue_length_threshold)
+    rows: list[Row] = []
+    picks: dict[int, Row] = {}
+    for gpus in (1, 2):
+        wl = replace(w, gpus_per_job=gpus)
+        sls = replace(ServerlessConfig(active_discount=False), gpus=gpus)
+        rows.append(Row("serverless", f"{gpus} GPU: min={sls.workers_min} max={sls.workers_max} "
+                                      f"idle={sls.idle_timeout_s:g}s fb={'on' if sls.flashboot else 'off'}",
+                        simulate(serverless_factory(sls), wl, seeds, "serverless"), sls))
+        for wmax, down in itertools.product(SKY_MAX_WORKERS, SKY_DOWNSCALE_S):
+            cfg = replace(default, gpus=gpus, max_workers=wmax, downscale_delay_s=down)
+            row = Row("skypilot pool", f"{gpus} GPU: min=0 max={wmax} up={cfg.upscale_delay_s:g}s "
+                                       f"down={down:g}s", simulate(skypilot_factory(cfg), wl, seeds, "skypilot"), cfg)
+            rows.append(row)
+            if cfg == replace(default, gpus=gpus):
+                picks[gpus] = row
+        cfg = replace(default, gpus=gpus, upscale_delay_s=300.0, downscale_delay_s=1200.0)
+        rows.append(Row("skypilot pool", f"{gpus} GPU: SkyPilot's own delays (up=300s down=1200s)",
+                        simulate(skypilot_factory(cfg), wl, seeds, "skypilot"), cfg))
+    head = ("| fleet | settings | $/job | realised/ideal | p50 step min | p95 step min | utilisation | "
+            "workers started/run |\n|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        res = r.result
+        mark = " **(default pool)**" if r in picks.values() else ""
+        lines.append(f"| {r.fleet} | {r.settings}{mark} | {res.usd_per_job:.3f} | {res.ratio:.3f} | "
+                     f"{res.p(0.5) / 60:.1f} | {res.p(0.95) / 60:.1f} | {res.utilisation:.2f} | "
+                     f"{res.cold_starts / max(1, res.runs):.0f} |")
+    return "\n".join(lines), picks
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fleet.simulate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3, help="runs per configuration (seeds 0..N-1), pooled")
@@ -929,9 +973,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--active-at-flex", action="store_true",
                     help="bill active workers at the flex price (the current docs list no active discount)")
     ap.add_argument("--write-defaults", type=Path, default=None, help="write the pick to this yaml")
+    ap.add_argument("--skypilot", action="store_true",
+                    help="only the SkyPilot pool against Serverless, 1- and 2-GPU jobs (docs/fleet.md)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     w = Workload(gap_s=args.gap_s)
+    if args.skypilot:
+        table, picks = skypilot_table(w, list(range(args.seeds)))
+        print(f"Workload: {w} (gpus_per_job set per row)\nSeeds: {args.seeds}; pod prices {PRICE_SHEET.date}\n")
+        print(table)
+        for gpus, row in sorted(picks.items()):
+            res = row.result
+            print(f"Default pool, {gpus}-GPU jobs: ${res.usd_per_job:.3f}/job, realised/ideal {res.ratio:.3f}, "
+                  f"p95 batch {res.p(0.95) / 60:.1f} min, idle per job "
+                  f"{(res.billed_s - res.busy_s) / res.jobs:.0f} s")
+        print(f"({time.perf_counter() - t0:.1f} s)")
+        return 0
     base = ServerlessConfig(active_discount=not args.active_at_flex)
     rows = sweep(w, list(range(args.seeds)), base, PodPoolConfig())
     chosen = pick(rows, args.latency_factor)
