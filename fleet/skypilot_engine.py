@@ -33,8 +33,9 @@ longer lists is :class:`~fleet.dispatch.AttemptGone`.
 name carries the attempt's tag (``ait-<tag>``), so a launch whose answer is lost is found again by name
 (``queue_v2(name_match=...)``): found, its id is used; not found, the send is
 :class:`~fleet.dispatch.SendUncertain` (the launch request may still be queued at the API server). An
-unreachable API server before the request was sent is :class:`~fleet.dispatch.SendFailed`; a task SkyPilot's
-parser or the server refuses is :class:`~fleet.dispatch.SendRefused`.
+unreachable API server (``ApiServerConnectionError``, raised by the SDK's health check before the request is
+sent) is :class:`~fleet.dispatch.SendFailed`; a task SkyPilot's parser refuses, a missing pool or a refused
+login is :class:`~fleet.dispatch.SendRefused`.
 
 **Bills.** A pool's workers are pods billed per second whether busy or not. Each attempt is charged the
 pod time it held: SkyPilot's ``job_duration`` (the job's running time summed over its recoveries,
@@ -42,8 +43,8 @@ pod time it held: SkyPilot's ``job_duration`` (the job's running time summed ove
 (:func:`fleet.prices.pod_price_per_s`, the worker's ``result.worker["gpus"]``, else ``gpu_type``) x its GPUs;
 queue wait is not billed to the job (no pod is held for it). The pool's time between jobs is the run's
 idle cost: each attempt a worker took carries ``idle_per_job_s`` x the same rate as its ``idle_usd`` (an
-estimate, from the simulator's idle per job of the default pool), and ``python -m fleet.pool cost`` reads
-SkyPilot's own cost report of the pool's clusters for the real total.
+estimate: the simulator's idle pod time per job of the default pool, docs/fleet.md). No reconciliation with
+SkyPilot's own cost report (``sky.cost_report``) exists yet: ``fleet.reconcile`` knows Runpod's billing only.
 """
 
 from __future__ import annotations
@@ -332,23 +333,22 @@ class SkypilotEngine:
         assert task_ok
         try:
             return str(self.sdk.launch(config, name=name, pool=self.pool.name))
-        except (ConnectionError, OSError) as exc:
-            if not _maybe_sent(exc):
-                raise SendFailed(f"the SkyPilot API server could not be reached ({exc}); check `sky api info`") from exc
-            found = self._find(name)
+        except Exception as exc:  # noqa: BLE001 - sorted by what it says about the job below
+            kind = type(exc).__name__
+            if kind == "ApiServerConnectionError" or isinstance(exc, ConnectionRefusedError):
+                # raised by the SDK's health check before the request is sent (sky/server/common.py
+                # check_server_healthy_or_start; sky/exceptions.py): surely nothing launched
+                raise SendFailed(f"the SkyPilot API server could not be reached ({exc}); check `sky api info`") \
+                    from exc
+            if kind in ("ApiServerAuthenticationError", "UsageError", "NotSupportedError") or \
+                    isinstance(exc, (ValueError, TypeError, PermissionError)):
+                raise SendRefused(f"SkyPilot refused the launch ({kind}: {exc}); check the API server's login and "
+                                  f"that the pool {self.pool.name!r} exists: python -m fleet.pool status") from exc
+            found = self._find(name)   # the request may have run at the server: look the job up by name
             if found:
                 return found
-            raise SendUncertain(f"sky.jobs.launch got no clear answer ({exc}) and no job named {name} is listed "
-                                "yet") from exc
-        except (ValueError, TypeError) as exc:
-            raise SendRefused(f"SkyPilot refused the launch ({exc}); check the pool {self.pool.name!r} exists: "
-                              "python -m fleet.pool status") from exc
-        except Exception as exc:  # noqa: BLE001 - the request may have run at the server
-            found = self._find(name)
-            if found:
-                return found
-            raise SendUncertain(f"sky.jobs.launch failed ({type(exc).__name__}: {exc}) and no job named {name} "
-                                "is listed") from exc
+            raise SendUncertain(f"sky.jobs.launch got no clear answer ({kind}: {exc}) and no job named {name} is "
+                                "listed (the launch request may still be queued at the API server)") from exc
 
     def _find(self, name: str) -> str | None:
         try:
@@ -421,6 +421,3 @@ class SkypilotEngine:
         return self.options.gpu_type, self.gpus_per_worker()
 
 
-def _maybe_sent(exc: BaseException) -> bool:
-    """Whether a failed launch may have reached the API server (a refused connection surely did not)."""
-    return not isinstance(exc, ConnectionRefusedError)

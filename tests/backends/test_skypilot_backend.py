@@ -262,6 +262,20 @@ def test_a_lost_launch_answer_is_found_by_name_and_not_sent_twice(tmp_path):
     assert r.status == "succeeded" and sky.launches() == 1
 
 
+def test_an_unreachable_api_server_is_retried_as_a_new_attempt(tmp_path):
+    sky = fake(2)
+    sky.refuse_connection(1)
+    try:
+        with backend(tmp_path, sky) as b:
+            h = b.submit(bundles(tmp_path, 1)[0])
+            r = b.wait(h, timeout=60)
+            row = b.journal.get(h.meta["key"], history=True)
+    finally:
+        sky.close()
+    assert r.status == "succeeded" and sky.launches() == 1
+    assert [a["status"] for a in row.history] == ["failed", "completed"] and "sky api info" in row.history[0]["error"]
+
+
 def test_budget_exhaustion_refuses_jobs_before_they_are_launched(tmp_path):
     sky = fake(2)
     try:

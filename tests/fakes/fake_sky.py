@@ -118,6 +118,7 @@ class FakeSky:
         self.capacity = workers
         self._kill: list[tuple[float, bool]] = []
         self._lose_launch = 0
+        self._refuse = 0
         self._procs: dict[int, subprocess.Popen[str]] = {}
         self._cancel: dict[int, threading.Event] = {}
         self._stop = threading.Event()
@@ -150,6 +151,12 @@ class FakeSky:
         """At most ``n`` workers can be up (0: the pool cannot scale; jobs stay PENDING)."""
         with self._lock:
             self.capacity = n
+
+    def refuse_connection(self, count: int = 1) -> None:
+        """The next ``count`` launches fail the SDK's health check (``ApiServerConnectionError``, a
+        RuntimeError: sky/exceptions.py), before any request is sent."""
+        with self._lock:
+            self._refuse += count
 
     def lose_launch_answers(self, count: int = 1) -> None:
         with self._lock:
@@ -257,6 +264,10 @@ class FakeSky:
             t.join(10)
 
 
+class ApiServerConnectionError(RuntimeError):
+    """sky/exceptions.py ``ApiServerConnectionError`` (a RuntimeError), matched by name as the engine does."""
+
+
 class _Jobs:
     """``sky.jobs`` (sky/jobs/client/sdk.py)."""
 
@@ -265,6 +276,10 @@ class _Jobs:
 
     def launch(self, task: _Task, name: str | None = None, pool: str | None = None, num_jobs: int | None = None) -> str:
         f = self.f
+        with f._lock:
+            if f._refuse > 0:
+                f._refuse -= 1
+                raise ApiServerConnectionError("Could not connect to SkyPilot API server at http://127.0.0.1:46580")
 
         def run() -> Any:
             if pool is not None and f.pools and pool not in f.pools:
