@@ -70,8 +70,9 @@ INSTALL_HINT = ("the skypilot backend needs SkyPilot's SDK: pip install -e '.[sk
                 "then `sky api info` / `sky check` for the infra the pool rents on")
 REQUEST_ENV = "AIT_REQUEST"
 RESULT_BEGIN, RESULT_END = "AIT-RESULT-BEGIN", "AIT-RESULT-END"
-#: idle seconds per job the simulator measured for the default pool (docs/fleet.md, SkyPilot pool rows)
-DEFAULT_IDLE_PER_JOB_S = 120.0
+#: pod seconds per job not spent on a job (start-up and idle) in the default pool, as the simulator measured it
+#: (`python -m fleet.simulate --skypilot --seeds 3`, 2026-12-02: 181 s; docs/fleet.md, "A SkyPilot pool")
+DEFAULT_IDLE_PER_JOB_S = 181.0
 
 #: ManagedJobStatus (sky/jobs/state.py, skypilot 0.14.1) -> the dispatch vocabulary
 STATUS_MAP: dict[str, str] = {

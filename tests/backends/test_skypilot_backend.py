@@ -204,7 +204,7 @@ def test_jobs_complete_exactly_once_with_pod_priced_bills(tmp_path):
     assert spent == pytest.approx(sum(r.cost_usd for r in results))
     assert spent == pytest.approx(sum(round(max(1, -(-row.execution_time_ms // 1000)) * rate * 2, 6)
                                       for row in rows), rel=1e-6)   # instant output reports 2 GPUs
-    assert costs.idle == pytest.approx(6 * 120 * rate * 2, rel=1e-6)
+    assert costs.idle == pytest.approx(6 * 181 * rate * 2, rel=1e-6)
     assert served.cache_hit and served.cost_usd == 0 and sky.launches() == 6
 
 
