@@ -15,7 +15,8 @@ The rule (UNMEASURED: no GPU run has checked it yet; it is an estimate with stat
     2 GPUs otherwise (one for vLLM, one for the trainer), each GPU holding the larger of the two.
 
 On a 24 GiB GPU (RTX A5000, the fleet's first choice) this gives 1 GPU for Qwen3-0.6B up to seq_len
-8192 and 2 GPUs for Qwen3-1.7B. A model the table does not know gets 2 GPUs of :data:`DEFAULT_GPU_GIB`
+6,912 and 2 GPUs above; Qwen3-1.7B needs 2 GPUs of at least 35 GiB at seq_len 8,192 (full AdamW states:
+params x 16 bytes), so not an A5000. A model the table does not know gets 2 GPUs of :data:`DEFAULT_GPU_GIB`
 (never under-sized silently: add its geometry to :data:`MODELS`).
 """
 
