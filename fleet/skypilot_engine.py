@@ -314,7 +314,7 @@ class SkypilotEngine:
                        source=f"SkyPilot pool {self.pool.name} (idle per job: "
                               f"{'options' if self.options.idle_per_job_s is not None else 'simulator default'})")
 
-    def send(self, body: dict[str, Any], limits: Limits) -> str:  # noqa: ARG002 - the deadline is ours
+    def send(self, body: dict[str, Any], limits: Limits) -> str:
         """Launch one attempt as a managed job on the pool (see the module docstring for failures)."""
         body = dict(body)
         gpus = int(body.pop("_gpus", 0) or self.options.gpus_per_job or 1)
@@ -328,13 +328,13 @@ class SkypilotEngine:
                               "bytes: execve(2)); make the job's files smaller, or use backend=runpod (10 MB)")
         try:
             task_ok = self.sdk.task(config) is not None
-        except Exception as exc:  # noqa: BLE001 - SkyPilot's parser: our YAML is wrong
+        except Exception as exc:
             raise SendRefused(f"SkyPilot refused the job's task YAML ({type(exc).__name__}: {exc}); this is "
                               "a bug in fleet/skypilot_engine.py job_yaml or the pool options") from exc
         assert task_ok
         try:
             return str(self.sdk.launch(config, name=name, pool=self.pool.name))
-        except Exception as exc:  # noqa: BLE001 - sorted by what it says about the job below
+        except Exception as exc:
             kind = type(exc).__name__
             if kind == "ApiServerConnectionError" or isinstance(exc, ConnectionRefusedError):
                 # raised by the SDK's health check before the request is sent (sky/server/common.py

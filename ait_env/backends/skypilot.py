@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ait_env.backends.base import Backend
+from ait_env.backends.runpod import RunpodBackend
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.gpus import gpus_for_job
 from ait_env.jobs.settings import BackendSettings, worker_settings
@@ -33,8 +34,6 @@ from fleet.dispatch import Dispatcher
 from fleet.journal import Journal
 from fleet.settings import SkypilotOptions
 from fleet.skypilot_engine import SkypilotEngine, SkySDK
-
-from ait_env.backends.runpod import RunpodBackend
 
 JOURNAL_NAME = "skypilot_journal.sqlite"
 

@@ -21,9 +21,17 @@ from ait_env.config import load_group
 from ait_env.jobs.gpus import gpus_for_job
 from ait_env.jobs.settings import BackendSettings
 from fleet import prices
-from fleet.settings import PoolSpec, SkypilotOptions
-from fleet.skypilot_engine import (INSTALL_HINT, REQUEST_ENV, SkySDK, decode_request, job_yaml, parse_result,
-                                   pool_yaml, result_lines)
+from fleet.settings import SkypilotOptions
+from fleet.skypilot_engine import (
+    INSTALL_HINT,
+    REQUEST_ENV,
+    SkySDK,
+    decode_request,
+    job_yaml,
+    parse_result,
+    pool_yaml,
+    result_lines,
+)
 from tests.backends.test_runpod_backend import bundles
 from tests.fakes.fake_sky import FakeSky
 from tests.fakes.runpod_client import instant_output

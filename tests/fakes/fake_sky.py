@@ -43,10 +43,11 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 from fleet.skypilot_engine import REQUEST_ENV, decode_request, result_lines
 
@@ -69,7 +70,7 @@ class _Task:
         self.config = config
 
     @classmethod
-    def from_yaml_config(cls, config: dict[str, Any]) -> "_Task":
+    def from_yaml_config(cls, config: dict[str, Any]) -> _Task:
         real = real_task_parser()
         if real is not None:
             real.from_yaml_config(dict(config))
@@ -361,7 +362,7 @@ class _Jobs:
                 {"replica_id": i + 1, "status": "READY", "used_by": i in busy} for i in range(f.capacity)]}]
         return f._request(run)
 
-    def pool_down(self, pool_names: Any, all: bool = False, purge: bool = False) -> str:  # noqa: A002
+    def pool_down(self, pool_names: Any, all: bool = False, purge: bool = False) -> str:
         def run() -> None:
             self.f.pools.pop(pool_names, None)
         return self.f._request(run)

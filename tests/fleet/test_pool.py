@@ -4,8 +4,6 @@ listed (and says so, exit 1, when one is); ``--print`` needs no SkyPilot."""
 
 from __future__ import annotations
 
-import pytest
-
 from fleet import pool, prices
 from fleet.skypilot_engine import SkySDK
 from tests.fakes.fake_sky import FakeSky
