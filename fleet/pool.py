@@ -73,13 +73,20 @@ def main(argv: list[str] | None = None, sdk: SkySDK | None = None) -> int:
     ap.add_argument("--config", type=Path, help="YAML of PoolSpec fields over conf/backend/skypilot.yaml's pool")
     ap.add_argument("--print", action="store_true", help="print the pool YAML and exit (no SkyPilot needed)")
     ap.add_argument("--wait", type=float, default=600.0, help="down: seconds to wait until no worker is listed")
+    ap.add_argument("--image", help="the pinned worker image, docker:<registry>/ait-worker:<rev> (over the config's)")
     args = ap.parse_args(argv)
     spec = load_spec(args.config)
+    if args.image:
+        spec = spec.model_copy(update={"image": args.image})
     gpus = gpus_per_worker(spec)
     config = pool_yaml(spec, gpus)
     if args.print:
         print(yaml.safe_dump(config, sort_keys=False))
         return 0
+    if args.action == "up" and not spec.image:
+        print("error: no worker image: pass --image docker:<registry>/ait-worker:<rev> or set pool.image in "
+              "conf/backend/skypilot.yaml (gpu/README.md, 'Build and push the image')", file=sys.stderr)
+        return 2
     try:
         sdk = sdk or SkySDK()
     except RuntimeError as exc:

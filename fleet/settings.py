@@ -116,8 +116,9 @@ class PoolSpec(BaseModel):
 
     #: the pool's name (``sky jobs launch --pool <name>``)
     name: str = "ait-workers"
-    #: the pinned worker image (gpu/Dockerfile), as SkyPilot's ``image_id: docker:<image>``
-    image: str = "docker:ghcr.io/ai-trains-ai/ait-worker:pinned"
+    #: the pinned worker image (gpu/Dockerfile, gpu/README.md "Build and push"), as SkyPilot's ``image_id``
+    #: ``docker:<registry>/ait-worker:<rev>``; required by ``python -m fleet.pool up`` (or ``--image``)
+    image: str = ""
     #: SkyPilot accelerator names, first preferred (resources ``ordered``); each with its Runpod GPU type
     #: id for the price (fleet/prices.py)
     accelerators: list[str] = Field(default_factory=lambda: ["RTXA5000", "RTX4090", "L40S"])

@@ -14,7 +14,8 @@ and ``sky.get(request_id)`` waits for its result (``sky/client/sdk.py`` ``get``)
 
 Why: SkyPilot uploads local file mounts of a managed job to a bucket (its jobs config ``jobs.bucket`` or a
 new one per job), which needs cloud storage credentials on top of the GPU infra; the envs and the log need
-nothing but the pool. Limits: an environment variable passed to a process is at most ``MAX_ARG_STRLEN`` =
+nothing but the pool. The hidden eval's seeds go as the task's ``secrets`` (``AIT_SECRETS_JSON`` from the
+orchestrator's environment; SkyPilot redacts secret values in what it shows). Limits: an environment variable passed to a process is at most ``MAX_ARG_STRLEN`` =
 131,072 bytes on Linux (``execve(2)``), so the encoded request is capped at ``max_request_bytes`` (100,000
 by default; a job's bundle is a few KB packed: ``ait_env.jobs.wire.pack_bundle``); a bigger one is refused
 (:class:`~fleet.dispatch.SendRefused`) with how to fix it. The result travels through the log, which has no
@@ -56,6 +57,7 @@ import io
 import json
 import logging
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -69,6 +71,9 @@ _log = logging.getLogger(__name__)
 INSTALL_HINT = ("the skypilot backend needs SkyPilot's SDK: pip install -e '.[skypilot]' (skypilot==0.14.1), "
                 "then `sky api info` / `sky check` for the infra the pool rents on")
 REQUEST_ENV = "AIT_REQUEST"
+#: the hidden eval's secret seeds the worker reads (as the Runpod endpoint's secret reference sets them):
+#: copied from the orchestrator's environment into each job's task ``secrets`` when set there
+SECRETS_ENV = "AIT_SECRETS_JSON"
 RESULT_BEGIN, RESULT_END = "AIT-RESULT-BEGIN", "AIT-RESULT-END"
 #: pod seconds per job not spent on a job (start-up and idle) in the default pool, as the simulator measured it
 #: (`python -m fleet.simulate --skypilot --seeds 3`, 2026-12-02: 181 s; docs/fleet.md, "A SkyPilot pool")
@@ -132,7 +137,8 @@ def parse_result(log: str) -> dict[str, Any] | None:
 
 # ---------------------------------------------------------------------------------------------- YAML
 def _resources(pool: PoolSpec, gpus: int) -> dict[str, Any]:
-    return {"infra": pool.infra, "image_id": pool.image, "disk_size": pool.disk_gb, "use_spot": pool.use_spot,
+    image = {"image_id": pool.image} if pool.image else {}
+    return {"infra": pool.infra, **image, "disk_size": pool.disk_gb, "use_spot": pool.use_spot,
             "ordered": [{"accelerators": {acc: gpus}} for acc in pool.accelerators]}
 
 
@@ -152,12 +158,17 @@ def pool_yaml(pool: PoolSpec, gpus_per_worker: int) -> dict[str, Any]:
             "setup": "python -m gpu.worker --selfcheck --backend gpu || true"}
 
 
-def job_yaml(body: dict[str, Any], *, name: str, pool: PoolSpec, gpus: int) -> dict[str, Any]:
+def job_yaml(body: dict[str, Any], *, name: str, pool: PoolSpec, gpus: int,
+             secrets: dict[str, str] | None = None) -> dict[str, Any]:
     """One attempt's task YAML: the request inline in ``envs``, the worker as ``run``, the pool's
-    accelerators with this job's GPU count."""
-    return {"name": name, "resources": {"ordered": [{"accelerators": {acc: gpus}} for acc in pool.accelerators]},
-            "envs": {REQUEST_ENV: encode_request(body)},
-            "run": f"python -m gpu.worker --request-env {REQUEST_ENV}"}
+    accelerators with this job's GPU count, and ``secrets`` (SkyPilot task secrets: env vars of the job
+    whose values SkyPilot redacts, ``sky/task.py``): the hidden eval's seeds, ``AIT_SECRETS_JSON``."""
+    config: dict[str, Any] = {
+        "name": name, "resources": {"ordered": [{"accelerators": {acc: gpus}} for acc in pool.accelerators]},
+        "envs": {REQUEST_ENV: encode_request(body)}, "run": f"python -m gpu.worker --request-env {REQUEST_ENV}"}
+    if secrets:
+        config["secrets"] = dict(secrets)
+    return config
 
 
 # ---------------------------------------------------------------------------------------------- the SDK
@@ -320,7 +331,8 @@ class SkypilotEngine:
         gpus = int(body.pop("_gpus", 0) or self.options.gpus_per_job or 1)
         tag = str(body.get("tag") or "")
         name = f"ait-{tag}" if tag else "ait-job"
-        config = job_yaml(body, name=name, pool=self.pool, gpus=gpus)
+        seeds = os.environ.get(SECRETS_ENV)
+        config = job_yaml(body, name=name, pool=self.pool, gpus=gpus, secrets={SECRETS_ENV: seeds} if seeds else None)
         size = len(config["envs"][REQUEST_ENV])
         if size > self.options.max_request_bytes:
             raise SendRefused(f"the request is {size} bytes encoded, over max_request_bytes="

@@ -94,12 +94,14 @@ def sky_parse(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_the_job_and_pool_yaml_pass_skypilots_own_parser():
-    pool = SkypilotOptions.model_validate(settings().options).pool
+    pool = SkypilotOptions.model_validate(settings().options).pool.model_copy(
+        update={"image": "docker:ghcr.io/example/ait-worker:rev1"})
     body = {"kind": "job", "executor": "gpu", "settings": {"name": "skypilot"}, "bundle": "x" * 5000, "tag": "t1"}
     job = job_yaml(body, name="ait-t1", pool=pool, gpus=1)
     bad_job = {**job, "gpus_per_node": 2}
     bad_pool = {**pool_yaml(pool, 2), "pool": {"min_workers": 3, "max_workers": 1}}
-    got = sky_parse([job, job_yaml(body, name="ait-t2", pool=pool, gpus=2), pool_yaml(pool, 2),
+    got = sky_parse([job, job_yaml(body, name="ait-t2", pool=pool, gpus=2, secrets={"AIT_SECRETS_JSON": "{}"}),
+                     pool_yaml(pool, 2),
                      pool_yaml(pool.model_copy(update={"workers": 4}), 1), bad_job, bad_pool])
     assert [g.get("error") for g in got[:4]] == [None] * 4, got
     assert got[0]["version"] == "0.14.1"
@@ -217,6 +219,19 @@ def test_jobs_complete_exactly_once_with_pod_priced_bills(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- faults
+def test_the_hidden_evals_seeds_go_as_task_secrets_not_envs(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIT_SECRETS_JSON", '{"arithmetic": 123}')
+    sky = fake(1)
+    try:
+        with backend(tmp_path, sky) as b:
+            (r,) = run_all(b, bundles(tmp_path, 1))
+    finally:
+        sky.close()
+    (job,) = sky.jobs_by_id.values()
+    assert r.status == "succeeded" and job.config["secrets"] == {"AIT_SECRETS_JSON": '{"arithmetic": 123}'}
+    assert "123" not in json.dumps(job.config["envs"])
+
+
 def test_a_worker_lost_mid_job_is_recovered_by_skypilot_in_one_attempt(tmp_path):
     sky = fake(2, job_s=0.6)
     sky.kill_next(1, after_s=0.2, recover=True)

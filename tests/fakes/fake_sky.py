@@ -75,7 +75,7 @@ class _Task:
         if real is not None:
             real.from_yaml_config(dict(config))
         else:
-            unknown = set(config) - {"name", "resources", "envs", "run", "setup", "pool", "file_mounts"}
+            unknown = set(config) - {"name", "resources", "envs", "secrets", "run", "setup", "pool", "file_mounts"}
             if unknown or not isinstance(config.get("run", ""), str):
                 raise ValueError(f"Invalid task YAML: unknown keys {sorted(unknown)}")
         return cls(config)
@@ -215,7 +215,8 @@ class FakeSky:
             body = decode_request(envs[REQUEST_ENV])
             assert self.instant_output is not None
             return 0, ["ait worker: instant", *result_lines(self.instant_output(body))]
-        env = {**(self.worker_env or os.environ), **{k: str(v) for k, v in envs.items()}}
+        secrets = job.config.get("secrets") or {}   # task secrets reach the run as env vars too (sky/task.py)
+        env = {**(self.worker_env or os.environ), **{k: str(v) for k, v in {**envs, **secrets}.items()}}
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
         proc = subprocess.Popen(["bash", "-c", job.config["run"]], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True,

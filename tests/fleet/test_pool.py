@@ -14,8 +14,10 @@ def test_up_status_down(capsys):
     try:
         sdk = SkySDK(sky)
         assert pool.main(["status"], sdk) == 1 and "not found" in capsys.readouterr().out
-        assert pool.main(["up"], sdk) == 0
+        assert pool.main(["up"], sdk) == 2 and "no worker image" in capsys.readouterr().err
+        assert pool.main(["up", "--image", "docker:reg/ait-worker:rev1"], sdk) == 0
         assert sky.pools["ait-workers"]["pool"]["max_workers"] == 16
+        assert sky.pools["ait-workers"]["resources"]["image_id"] == "docker:reg/ait-worker:rev1"
         assert pool.main(["status"], sdk) == 0
         out = capsys.readouterr().out
         rate = prices.pod_price_per_s("NVIDIA RTX A5000") * 3600
@@ -31,7 +33,7 @@ def test_down_says_when_a_worker_is_still_listed(capsys):
     sky.jobs.pool_down = lambda *a, **k: sky._request(lambda: None)   # a pool down that removes nothing
     try:
         sdk = SkySDK(sky)
-        pool.main(["up"], sdk)
+        pool.main(["up", "--image", "docker:reg/ait-worker:rev1"], sdk)
         assert pool.main(["down", "--wait", "0"], sdk) == 1
         assert "still listed" in capsys.readouterr().err
     finally:
