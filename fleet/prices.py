@@ -190,3 +190,34 @@ def cost_per_hour(pools: list[str], gpu_count: int, workers: int, active: bool) 
                      "discount is not known here)")
         return workers * gpu_count * rate * 3600, note
     return float("nan"), f"no price known for {pools}: add it to fleet/prices.py"
+
+
+#: SkyPilot's accelerator names (its Runpod catalog, ``runpod/vms.csv`` of skypilot-catalog v8, e.g.
+#: ``1x_RTXA5000_SECURE``) -> the Runpod GPU type ids of :data:`PRICE_SHEET`
+SKYPILOT_ACCELERATORS: dict[str, str] = {
+    "RTXA5000": "NVIDIA RTX A5000",
+    "RTX4090": "NVIDIA GeForce RTX 4090",
+    "L40S": "NVIDIA L40S",
+    "A100-80GB": "NVIDIA A100 80GB PCIe",
+    "H100": "NVIDIA H100 80GB HBM3",
+}
+
+
+def skypilot_gpu_type(accelerator: str) -> str:
+    """The Runpod GPU type id of a SkyPilot accelerator name (unknown: returned as it is)."""
+    return SKYPILOT_ACCELERATORS.get(accelerator, accelerator)
+
+
+def pod_price_per_s(gpu_type: str) -> float:
+    """On-demand (Secure) pod $/GPU-second of ``gpu_type`` (a Runpod id or a SkyPilot accelerator name), from
+    :data:`PRICE_SHEET` (dated 2026-12-01; each price's source in its ``sources``). Unknown: the dearest
+    pod price, with a warning (never under-billed)."""
+    import logging
+
+    name = skypilot_gpu_type(gpu_type)
+    hits = [k for k in PRICE_SHEET.gpus if name.lower().startswith(k.lower())]
+    if hits:
+        return PRICE_SHEET.gpus[max(hits, key=len)].usd_per_second("pod")
+    logging.getLogger(__name__).warning("no pod price for GPU type %r (fleet/prices.py of %s): billed at the "
+                                        "dearest pod price", gpu_type, PRICE_SHEET.date)
+    return max(g.usd_per_second("pod") for g in PRICE_SHEET.gpus.values())

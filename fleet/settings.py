@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ait_env.jobs.settings import WorkerOptions
 from fleet import prices
@@ -104,3 +104,54 @@ class RunpodOptions(DispatchOptions):
     #: a negotiated active-worker rate in $/GPU-s (None: the flex rate, Runpod's one published price since
     #: 2026-05-13; fleet/prices.py UNIFIED_SINCE)
     active_usd_per_gpu_s: float | None = Field(None, gt=0)
+
+
+class PoolSpec(BaseModel):
+    """A SkyPilot pool of identical workers (``python -m fleet.pool up``; ``conf/backend/skypilot.yaml``
+    ``options.pool``): the pinned worker image, the accelerators in preference order, workers (fixed, or
+    ``min_workers``..``max_workers`` autoscaled by queue length), idle reaping and disk.
+    ``fleet.skypilot_engine.pool_yaml`` renders it as the pool YAML SkyPilot's own parser checks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: the pool's name (``sky jobs launch --pool <name>``)
+    name: str = "ait-workers"
+    #: the pinned worker image (gpu/Dockerfile, gpu/README.md "Build and push"), as SkyPilot's ``image_id``
+    #: ``docker:<registry>/ait-worker:<rev>``; required by ``python -m fleet.pool up`` (or ``--image``)
+    image: str = ""
+    #: SkyPilot accelerator names, first preferred (resources ``ordered``); each with its Runpod GPU type
+    #: id for the price (fleet/prices.py)
+    accelerators: list[str] = Field(default_factory=lambda: ["RTXA5000", "RTX4090", "L40S"])
+    #: GPUs each worker has (every job the pool runs gets the whole worker: SkyPilot gives a pool job
+    #: the worker's resources); None: the most any allowed model needs (ait_env.jobs.gpus)
+    gpus_per_worker: int | None = Field(None, ge=1, le=8)
+    #: the infra the workers are rented on (SkyPilot ``infra``: runpod, k8s/<ctx>, aws, ...)
+    infra: str = "runpod"
+    #: fixed workers (None: autoscale between min_workers and max_workers by queue length)
+    workers: int | None = Field(None, ge=0)
+    min_workers: int = Field(0, ge=0)
+    max_workers: int = Field(16, ge=1)
+    #: SkyPilot's pool autoscaler: +1 worker after this many seconds of a queue above the threshold
+    #: (sky/serve/constants.py: default 300 s, decisions every 20 s), -1 after downscale_delay_s below it
+    #: (default 1200 s): the pool's idle reaping
+    upscale_delay_s: float = Field(20.0, ge=0)
+    downscale_delay_s: float = Field(300.0, ge=0)
+    queue_length_threshold: int = Field(1, ge=1)
+    disk_gb: int = Field(100, ge=10)
+    use_spot: bool = False
+
+
+class SkypilotOptions(DispatchOptions):
+    """``options`` of the skypilot backend (unknown keys are refused): the dispatch core's, the pool's
+    and how jobs reach it (fleet/skypilot_engine.py)."""
+
+    pool: PoolSpec = Field(default_factory=PoolSpec)
+    #: per-job idle bound in seconds: pool pod time between two jobs charged to the run (not the agent),
+    #: an estimate; None: the simulator's measured idle per job of the default pool (docs/fleet.md)
+    idle_per_job_s: float | None = Field(None, ge=0)
+    #: GPUs per job: None: the one rule (ait_env.jobs.gpus.gpus_for_job) on the job's model and seq_len
+    gpus_per_job: int | None = Field(None, ge=1, le=8)
+    #: the GPU type bills use when a result does not say which GPU ran it (fleet/prices.py pod prices)
+    gpu_type: str = "NVIDIA RTX A5000"
+    #: the largest request (bundle and settings, gzip + base64) sent inline in the job's envs
+    max_request_bytes: int = Field(100_000, ge=1_000, le=120_000)

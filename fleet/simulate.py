@@ -453,6 +453,111 @@ class SimulatedServerless(_QueueFleet):
 # ---------------------------------------------------------------------------------------- driver
 
 
+@dataclass(frozen=True)
+class SkyPoolConfig:
+    """A SkyPilot pool (``fleet.settings.PoolSpec``): ``min_workers``..``max_workers`` pods of ``gpus`` GPUs,
+    scaled by SkyPilot's queue-length autoscaler (skypilot 0.14.1 ``sky/serve/autoscalers.py``
+    ``QueueLengthAutoscaler`` with ``_AutoscalerWithHysteresis``; ``sky/serve/constants.py``): a decision
+    every ``decision_s`` (20 s; 5 s while the target is 0); pending jobs above ``threshold`` ask for one
+    more worker, none pending for none, below it for one fewer, never 0 while a job is pending; a raise
+    takes effect after ``upscale_delay_s`` of consecutive decisions asking for it (at once from a target of
+    0), a cut after ``downscale_delay_s``; only idle workers are removed. Workers take jobs from the pool's
+    queue one at a time and are reused (no per-job provisioning: docs.skypilot.co, "Pools"). A new worker is
+    ready after ``provision_s + bootstrap_s``. Billed per second from creation to termination at the pod
+    $/h."""
+
+    gpu_type: str = "NVIDIA RTX A5000"
+    gpus: int = 1
+    min_workers: int = 0
+    max_workers: int = 16
+    upscale_delay_s: float = 20.0
+    downscale_delay_s: float = 300.0
+    threshold: int = 1
+    decision_s: float = 20.0
+    no_replica_decision_s: float = 5.0
+    provision_s: float = 120.0
+    bootstrap_s: float = 300.0
+    round_up: bool = True
+
+
+class SimulatedSkyPilotPool(_QueueFleet):
+    """A SkyPilot pool with its queue-length autoscaler (see :class:`SkyPoolConfig`)."""
+
+    def __init__(self, clock: SimClock, cfg: SkyPoolConfig) -> None:
+        super().__init__(clock, cfg.max_workers)
+        self.cfg = cfg
+        self.gpu_type, self.gpus, self.round_up = cfg.gpu_type, cfg.gpus, cfg.round_up
+        self.target = cfg.min_workers
+        self._up = self._down = 0
+        self._ticking = False
+        for _ in range(cfg.min_workers):
+            self._start_worker("pod")
+        self._tick_later()
+
+    def _start_delay(self) -> float:
+        return self.cfg.provision_s + self.cfg.bootstrap_s
+
+    def _idle_limit(self, w: _Worker) -> float | None:
+        return None   # the autoscaler reaps
+
+    def _dispatch(self) -> None:
+        for w in self.workers:
+            if not self.queue:
+                break
+            if w.state == "IDLE":
+                self._run(w, self.queue.pop(0))
+        self._tick_later()
+
+    def _tick_later(self) -> None:
+        if self._ticking:
+            return
+        self._ticking = True
+        every = self.cfg.no_replica_decision_s if self.target == 0 else self.cfg.decision_s
+        self.clock.schedule(self.clock.now + every, self._tick)
+
+    def _tick(self) -> None:
+        self._ticking = False
+        c, q = self.cfg, len(self.queue)
+        want = 0 if q == 0 else self.target + 1 if q > c.threshold else self.target - 1 if q < c.threshold \
+            else self.target
+        if want == 0 and q > 0:
+            want = 1
+        want = min(c.max_workers, max(c.min_workers, want))
+        if self.target == 0:
+            self.target = want
+        elif want > self.target:
+            self._up, self._down = self._up + 1, 0
+            if self._up >= max(1, int(c.upscale_delay_s / c.decision_s)):
+                self._up, self.target = 0, want
+        elif want < self.target:
+            self._down, self._up = self._down + 1, 0
+            if self._down >= max(1, int(c.downscale_delay_s / c.decision_s)):
+                self._down, self.target = 0, want
+        else:
+            self._up = self._down = 0
+        alive = self._alive()
+        for _ in range(self.target - len(alive)):
+            self._start_worker("pod")
+        excess = len(alive) - self.target
+        for w in alive:
+            if excess <= 0:
+                break
+            if w.state == "IDLE":
+                w.state, w.stopped = "STOPPED", self.clock.now
+                excess -= 1
+        busy = any(w.state in ("BUSY", "STARTING") for w in self.workers)
+        if self.queue or busy or len(self._alive()) > c.min_workers:
+            self._tick_later()
+
+    def ideal_usd(self) -> float:
+        execs = sum(r.exec_s for r in self.requests.values() if r.finished is not None)
+        return cost_usd(self.gpu_type, execs, self.gpus, "pod")
+
+
+def skypilot_factory(cfg: SkyPoolConfig) -> "FleetFactory":
+    return lambda clock, seed: SimulatedSkyPilotPool(clock, cfg)
+
+
 @dataclass
 class FleetResult:
     label: str
@@ -816,6 +921,50 @@ def journal_table(pods: Row, runs: list[tuple[str, JournalResult]]) -> str:
     return "\n".join(lines)
 
 
+#: the SkyPilot pool settings swept (fleet.settings.PoolSpec): max_workers x downscale delay (idle reaping)
+SKY_MAX_WORKERS = (12, 16, 24)
+SKY_DOWNSCALE_S = (60, 300, 1200)
+
+
+def skypilot_table(w: Workload, seeds: list[int]) -> tuple[str, dict[int, Row]]:
+    """The SkyPilot pool (its queue-length autoscaler, :class:`SkyPoolConfig`) next to Serverless (the
+    defaults' settings), for 1- and 2-GPU jobs on the same workload; the default pool's row per GPU count."""
+    from fleet.settings import PoolSpec
+
+    spec = PoolSpec()
+    default = SkyPoolConfig(min_workers=spec.min_workers, max_workers=spec.max_workers,
+                            upscale_delay_s=spec.upscale_delay_s, downscale_delay_s=spec.downscale_delay_s,
+                            threshold=spec.queue_length_threshold)
+    rows: list[Row] = []
+    picks: dict[int, Row] = {}
+    for gpus in (1, 2):
+        wl = replace(w, gpus_per_job=gpus)
+        sls = replace(ServerlessConfig(active_discount=False), gpus=gpus)
+        rows.append(Row("serverless", f"{gpus} GPU: min={sls.workers_min} max={sls.workers_max} "
+                                      f"idle={sls.idle_timeout_s:g}s fb={'on' if sls.flashboot else 'off'}",
+                        simulate(serverless_factory(sls), wl, seeds, "serverless"), sls))
+        for wmax, down in itertools.product(SKY_MAX_WORKERS, SKY_DOWNSCALE_S):
+            cfg = replace(default, gpus=gpus, max_workers=wmax, downscale_delay_s=down)
+            row = Row("skypilot pool", f"{gpus} GPU: min=0 max={wmax} up={cfg.upscale_delay_s:g}s "
+                                       f"down={down:g}s", simulate(skypilot_factory(cfg), wl, seeds, "skypilot"), cfg)
+            rows.append(row)
+            if cfg == replace(default, gpus=gpus):
+                picks[gpus] = row
+        cfg = replace(default, gpus=gpus, upscale_delay_s=300.0, downscale_delay_s=1200.0)
+        rows.append(Row("skypilot pool", f"{gpus} GPU: SkyPilot's own delays (up=300s down=1200s)",
+                        simulate(skypilot_factory(cfg), wl, seeds, "skypilot"), cfg))
+    head = ("| fleet | settings | $/job | realised/ideal | p50 step min | p95 step min | utilisation | "
+            "workers started/run |\n|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        res = r.result
+        mark = " **(default pool)**" if r in picks.values() else ""
+        lines.append(f"| {r.fleet} | {r.settings}{mark} | {res.usd_per_job:.3f} | {res.ratio:.3f} | "
+                     f"{res.p(0.5) / 60:.1f} | {res.p(0.95) / 60:.1f} | {res.utilisation:.2f} | "
+                     f"{res.cold_starts / max(1, res.runs):.0f} |")
+    return "\n".join(lines), picks
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fleet.simulate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3, help="runs per configuration (seeds 0..N-1), pooled")
@@ -824,9 +973,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--active-at-flex", action="store_true",
                     help="bill active workers at the flex price (the current docs list no active discount)")
     ap.add_argument("--write-defaults", type=Path, default=None, help="write the pick to this yaml")
+    ap.add_argument("--skypilot", action="store_true",
+                    help="only the SkyPilot pool against Serverless, 1- and 2-GPU jobs (docs/fleet.md)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     w = Workload(gap_s=args.gap_s)
+    if args.skypilot:
+        table, picks = skypilot_table(w, list(range(args.seeds)))
+        print(f"Workload: {w} (gpus_per_job set per row)\nSeeds: {args.seeds}; pod prices {PRICE_SHEET.date}\n")
+        print(table)
+        for gpus, row in sorted(picks.items()):
+            res = row.result
+            print(f"Default pool, {gpus}-GPU jobs: ${res.usd_per_job:.3f}/job, realised/ideal {res.ratio:.3f}, "
+                  f"p95 batch {res.p(0.95) / 60:.1f} min, idle per job "
+                  f"{(res.billed_s - res.busy_s) / res.jobs:.0f} s")
+        print(f"({time.perf_counter() - t0:.1f} s)")
+        return 0
     base = ServerlessConfig(active_discount=not args.active_at_flex)
     rows = sweep(w, list(range(args.seeds)), base, PodPoolConfig())
     chosen = pick(rows, args.latency_factor)

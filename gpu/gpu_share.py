@@ -25,39 +25,15 @@ from __future__ import annotations
 
 import math
 import subprocess
-from dataclasses import dataclass
 
+# the model geometry and vLLM's need are the one GPU rule's (ait_env/jobs/gpus.py), which also decides 1 or 2 GPUs
+from ait_env.jobs.gpus import GIB, KV_SEQUENCES, MODELS, OVERHEAD_GIB, ModelSize, vllm_need_gib
 
-@dataclass(frozen=True)
-class ModelSize:
-    params: float
-    layers: int
-    kv_heads: int
-    head_dim: int
+__all__ = ["GIB", "KV_SEQUENCES", "MAX_SHARE", "MIN_SHARE", "MODELS", "OVERHEAD_GIB", "ModelSize", "colocated_share",
+           "gpu_memory_gib", "vllm_need_gib"]
 
-    def kv_bytes_per_token(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * 2   # K and V, bf16
-
-
-MODELS: dict[str, ModelSize] = {
-    "Qwen/Qwen3-0.6B": ModelSize(params=0.6e9, layers=28, kv_heads=8, head_dim=128),
-    "Qwen/Qwen3-1.7B": ModelSize(params=1.7e9, layers=28, kv_heads=8, head_dim=128),
-}
-KV_SEQUENCES = 8          # concurrent full-length rollouts the policy server can hold at once
-OVERHEAD_GIB = 2.0
 MIN_SHARE = 0.10
 MAX_SHARE = 0.50          # the trainer keeps at least half of the GPU
-GIB = 2**30
-
-
-def vllm_need_gib(model: str, seq_len: int) -> float | None:
-    """GiB vLLM needs for ``model`` at ``seq_len`` by the rule (None: unknown model)."""
-    size = MODELS.get(model)
-    if size is None:
-        return None
-    weights = size.params * 2
-    kv = KV_SEQUENCES * seq_len * size.kv_bytes_per_token()
-    return (weights + kv) / GIB + OVERHEAD_GIB
 
 
 def colocated_share(model: str, seq_len: int, gpu_gib: float | None) -> float | None:

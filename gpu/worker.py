@@ -572,6 +572,32 @@ def serve() -> None:
     runpod.serverless.start({"handler": handler})
 
 
+# ---------------------------------------------------------------------------------------------- SkyPilot
+RESULT_BEGIN, RESULT_END = "AIT-RESULT-BEGIN", "AIT-RESULT-END"
+
+
+def run_request_env(name: str) -> int:
+    """A managed job's ``run`` (fleet/skypilot_engine.py): the :class:`HandlerInput` from ``$<name>`` (JSON,
+    gzip, base64) through :func:`handle_input`, its output printed to the job's log between the result
+    markers (gzip + base64, lines of 4,000 characters, the last line carrying the blob's sha256). Exit 0 once
+    the output is printed (a job's own failure is in it), 2 for an input that does not decode or validate."""
+    import base64
+    import gzip
+    import hashlib
+
+    try:
+        payload = json.loads(gzip.decompress(base64.b64decode(os.environ[name])))
+        out = handle_input(payload)
+    except (KeyError, ValueError, OSError) as exc:
+        print(f"ait worker: the request in ${name} is unusable: {type(exc).__name__}: {exc}", flush=True)
+        return 2
+    blob = base64.b64encode(gzip.compress(json.dumps(out, separators=(",", ":")).encode(), 6, mtime=0)).decode()
+    lines = [RESULT_BEGIN, *(blob[i:i + 4000] for i in range(0, len(blob), 4000)),
+             f"{RESULT_END} {hashlib.sha256(blob.encode()).hexdigest()}"]
+    print("\n".join(lines), flush=True)
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- the CLI
 def load_settings(path: Path | None, executor: str) -> BackendSettings:
     """``--settings`` (JSON or YAML of :class:`BackendSettings`), else the defaults for ``executor``:
@@ -596,6 +622,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         return _child(Path(argv[1]))
+    if argv[:1] == ["--request-env"]:
+        return run_request_env(argv[1] if len(argv) > 1 else "AIT_REQUEST")
     if "--serve" in argv:
         sys.argv = [sys.argv[0], *[a for a in argv if a != "--serve"]]  # the SDK parses its own flags
         serve()

@@ -31,5 +31,9 @@ def make_backend(settings: BackendSettings, runs_dir: Path | str | None = None) 
         from ait_env.backends.runpod import RunpodBackend
 
         return RunpodBackend(settings, runs_dir)
-    raise ValueError(f"unknown backend {settings.name!r}; available: stub, local, gpu-local, runpod. "
+    if settings.name == "skypilot":
+        from ait_env.backends.skypilot import SkypilotBackend
+
+        return SkypilotBackend(settings, runs_dir)
+    raise ValueError(f"unknown backend {settings.name!r}; available: stub, local, gpu-local, runpod, skypilot. "
                      "Pass backend='stub' or add conf/backend/<name>.yaml with a matching implementation.")

@@ -269,11 +269,12 @@ class RunpodBackend(Backend):
     def _result(self, job_id: str, row: JournalRow, charge: float | None) -> JobResult:
         """The job's result from its row; ``charge``: its cost when this caller is the one charged (else
         None: served, or charged before)."""
-        timings = {"runpod_delay_s": row.delay_time_ms / 1000,
-                   "runpod_execution_s": row.execution_time_ms / 1000,
-                   "runpod_attempts": float(row.attempt - row.first_attempt + 1)}
+        p = self.name   # runpod_*, skypilot_*: the engine's figures
+        timings = {f"{p}_delay_s": row.delay_time_ms / 1000,
+                   f"{p}_execution_s": row.execution_time_ms / 1000,
+                   f"{p}_attempts": float(row.attempt - row.first_attempt + 1)}
         if row.estimated_usd:
-            timings["runpod_estimated_usd"] = row.estimated_usd
+            timings[f"{p}_estimated_usd"] = row.estimated_usd
         if row.status == "completed" and row.result is not None and row.kind == "job":
             res = JobResult.model_validate(row.result["result"])
             served = charge is None
@@ -282,8 +283,8 @@ class RunpodBackend(Backend):
                 "cached_from": res.job_id if served else "", "timings": {**res.timings, **timings}})
         if not row.final:   # the backend was closed while this job was out
             return JobResult(job_id=job_id, backend=self.name, status="infra_failed", timings=timings,
-                             error=f"the runpod backend was closed while job {row.job_id} was "
-                                   f"{row.status}; it keeps running on Runpod and a new backend on this run "
+                             error=f"the {self.name} backend was closed while job {row.job_id} was "
+                                   f"{row.status}; it keeps running on {self.engine.name} and a new backend on this run "
                                    "dir re-attaches it")
         error = row.error or (row.result or {}).get("result", {}).get("error", "") or f"ended {row.status}"
         return JobResult(job_id=job_id, backend=self.name, status="infra_failed", error=error,
@@ -305,7 +306,7 @@ class RunpodBackend(Backend):
         outcome = (row.result or {}).get("result") or {}
         if row.status != "completed" or outcome.get("status") != "succeeded" or not outcome.get("entry"):
             why = row.error or outcome.get("error") or f"ended {row.status}"
-            raise RuntimeError(f"runpod could not measure {model} on {family}: {why}")
+            raise RuntimeError(f"{self.name} could not measure {model} on {family}: {why}")
         return BaselineEntry.model_validate(outcome["entry"])
 
     def close(self) -> None:

@@ -265,3 +265,24 @@ def test_the_simulated_server_drives_the_real_backend(tmp_path: Path) -> None:
         assert row.cost_usd == b.billing(st, st.output["result"]["worker"]).cost_usd > 0
     finally:
         b.close()
+
+
+def test_the_skypilot_pool_scales_as_its_queue_length_autoscaler_does():
+    """fleet.simulate's SkyPilot pool (sky/serve/autoscalers.py QueueLengthAutoscaler): from 0 workers the
+    first decision (5 s) asks for one at once, then one more per upscale delay while jobs wait, never above
+    max_workers; with nothing pending the idle workers go after the downscale delay; every job runs once."""
+    from fleet.simulate import (SimClock, SimulatedSkyPilotPool, SkyPoolConfig, Workload, draw_jobs,
+                                run_outer_loop)
+
+    cfg = SkyPoolConfig(gpus=1, max_workers=4, upscale_delay_s=20, downscale_delay_s=300)
+    clock = SimClock()
+    pool = SimulatedSkyPilotPool(clock, cfg)
+    w = Workload(steps=2, jobs_per_step=10, fail_frac=0.0)
+    run_outer_loop(pool, clock, draw_jobs(w, 0), w.gap_s)
+    pool.close()
+    starts = sorted(x.started for x in pool.workers)
+    assert len(pool.workers) >= 4 and starts[:4] == [5.0, 25.0, 45.0, 65.0]   # +1 per 20 s decision
+    assert all(r.runs == 1 and r.finished is not None for r in pool.requests.values())
+    assert max(sum(1 for x in pool.workers if x.started <= t < (x.stopped or 1e18))
+               for t in starts) <= cfg.max_workers
+    assert all(x.stopped is not None for x in pool.workers) and pool.ideal_usd() < pool.realised_usd()

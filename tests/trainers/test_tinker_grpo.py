@@ -227,3 +227,14 @@ def test_wandb_goes_through_the_cookbooks_own_logger(tinker_grpo, compose_cfg, t
                                                    "wandb.mode=offline"))
     assert c.wandb_project == "ait" and c.wandb_name == "smoke" and os.environ["WANDB_MODE"] == "offline"
     monkeypatch.delenv("WANDB_MODE", raising=False)
+
+
+@pytest.mark.parametrize("pilot", ["7", "7b", "7c"])
+def test_the_pilots_accept_backend_skypilot(tinker_grpo, compose_cfg, tmp_path, pilot, capsys):
+    forced = compose_cfg(f"+pilot='{pilot}'", f"run_dir={tmp_path}", "pilot.backend.name=skypilot")
+    assert tinker_grpo.pilot_backend(forced, {}) == ("skypilot", "pilot.backend.name")
+    with contextlib.suppress(SystemExit):   # 7b and 7c stop later: no checkpoint of the pilot they follow
+        tinker_grpo.build_train_config(forced)
+    err = capsys.readouterr().err
+    assert f"pilot {forced.pilot.name}: jobs run on backend skypilot (pilot.backend.name)" in err
+    assert "which this checkout does not have" not in err

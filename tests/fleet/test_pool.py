@@ -1,0 +1,51 @@
+"""``python -m fleet.pool up|status|down`` against the fake of SkyPilot's SDK (tests/fakes/fake_sky.py): up
+applies the pool YAML, status prints workers, queue and $/h at the dated pod price, down leaves no worker
+listed (and says so, exit 1, when one is); ``--print`` needs no SkyPilot."""
+
+from __future__ import annotations
+
+from fleet import pool, prices
+from fleet.skypilot_engine import SkySDK
+from tests.fakes.fake_sky import FakeSky
+
+
+def test_up_status_down(capsys):
+    sky = FakeSky(3, instant=True, instant_output=lambda b: {})
+    try:
+        sdk = SkySDK(sky)
+        assert pool.main(["status"], sdk) == 1 and "not found" in capsys.readouterr().out
+        assert pool.main(["up"], sdk) == 2 and "no worker image" in capsys.readouterr().err
+        assert pool.main(["up", "--image", "docker:reg/ait-worker:rev1"], sdk) == 0
+        assert sky.pools["ait-workers"]["pool"]["max_workers"] == 16
+        assert sky.pools["ait-workers"]["resources"]["image_id"] == "docker:reg/ait-worker:rev1"
+        assert pool.main(["status"], sdk) == 0
+        out = capsys.readouterr().out
+        rate = prices.pod_price_per_s("NVIDIA RTX A5000") * 3600
+        gpus = pool.gpus_per_worker(pool.load_spec())
+        assert "3 workers (0 busy)" in out and f"${3 * gpus * rate:.2f}/h" in out
+        assert pool.main(["down", "--wait", "1"], sdk) == 0 and "no worker listed" in capsys.readouterr().out
+    finally:
+        sky.close()
+
+
+def test_down_says_when_a_worker_is_still_listed(capsys):
+    sky = FakeSky(1, instant=True, instant_output=lambda b: {})
+    sky.jobs.pool_down = lambda *a, **k: sky._request(lambda: None)   # a pool down that removes nothing
+    try:
+        sdk = SkySDK(sky)
+        pool.main(["up", "--image", "docker:reg/ait-worker:rev1"], sdk)
+        assert pool.main(["down", "--wait", "0"], sdk) == 1
+        assert "still listed" in capsys.readouterr().err
+    finally:
+        sky.close()
+
+
+def test_print_needs_no_skypilot(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sky", None)
+    assert pool.main(["up", "--print"]) == 0
+    out = capsys.readouterr().out
+    assert "min_workers: 0" in out and "RTXA5000" in out and "gpu.worker --selfcheck" in out
+    assert pool.main(["status"]) == 2
+    assert "pip install -e '.[skypilot]'" in capsys.readouterr().err
