@@ -32,7 +32,7 @@ ACTIVE_DOCS = ("runpod/docs `snippets/serverless-gpu-pricing-table.mdx` before c
 #: "Both worker types are billed at the same per-second rate"): since then an active worker costs the flex
 #: rate unless a discount was negotiated with Runpod's sales (then pass it as ``negotiated``)
 UNIFIED_SINCE = "2026-05-13"
-SKYPILOT = ("SkyPilot catalog v8 runpod/vms.csv (commit 01acdfd4, undated; notes/runpod.md §3): "
+SKYPILOT = ("SkyPilot catalog v8 runpod/vms.csv (commit 01acdfd4, undated): "
             "Secure Cloud $/GPU-h")
 DATARECEIPTS = ("datareceipts 109-gpu-pricing vendors.json, runpod.io/pricing read on 2026-11-09: "
                 "Secure Cloud $/GPU-h")
