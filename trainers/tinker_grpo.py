@@ -238,7 +238,7 @@ def run(cfg: DictConfig, record: Any = None) -> Path:
             else:
                 asyncio.run(train.main(config))
     finally:
-        close_run_backends()  # the run's one backend (every episode shared it)
+        close_run_backends(config.dataset_builder.run_id)  # the run's one backend (every episode shared it)
     return Path(config.log_path)
 
 

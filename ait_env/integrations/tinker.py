@@ -170,7 +170,7 @@ def get_renderer(renderer_name: str, model_name: str) -> renderers.Renderer:
     return renderers.get_renderer(renderer_name, tokenizer, model_name=model_name)
 
 
-_RUN_BACKENDS: dict[str, Backend] = {}
+_RUN_BACKENDS: dict[str, tuple[str, Backend]] = {}  # adapter-config key -> (run id, backend)
 _RUN_BACKENDS_LOCK = threading.Lock()
 
 
@@ -179,21 +179,22 @@ def run_backend(cfg: AdapterConfig) -> Backend:
     does, at the end of the run or at exit). A run is identified by its whole adapter config."""
     key = json.dumps([cfg.run_id, cfg.backend, cfg.backend_factory, cfg.env_overrides], sort_keys=True, default=str)
     with _RUN_BACKENDS_LOCK:
-        if key not in _RUN_BACKENDS or _RUN_BACKENDS[key].closed:
+        if key not in _RUN_BACKENDS or _RUN_BACKENDS[key][1].closed:
             settings = compose(backend=cfg.backend, overrides=cfg.env_overrides)
             factory: Callable[..., Backend] = make_backend
             if cfg.backend_factory:
                 mod, _, attr = cfg.backend_factory.partition(":")
                 factory = getattr(importlib.import_module(mod), attr)
-            _RUN_BACKENDS[key] = factory(settings.backend, settings.env.runs_path)
-        return _RUN_BACKENDS[key]
+            _RUN_BACKENDS[key] = (cfg.run_id, factory(settings.backend, settings.env.runs_path))
+        return _RUN_BACKENDS[key][1]
 
 
-def close_run_backends() -> None:
-    """Close every run's backend (running jobs stop); a later episode builds a new one."""
+def close_run_backends(run_id: str | None = None) -> None:
+    """Close the backends of the run ``run_id`` (every run's when None, as at exit); running jobs stop
+    and a later episode of that run builds a new one. Another run in the same process keeps its own."""
     with _RUN_BACKENDS_LOCK:
-        backends = list(_RUN_BACKENDS.values())
-        _RUN_BACKENDS.clear()
+        keys = [k for k, (rid, _) in _RUN_BACKENDS.items() if run_id is None or rid == run_id]
+        backends = [_RUN_BACKENDS.pop(k)[1] for k in keys]
     for backend in backends:
         backend.close()
 

@@ -4,6 +4,7 @@ scripted token completer, stub backend): rewards, actions, datums, advantages, d
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -268,3 +269,18 @@ def test_serialized_tokenizer_survives_concurrent_renders(local_tokenizer):
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_closing_a_run_closes_only_that_runs_backend(tmp_path: Path) -> None:
+    """Two runs in one process each keep their one backend; closing one run's leaves the other's open."""
+    from ait_env.integrations.tinker import close_run_backends, run_backend
+
+    mine = run_backend(dataclasses.replace(_cfg(tmp_path / "a"), run_id="mine"))
+    theirs = run_backend(dataclasses.replace(_cfg(tmp_path / "b"), run_id="theirs"))
+    assert run_backend(dataclasses.replace(_cfg(tmp_path / "a"), run_id="mine")) is mine
+    close_run_backends("mine")
+    assert mine.closed and not theirs.closed
+    assert run_backend(dataclasses.replace(_cfg(tmp_path / "a"), run_id="mine")) is not mine  # a fresh one
+    close_run_backends("theirs")
+    close_run_backends("mine")
+    assert theirs.closed
