@@ -336,6 +336,84 @@ def test_an_orchestrator_killed_mid_batch_is_replaced_and_nothing_is_lost_or_pai
     assert spent == pytest.approx(sum(row.cost_usd for row in rows)) and spent > 0
 
 
+#: the orchestrator as its own process: a SkypilotBackend whose SDK is the test's fake, reached over a
+#: multiprocessing manager (the fake's pool and queue live in the test process, as SkyPilot's live in its
+#: API server); it submits the bundles and waits to be killed
+ORCHESTRATOR = """
+import sys, time
+from multiprocessing.managers import BaseManager
+from pathlib import Path
+from ait_env.backends.skypilot import SkypilotBackend
+from ait_env.jobs.bundle import JobBundle
+from ait_env.jobs.settings import BackendSettings
+
+class Manager(BaseManager):
+    pass
+
+Manager.register("sdk")
+host, port, key = sys.argv[3].split(":")
+m = Manager(address=(host, int(port)), authkey=key.encode())
+m.connect()
+settings = BackendSettings.model_validate_json(Path(sys.argv[1]).read_text())
+b = SkypilotBackend(settings, sys.argv[2], show_progress=False, sdk=m.sdk())
+for path in sys.argv[4:]:
+    b.submit(JobBundle.load(Path(path)))
+print("submitted", flush=True)
+time.sleep(600)
+"""
+
+
+def test_an_orchestrator_process_sigkilled_mid_batch_loses_nothing_and_pays_nothing_twice(tmp_path):
+    """The orchestrator runs as a child process and is SIGKILLed once SkyPilot has all six launches (two
+    workers: most jobs still queued or running, none journaled as ended by it). A new orchestrator on the same
+    run dir adopts every attempt by its recorded id (the journal row written before each launch, its id
+    after), and the same bundles are served or attached, never launched again."""
+    import os
+    import secrets as _secrets
+    import signal
+    import threading
+    from multiprocessing.managers import BaseManager
+
+    sky = fake(2, job_s=1.0)
+    sdk = SkySDK(sky)
+
+    class Manager(BaseManager):
+        pass
+
+    Manager.register("sdk", callable=lambda: sdk)
+    key = _secrets.token_hex(8)
+    server = Manager(address=("127.0.0.1", 0), authkey=key.encode()).get_server()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host, port = server.address
+    jobs = bundles(tmp_path, 6)
+    cfg = tmp_path / "settings.json"
+    cfg.write_text(settings(owner_stale_s=1.0).model_dump_json())
+    child = subprocess.Popen([sys.executable, "-c", ORCHESTRATOR, str(cfg), str(tmp_path / "runs"),
+                              f"{host}:{port}:{key}", *[str(j.root) for j in jobs]],
+                             stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        t0 = time.time()
+        while sky.launches() < 6 and time.time() - t0 < 60 and child.poll() is None:
+            time.sleep(0.02)
+        assert sky.launches() == 6, f"the orchestrator launched {sky.launches()} of 6 (exit {child.poll()})"
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        unfinished = [i for i, j in sky.jobs_by_id.items() if j.status not in ("SUCCEEDED",)]
+        assert unfinished, "every job had ended before the kill: the test no longer kills mid-batch"
+        time.sleep(1.2)                                       # its heartbeat goes stale (owner_stale_s=1.0)
+        with backend(tmp_path, sky, owner_stale_s=1.0) as b:
+            results = run_all(b, jobs, timeout=60)
+            rows, spent = b.journal.rows(), b.spent_usd()
+    finally:
+        if child.poll() is None:
+            child.kill()
+        sky.close()
+    assert [r.status for r in results] == ["succeeded"] * 6
+    assert sky.launches() == 6 and len(rows) == 6 and all(sky.runs_of(i) == 1 for i in sky.jobs_by_id)
+    assert all(row.attempt == 1 for row in rows)
+    assert spent == pytest.approx(sum(row.cost_usd for row in rows)) and spent > 0
+
+
 # ---------------------------------------------------------------------------------------------- real jobs
 def _real(tmp_path: Path, n: int, workers: int) -> None:
     """``n`` distinct real jobs (the tiny model, the local executor) through ``workers`` fake pool workers that
