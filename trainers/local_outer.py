@@ -181,7 +181,8 @@ def run(cfg: DictConfig) -> Path:
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps({k: summary[k] for k in ("first", "last", "reward_gain", "gain_beyond_both_cis",
                                               "cache_hit_rate", "seconds")}, indent=1))
-    _charts(out)
+    if cfg.get("charts", True):
+        _charts(out)
     return out
 
 

@@ -45,6 +45,7 @@ def _run(policy: Any, tmp_path: Path, families: list[str], episodes: int = 1, **
         return rows, out, server
 
 
+@pytest.mark.slow  # every training family; the default suite keeps two: test_costs_add_up_against_the_ledger...
 def test_a_competent_agent_scores_above_a_careless_one_on_every_training_family(tmp_path):
     train = family_list("train")
     good, _, _ = _run(scripted(careless=False), tmp_path / "good", train)

@@ -63,6 +63,7 @@ def test_an_environment_that_raises_only_in_training_is_job_failed(tmp_path, mon
     assert "infrastructure failure" not in res.log_tail
 
 
+@pytest.mark.slow  # the default suite keeps its micro-model twin: tests/probe/test_nonfinite_rubric.py
 def test_a_rubric_that_returns_nan_in_training_is_job_failed(tmp_path, monkeypatch, model_cache):
     def edit(text: str) -> str:
         return text.replace("funcs=[correct_answer, calculator_use]", "funcs=[nan_reward, calculator_use]") + (

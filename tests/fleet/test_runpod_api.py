@@ -189,6 +189,7 @@ def test_a_body_the_api_rejects_is_a_clear_error(fake_runpod):
 
 
 # --------------------------------------------------------------------------------------- real workers
+@pytest.mark.slow  # the default suite keeps a real job through the real handler (tests/backends/test_runpod_backend.py)
 @needs_tiny_model
 def test_a_real_job_runs_through_two_worker_processes(tmp_path):
     """A tiny-model job goes through the queue to a worker process that runs gpu.worker.handle_input. The

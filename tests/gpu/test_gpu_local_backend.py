@@ -71,6 +71,7 @@ def test_seed_baselines_on_gpu_local_says_why_it_cannot(tmp_path):
     assert out.returncode != 0 and "this worker refuses 'gpu' jobs" in out.stderr
 
 
+@pytest.mark.slow  # the default suite keeps the worker's own run of a job with the local executor (test_gpu_worker.py)
 @needs_tiny_model
 def test_the_worker_path_trains_with_the_local_executor(tmp_path):
     pytest.importorskip("verifiers")

@@ -79,7 +79,7 @@ def test_smoke_run_metrics_summary_charts_and_a_cached_rerun(local_outer, tmp_pa
     episodes = _rows(out / "episodes.jsonl")
     assert len(episodes) == 24 and all(e["reward"] is not None for e in episodes)
     # the same command again: every job is served from the run's cache, and the metrics are the same
-    again = local_outer.run(_cfg(*base))
+    again = local_outer.run(_cfg(*base, "charts=false"))   # charts=false: no charts drawn
     rows2 = _rows(again / "metrics.jsonl")
     assert all(r["env/all/ait/cache_hit"] == 1.0 for r in rows2)
     strip = lambda r: {k: v for k, v in r.items() if not k.startswith("time/") and k != "env/all/ait/cache_hit"}  # noqa: E731
@@ -88,10 +88,11 @@ def test_smoke_run_metrics_summary_charts_and_a_cached_rerun(local_outer, tmp_pa
 
 def test_the_control_policy_never_moves(local_outer, tmp_path):
     # the policy's logic, not validation (the smoke test above runs the probe): no sandboxed probe stage
-    out = local_outer.run(_cfg("+pilot=local_smoke", f"run_dir={tmp_path}", "pilot.steps=2", "pilot.policy_lr=0",
+    out = local_outer.run(_cfg("+pilot=local_smoke", f"run_dir={tmp_path}", "pilot.steps=2", "pilot.policy_lr=0", "charts=false",
                                "env.probe.enabled=false"))
     rows = _rows(out / "metrics.jsonl")
     assert all(abs(r["policy/base_model/Qwen/Qwen3-1.7B"] - 0.5) < 1e-12 for r in rows)
+    assert not (out / "charts").exists()                  # charts=false
 
 
 def test_a_tinker_pilot_is_refused(local_outer, tmp_path):
@@ -119,7 +120,7 @@ def test_rows_go_to_weights_and_biases_when_a_project_is_set(local_outer, tmp_pa
     runs: list[_FakeRun] = []
     fake = types.SimpleNamespace(init=lambda **kw: runs.append(_FakeRun(**kw)) or runs[-1])
     monkeypatch.setitem(sys.modules, "wandb", fake)
-    out = local_outer.run(_cfg("+pilot=local_smoke", f"run_dir={tmp_path}", "pilot.steps=2", "wandb.project=ait",
+    out = local_outer.run(_cfg("+pilot=local_smoke", f"run_dir={tmp_path}", "pilot.steps=2", "wandb.project=ait", "charts=false",
                                "wandb.mode=offline", "env.probe.enabled=false"))  # the logger, not validation
     (run,) = runs
     assert run.init["project"] == "ait" and run.init["mode"] == "offline" and run.finished
