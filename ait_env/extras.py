@@ -38,13 +38,15 @@ EXTRA_OF: dict[str, str] = {
     "verifiers": "inner", "openai": "inner", "httpx": "inner", "aiohttp": "inner",
     "tinker_cookbook": "tinker", "tinker": "tinker",
     "trl": "trl", "transformers": "trl",
-    "runpod": "runpod",
+    "runpod": "runpod", "sky": "skypilot",
     "pytest": "test", "hypothesis": "test",
 }
 
 #: extra -> the command that installs it (from the repository root)
 INSTALL: dict[str, str] = {
     "trl": "VENV=.venv-trl bash scripts/setup.sh test,trl   (TRL needs its own venv, .venv-trl: docs/trl.md)",
+    "skypilot": "VENV=.venv-sky bash scripts/setup.sh skypilot   (its own venv: SkyPilot 0.14.1 pins click<8.2, "
+                "runpod click>=8.4.2; run the command with .venv-sky/bin/python: docs/fleet.md)",
 }
 
 

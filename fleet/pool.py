@@ -89,9 +89,11 @@ def main(argv: list[str] | None = None, sdk: SkySDK | None = None) -> int:
         return 2
     try:
         sdk = sdk or SkySDK()
-    except RuntimeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except RuntimeError:
+        from ait_env.extras import EXIT_MISSING_EXTRA, missing_extra_line
+
+        print(missing_extra_line("python -m fleet.pool", "sky", "skypilot"), file=sys.stderr)
+        return EXIT_MISSING_EXTRA
     if args.action == "up":
         sdk.pool_apply(config, spec.name)
         print(f"pool {spec.name}: applied ({gpus} x {'/'.join(spec.accelerators)} per worker, "

@@ -125,8 +125,10 @@ def spread(t0: float, t1: float, usd: float, step: int) -> dict[int, float]:
     return out
 
 
-def journal_buckets(runs_dirs: list[Path], step: int, now: float | None = None) -> dict[int, Parts]:
-    """The journals' charges per bucket (see the module docstring)."""
+def journal_buckets(runs_dirs: list[Path], step: int, now: float | None = None,
+                    journal_name: str | None = None) -> dict[int, Parts]:
+    """The journals' charges per bucket (see the module docstring); ``journal_name``: the journal file in each
+    run dir (default the Runpod backend's; :mod:`fleet.reconcile_pool` passes the skypilot backend's)."""
     from fleet.journal import JOURNAL_NAME, Journal, owner_alive
 
     now = now or time.time()
@@ -138,10 +140,11 @@ def journal_buckets(runs_dirs: list[Path], step: int, now: float | None = None) 
             setattr(p, part, getattr(p, part) + usd)
 
     for runs_dir in runs_dirs:
-        path = Path(runs_dir) / JOURNAL_NAME
+        path = Path(runs_dir) / (journal_name or JOURNAL_NAME)
         if not path.exists():
-            raise FileNotFoundError(f"no journal at {path}: pass the run dir a runpod backend wrote "
-                                    "(backend=runpod, its runs_dir)")
+            kind = "skypilot" if journal_name and journal_name != JOURNAL_NAME else "runpod"
+            raise FileNotFoundError(f"no journal at {path}: pass the run dir a {kind} backend wrote "
+                                    f"(backend={kind}, its runs_dir)")
         journal = Journal(path)
         for a in journal.attempt_bills():
             billed_s = (a["delay_time_ms"] + a["execution_time_ms"]) / 1000
@@ -153,12 +156,12 @@ def journal_buckets(runs_dirs: list[Path], step: int, now: float | None = None) 
     return out
 
 
-def estimated_usd(runs_dirs: list[Path]) -> float:
+def estimated_usd(runs_dirs: list[Path], journal_name: str | None = None) -> float:
     """USD of the journals' attempts charged at their bounds (jobs and idle)."""
     from fleet.journal import JOURNAL_NAME, Journal
 
     return round(sum(a["cost_usd"] + a["idle_usd"] for d in runs_dirs
-                     for a in Journal(Path(d) / JOURNAL_NAME).estimated_attempts()), 6)
+                     for a in Journal(Path(d) / (journal_name or JOURNAL_NAME)).estimated_attempts()), 6)
 
 
 def correct_estimates(runs_dirs: list[Path], client: Any) -> list[Correction]:
@@ -224,10 +227,10 @@ def runpod_buckets(answer: dict[str, Any], endpoint_id: str) -> dict[int, tuple[
     return out
 
 
-def _verdict(journal: float, runpod: float, pct: float, usd: float) -> str:
+def verdict_of(journal: float, runpod: float, pct: float, usd: float, remote: str = "RUNPOD") -> str:
     if abs(runpod - journal) <= max(usd, pct / 100 * max(abs(journal), abs(runpod))):
         return "ok"
-    return "RUNPOD HIGHER" if runpod > journal else "JOURNAL HIGHER"
+    return f"{remote} HIGHER" if runpod > journal else "JOURNAL HIGHER"
 
 
 def reconcile(mgmt: ManagementClient, runs_dirs: list[Path], endpoint_id: str, bucket: str = "day",
@@ -252,7 +255,7 @@ def reconcile(mgmt: ManagementClient, runs_dirs: list[Path], endpoint_id: str, b
         rows.append(Row(start=datetime.fromtimestamp(b, timezone.utc).strftime("%Y-%m-%d %H:%M"),
                         journal=parts, journal_usd=round(parts.total, 4), runpod_gpu_usd=round(gpu, 4),
                         runpod_other_usd=round(other, 4), difference_usd=round(gpu - parts.total, 4),
-                        verdict=_verdict(parts.total, gpu, tolerance_pct, tolerance_usd),
+                        verdict=verdict_of(parts.total, gpu, tolerance_pct, tolerance_usd),
                         open=b + step > now))
     tj = Parts(jobs=sum(r.journal.jobs for r in rows), idle=sum(r.journal.idle for r in rows),
                active=sum(r.journal.active for r in rows))
@@ -260,7 +263,7 @@ def reconcile(mgmt: ManagementClient, runs_dirs: list[Path], endpoint_id: str, b
         sum(theirs.get(b, (0.0, 0.0))[1] for b in theirs if first <= b < last)
     total = Row(start="total", journal=tj, journal_usd=round(tj.total, 4), runpod_gpu_usd=round(tg, 4),
                 runpod_other_usd=round(to, 4), difference_usd=round(tg - tj.total, 4),
-                verdict=_verdict(tj.total, tg, tolerance_pct, tolerance_usd))
+                verdict=verdict_of(tj.total, tg, tolerance_pct, tolerance_usd))
     if any(r.open for r in rows):
         notes.append("a bucket marked * has not ended: Runpod's figure may still grow; run again after it")
     if any(r.verdict == "RUNPOD HIGHER" for r in [*rows, total]):

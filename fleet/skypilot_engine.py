@@ -44,8 +44,8 @@ pod time it held: SkyPilot's ``job_duration`` (the job's running time summed ove
 (:func:`fleet.prices.pod_price_per_s`, the worker's ``result.worker["gpus"]``, else ``gpu_type``) x its GPUs;
 queue wait is not billed to the job (no pod is held for it). The pool's time between jobs is the run's
 idle cost: each attempt a worker took carries ``idle_per_job_s`` x the same rate as its ``idle_usd`` (an
-estimate: the simulator's idle pod time per job of the default pool, docs/fleet.md). No reconciliation with
-SkyPilot's own cost report (``sky.cost_report``) exists yet: ``fleet.reconcile`` knows Runpod's billing only.
+estimate: the simulator's idle pod time per job of the default pool, docs/fleet.md). ``python -m fleet.reconcile_pool``
+compares the journal with SkyPilot's own cost report of the pool's workers (``sky.cost_report``).
 """
 
 from __future__ import annotations
@@ -75,6 +75,8 @@ REQUEST_ENV = "AIT_REQUEST"
 #: copied from the orchestrator's environment into each job's task ``secrets`` when set there
 SECRETS_ENV = "AIT_SECRETS_JSON"
 RESULT_BEGIN, RESULT_END = "AIT-RESULT-BEGIN", "AIT-RESULT-END"
+#: the skypilot backend's journal in its run dir (the Runpod backend's is fleet.journal.JOURNAL_NAME)
+JOURNAL_NAME = "skypilot_journal.sqlite"
 #: pod seconds per job not spent on a job (start-up and idle) in the default pool, as the simulator measured it
 #: (`python -m fleet.simulate --skypilot --seeds 3`, 2026-12-02: 181 s; docs/fleet.md, "A SkyPilot pool")
 DEFAULT_IDLE_PER_JOB_S = 181.0
@@ -250,6 +252,13 @@ class SkySDK:
     def pool_down(self, pool_name: str) -> None:
         """``sky.jobs.pool_down(pool_names)`` (sky/jobs/client/sdk.py)."""
         self.sky.get(self.sky.jobs.pool_down(pool_name))
+
+    def cost_report(self, days: int | None = None) -> list[dict[str, Any]]:
+        """``sky.cost_report(days)`` (sky/client/sdk.py; computed by sky/core.py ``cost_report``): one record
+        per cluster of the API server's history, downed ones included, with ``name``, ``usage_intervals``
+        (``[(start, end or None)]``, epoch seconds), ``duration`` and ``total_cost`` (SkyPilot's catalog
+        price of the cluster's resources x its time up x its nodes: an estimate, not the cloud's invoice)."""
+        return [dict(r) for r in self.sky.get(self.sky.cost_report(days=days)) or []]
 
 
 # ---------------------------------------------------------------------------------------------- statuses

@@ -33,9 +33,8 @@ from ait_env.jobs.settings import BackendSettings, worker_settings
 from fleet.dispatch import Dispatcher
 from fleet.journal import Journal
 from fleet.settings import SkypilotOptions
-from fleet.skypilot_engine import SkypilotEngine, SkySDK
+from fleet.skypilot_engine import JOURNAL_NAME, SkypilotEngine, SkySDK
 
-JOURNAL_NAME = "skypilot_journal.sqlite"
 
 
 class SkypilotBackend(RunpodBackend):

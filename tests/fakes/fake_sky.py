@@ -21,7 +21,9 @@ What it fakes, and where the real behaviour is written (files of skypilot 0.14.1
   ``current_cluster_name``;
 - ``sky.jobs.cancel(job_ids=)``: the job's process is killed, CANCELLED;
 - ``sky.jobs.tail_logs(job_id=, follow=False, output_stream=)``: the job's log so far (the run's stdout);
-- ``sky.jobs.pool_apply/pool_status/pool_down`` (``sky/jobs/client/sdk.py``): the pool's workers.
+- ``sky.jobs.pool_apply/pool_status/pool_down`` (``sky/jobs/client/sdk.py``): the pool's workers;
+- ``sky.cost_report(days)`` (``sky/client/sdk.py``, computed in ``sky/core.py``): the pool's worker clusters
+  ``<pool>-<replica id>`` up from the fake's start to its close or ``pool_down``, at ``worker_usd_per_h``.
 
 Statuses a job goes through here: PENDING → STARTING → RUNNING → SUCCEEDED (exit 0) | FAILED (non-zero
 exit, ``failure_reason``) | CANCELLED; a worker lost mid-job: RECOVERING (``recovery_count`` + 1) and PENDING
@@ -101,7 +103,7 @@ class FakeSky:
 
     def __init__(self, workers: int = 2, *, instant: bool = False, job_s: float = 0.05,
                  worker_env: dict[str, str] | None = None, instant_output: Callable[[dict[str, Any]], dict[str, Any]]
-                 | None = None, pool: str = "ait-workers") -> None:
+                 | None = None, pool: str = "ait-workers", worker_usd_per_h: float = 0.27) -> None:
         self.Task = _Task
         self.jobs = _Jobs(self)
         #: ``sky.serve.UpdateMode`` (sky/serve/serve_utils.py: ROLLING = 'rolling', BLUE_GREEN = 'blue_green')
@@ -109,6 +111,9 @@ class FakeSky:
         self.instant, self.job_s, self.worker_env = instant, job_s, worker_env
         self.instant_output = instant_output
         self.pool_name = pool
+        #: ``sky.cost_report`` prices each worker cluster at this $/h over its time up (from now to close/down)
+        self.worker_usd_per_h, self.up_at, self.down_at = worker_usd_per_h, time.time(), None
+        self.other_clusters: list[dict[str, Any]] = []   # cost records of clusters that are not the pool's
         self.pools: dict[str, dict[str, Any]] = {}
         self._lock = threading.RLock()
         self._requests: dict[str, tuple[Any, BaseException | None]] = {}
@@ -256,7 +261,23 @@ class FakeSky:
                     job.status = "PENDING"
                     self.queue.appendleft(job.job_id)
 
+    def cost_report(self, days: int | None = None) -> str:
+        """``sky.cost_report(days)`` (sky/client/sdk.py -> sky/core.py ``cost_report``): a record per cluster,
+        the pool's workers named ``<pool>-<replica id>`` (sky/serve/serve_utils.py), usage intervals in whole
+        epoch seconds (an open one: ``None``), ``total_cost`` = price x duration x nodes; plus
+        :attr:`other_clusters` as given."""
+        def run() -> list[dict[str, Any]]:
+            start, end = int(self.up_at), int(self.down_at) if self.down_at is not None else None
+            duration = (end if end is not None else int(time.time())) - start
+            return [{"name": f"{self.pool_name}-{i + 1}", "launched_at": start, "duration": duration,
+                     "num_nodes": 1, "usage_intervals": [(start, end)], "status": None,
+                     "total_cost": self.worker_usd_per_h * duration / 3600} for i in range(self.capacity)] \
+                + [dict(r) for r in self.other_clusters]
+        return self._request(run)
+
     def close(self) -> None:
+        if self.down_at is None:
+            self.down_at = time.time()
         self._stop.set()
         with self._lock:
             jobs = list(self.jobs_by_id.values())
@@ -366,4 +387,5 @@ class _Jobs:
     def pool_down(self, pool_names: Any, all: bool = False, purge: bool = False) -> str:
         def run() -> None:
             self.f.pools.pop(pool_names, None)
+            self.f.down_at = time.time()
         return self.f._request(run)

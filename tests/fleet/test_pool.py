@@ -47,5 +47,6 @@ def test_print_needs_no_skypilot(capsys, monkeypatch):
     assert pool.main(["up", "--print"]) == 0
     out = capsys.readouterr().out
     assert "min_workers: 0" in out and "RTXA5000" in out and "gpu.worker --selfcheck" in out
-    assert pool.main(["status"]) == 2
-    assert "pip install -e '.[skypilot]'" in capsys.readouterr().err
+    assert pool.main(["status"]) == 3                       # the missing extra's one line and status
+    err = capsys.readouterr().err
+    assert "'skypilot' extra" in err and "VENV=.venv-sky bash scripts/setup.sh skypilot" in err and len(err.splitlines()) == 1
