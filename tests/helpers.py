@@ -77,6 +77,9 @@ def worker_training_uid(environ: Any = os.environ, pid: int | None = None) -> in
     worker = environ.get("PYTEST_XDIST_WORKER", "")
     if "AIT_TRAINING_UID_BASE" not in environ:
         own = environ.get("AIT_TRAINING_UID")
+        if own and not own.isdigit():
+            raise ValueError(f"AIT_TRAINING_UID={own!r}: give an unused numeric uid >= 1000 (e.g. 64000), or leave "
+                             "it unset and the suite picks one")
         base = int(own) if own else 61000 + 300 * ((os.getpid() if pid is None else pid) % 13)
         environ["AIT_TRAINING_UID_BASE"] = str(base)
     base = int(environ["AIT_TRAINING_UID_BASE"])
