@@ -22,7 +22,14 @@ SPEC="."
 if [ -n "$EXTRAS" ]; then SPEC=".[${EXTRAS}]"; fi
 echo "installing ai-trains-ai ${SPEC} into ${VENV}${FIRST}"
 # pip's "Location ... is ignored" notes about local mirrors are noise; real errors still show.
-"$VENV/bin/python" -m pip install --disable-pip-version-check -q -e "$SPEC" 2>&1 | grep -v "is ignored: it is neither" || true
+set +e
+"$VENV/bin/python" -m pip install --disable-pip-version-check -q -e "$SPEC" 2>&1 | grep -v "is ignored: it is neither"
+PIP_STATUS=${PIPESTATUS[0]}
+set -e
+if [ "$PIP_STATUS" != 0 ]; then
+  echo "error: pip could not install ai-trains-ai ${SPEC} (exit ${PIP_STATUS}; its message is above); rerun: $VENV/bin/pip install -e '$SPEC'" >&2
+  exit 1
+fi
 "$VENV/bin/python" -c "import ait_env" || { echo "error: installation failed; rerun: $VENV/bin/pip install -e '$SPEC'" >&2; exit 1; }
 # The validation probe's sandbox uses bubblewrap when available (see docs/security.md).
 if ! command -v bwrap >/dev/null 2>&1; then
