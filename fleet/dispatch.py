@@ -176,13 +176,14 @@ class Dispatcher:
                                             episode_id=row.episode_id, job_id=row.job_id, attempt=row.attempt,
                                             first_attempt=row.first_attempt, state="foreign")
         if rows:
-            self._say(f"re-attaching {len(rows)} job(s) in flight from the journal "
+            self.say(f"re-attaching {len(rows)} job(s) in flight from the journal "
                       f"({sum(r.job_id is not None for r in rows)} with a Runpod id)")
             for row in rows:
                 self._follow(self._entries[row.key])
             self._start_threads()
 
-    def _say(self, msg: str) -> None:
+    def say(self, msg: str) -> None:
+        """A progress line (logged; on stderr too when ``show_progress``): the backends' one voice for the fleet."""
         _log.info(msg)
         if self.show_progress:
             print(f"[{time.strftime('%H:%M:%S')}] {self.engine.name}: {msg}", file=sys.stderr, flush=True)
@@ -313,16 +314,16 @@ class Dispatcher:
             if row.final and not new:
                 entry.state, entry.make = "done", None
                 entry.done.set()
-                self._say(f"{claimant}: served from the journal (job {row.job_id}, "
+                self.say(f"{claimant}: served from the journal (job {row.job_id}, "
                           f"{row.result_status or row.status})")
             elif not new:
                 entry.state = "foreign"
-                self._say(f"{claimant}: already in flight as {row.job_id or '(being sent)'}; attached")
+                self.say(f"{claimant}: already in flight as {row.job_id or '(being sent)'}; attached")
             elif why := self._reserve(entry):
                 self.journal.finish(key, None, "infra_failed", f"dispatch refused: {why}")
                 entry.state = "done"
                 entry.done.set()
-                self._say(f"{claimant}: refused ({why})")
+                self.say(f"{claimant}: refused ({why})")
             with self._cv:
                 there = self._entries.get(key)
                 if there is not None and there.state != "done":   # the poller adopted the row meanwhile
@@ -385,7 +386,7 @@ class Dispatcher:
                 entry.sent_at = float(sent.get("sent_at") or row.submitted_at or entry.sent_at or 0.0)
                 bill = self._bound_bill(entry, None)
             if self.journal.finish(entry.key, row.job_id, "infra_failed", why, bill):
-                self._say(f"{entry.claimant}: infra_failed ({why})")
+                self.say(f"{entry.claimant}: infra_failed ({why})")
         self._done(entry)
 
     # ------------------------------------------------------------------ submitters
@@ -501,7 +502,7 @@ class Dispatcher:
                 entry.job_id, entry.seen, entry.status_errors, entry.next_poll = job_id, "", 0, now
                 if entry.state == "sending":
                     entry.state = "sent"
-            self._say(f"{entry.claimant}: submitted as {job_id}"
+            self.say(f"{entry.claimant}: submitted as {job_id}"
                       + (f" (attempt {entry.attempt})" if entry.attempt > 1 else ""))
 
     def _cancel(self, job_id: str) -> bool:
@@ -609,7 +610,7 @@ class Dispatcher:
                 entry.seen = st.status
                 self.journal.update_status(entry.key, IN_FLIGHT[st.status], job_id)  # type: ignore[arg-type]
                 where = "in queue" if st.status == "IN_QUEUE" else "running"
-                self._say(f"{entry.claimant}: {where} ({job_id}"
+                self.say(f"{entry.claimant}: {where} ({job_id}"
                           + (f" on worker {st.worker_id})" if st.worker_id else ")"))
             return
         self._final(entry, st, batch)
@@ -707,7 +708,7 @@ class Dispatcher:
                 self._to_foreign(entry)
                 continue
             billed_s = math.ceil((bill.delay_time_ms + bill.execution_time_ms) / 1000 - 1e-9)
-            self._say(f"{entry.claimant}: done ({entry.job_id}: {out['result'].get('status')}, "
+            self.say(f"{entry.claimant}: done ({entry.job_id}: {out['result'].get('status')}, "
                       f"{bill.gpus_per_worker}x {bill.gpu_type}, {billed_s} s billed, ${bill.cost_usd:.4f}; "
                       f"idle <= ${bill.idle_usd:.4f} to the run)")
             self._done(entry)
@@ -738,7 +739,7 @@ class Dispatcher:
         if not self.journal.owner_live(row.owner, self.options.owner_stale_s):
             adopted = self.journal.adopt(entry.key, row.owner, self._owner)
             if adopted is not None:
-                self._say(f"{entry.claimant}: adopted from {row.owner} (closed, gone or not polling)")
+                self.say(f"{entry.claimant}: adopted from {row.owner} (closed, gone or not polling)")
                 self._own(entry, adopted)
             return
         entry.job_id, entry.attempt = row.job_id, row.attempt
@@ -813,7 +814,7 @@ class Dispatcher:
         if attempt is None:  # another orchestrator moved it on
             self._to_foreign(entry)
             return
-        self._say(f"{entry.claimant}: attempt {entry.attempt} lost ({why}); retrying")
+        self.say(f"{entry.claimant}: attempt {entry.attempt} lost ({why}); retrying")
         with self._cv:
             self._out.discard(entry.key)
             entry.job_id, entry.attempt, entry.state, entry.sent_at = None, attempt, "pending", 0.0
@@ -823,7 +824,7 @@ class Dispatcher:
     def _end(self, entry: _Entry, job_id: str | None, why: str, bill: Billing | None = None,
              status: Literal["infra_failed", "cancelled"] = "infra_failed") -> None:
         if self.journal.finish(entry.key, job_id, status, why, bill):
-            self._say(f"{entry.claimant}: {status} ({why})")
+            self.say(f"{entry.claimant}: {status} ({why})")
             self._done(entry)
         else:
             self._to_foreign(entry)

@@ -320,6 +320,6 @@ class RunpodBackend(Backend):
         c = self.run_costs()
         est = f"; ${c.estimated:.4f} of it estimated at bounds (python -m fleet.reconcile --correct)" \
             if c.estimated else ""
-        self.dispatch._say(f"run costs so far: ${c.total:.4f} (jobs ${c.jobs:.4f}, idle <= ${c.idle:.4f}, active "
+        self.dispatch.say(f"run costs so far: ${c.total:.4f} (jobs ${c.jobs:.4f}, idle <= ${c.idle:.4f}, active "
                            f"workers ${c.active:.4f} over {c.wall_s:.0f} s{est}); check them: python -m "
                            f"fleet.reconcile --runs-dir {self.runs_dir}")
