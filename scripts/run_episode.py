@@ -106,4 +106,7 @@ def _main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from ait_env.sandbox.processes import sigterm_as_exit
+
+    with sigterm_as_exit():  # a SIGTERM stops the running jobs too, not only this process
+        main()

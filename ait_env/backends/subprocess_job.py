@@ -62,7 +62,7 @@ class SubprocessBackend(Backend):
 
     def wait(self, handle: JobHandle, timeout: float | None = None) -> JobResult:
         root = Path(handle.meta["root"])
-        proc, slot = self._procs.pop(handle.job_id, (None, None))
+        proc, slot = self._procs.get(handle.job_id, (None, None))   # listed while it runs: close() stops it
         t0 = time.time()
         try:
             if proc is not None:
@@ -72,7 +72,7 @@ class SubprocessBackend(Backend):
                     kill_tree(proc)
                     raise TimeoutError(f"{self.name} job {handle.job_id} did not finish within {timeout} s") from None
         finally:
-            if proc is not None:
+            if proc is not None and self._procs.pop(handle.job_id, None) is not None:
                 self._release(slot)
         path = root / "result.json"
         if not path.exists():
@@ -85,9 +85,11 @@ class SubprocessBackend(Backend):
         return JobResult.model_validate_json(path.read_text())
 
     def close(self) -> None:
-        """Stop the jobs still running (each child and everything it started)."""
-        for proc, slot in list(self._procs.values()):
-            kill_tree(proc)
-            self._release(slot)
-        self._procs.clear()
+        """Stop the jobs still running, also those a :meth:`wait` is waiting on (each child and everything it
+        started); their waits return an ``infra_failed`` result."""
+        for job_id in list(self._procs):
+            entry = self._procs.pop(job_id, None)
+            if entry is not None:
+                kill_tree(entry[0])
+                self._release(entry[1])
         super().close()

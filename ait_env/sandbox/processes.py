@@ -6,6 +6,9 @@
 - **Killing**: :func:`kill_all` (pids, a uid, everything below a pid: rescanned until none is left),
   :func:`kill_tree` (a ``Popen``, its group and every process below it; never raises),
   :func:`kill_as_uid`, :func:`become_subreaper`.
+- **Stopping cleanly on SIGTERM** (:func:`sigterm_as_exit`): an entry point that starts children (jobs,
+  pretraining workers, sandboxes) turns SIGTERM into ``SystemExit`` so its ``finally`` blocks stop them; a
+  plain SIGTERM would end the Python process at once and leave them running, orphaned.
 - **Tagged process trees** (:class:`ProcessTree`): a command in a new session whose descendants are found
   by an environment tag, also those that left the group or were orphaned.
 - :func:`python_roots`: the directories an interpreter and its virtualenv need, bound read-only by a jail.
@@ -45,7 +48,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -296,3 +300,23 @@ class ProcessTree:
                 pass
         for pid in self.alive():
             _signal(pid, sig)
+
+
+@contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """Within the block, SIGTERM raises ``SystemExit(143)`` in the main thread instead of ending the process
+    outright, so the block's ``finally`` and ``with`` exits run (a backend's ``close`` stops its running
+    jobs, a ``Pool`` terminates its workers). Only in the main thread (elsewhere it does nothing); the
+    previous handler is restored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

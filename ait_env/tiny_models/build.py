@@ -40,16 +40,15 @@ import multiprocessing as mp
 import os
 import pickle
 import shutil
-import signal
 import sys
 import tempfile
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 from ait_env.tiny_models import catalog
+from ait_env.sandbox.processes import sigterm_as_exit
 
 #: The hidden-eval families split in two tasks of similar cost (transcript lengths).
 EVAL_GROUPS = (("calendar", "arithmetic", "persona"), ("units", "inventory", "triage"))
@@ -271,25 +270,6 @@ def build(names: list[str] | None = None, *, force: bool = False, jobs: int = 2,
                 else f"local models current: {', '.join(names)} (cached in {catalog.cache_root()})")
         print(said, file=stream or sys.stdout, flush=True)
     return out
-
-
-@contextmanager
-def sigterm_as_exit() -> Iterator[None]:
-    """Within the block, SIGTERM raises ``SystemExit(143)`` instead of killing the process outright, so
-    a ``with Pool(...)`` block terminates its workers (a killed build would otherwise leave them
-    pretraining for minutes, orphaned). Only in the main thread; the previous handler is restored."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def _exit(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, _exit)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _build_parallel(todo: list[str], wd: str, jobs: int, report: BuildProgress,
