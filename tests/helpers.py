@@ -86,3 +86,12 @@ def worker_training_uid(environ: Any = os.environ, pid: int | None = None) -> in
     uid = base + 100 * (int(worker[2:]) + 1) if worker.startswith("gw") and worker[2:].isdigit() else base
     environ["AIT_TRAINING_UID"] = str(uid)
     return uid
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not reaped, counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"

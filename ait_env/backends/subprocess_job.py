@@ -72,7 +72,9 @@ class SubprocessBackend(Backend):
                     kill_tree(proc)
                     raise TimeoutError(f"{self.name} job {handle.job_id} did not finish within {timeout} s") from None
         finally:
-            if proc is not None and self._procs.pop(handle.job_id, None) is not None:
+            # unlisted once it has ended; a wait interrupted (Ctrl-C, SIGTERM as SystemExit) leaves it listed
+            # for close() to stop
+            if proc is not None and proc.poll() is not None and self._procs.pop(handle.job_id, None) is not None:
                 self._release(slot)
         path = root / "result.json"
         if not path.exists():

@@ -16,17 +16,11 @@ from types import SimpleNamespace
 
 from ait_env.backends.subprocess_job import SubprocessBackend
 from ait_env.jobs.settings import BackendSettings
+from tests.helpers import alive
 
 ROOT = Path(__file__).resolve().parents[2]
 SLEEP = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
 
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] not in "ZX"
 
 
 class Sleeper(SubprocessBackend):
@@ -54,9 +48,9 @@ def test_close_stops_a_job_that_another_thread_is_waiting_on(tmp_path):
     t.join(20)
     assert not t.is_alive() and results[0].status == "infra_failed"
     deadline = time.time() + 10
-    while any(_alive(p) for p in pids) and time.time() < deadline:
+    while any(alive(p) for p in pids) and time.time() < deadline:
         time.sleep(0.05)
-    assert not any(_alive(p) for p in pids), "a job outlived close()"
+    assert not any(alive(p) for p in pids), "a job outlived close()"
 
 
 ENTRY = textwrap.dedent("""
@@ -90,13 +84,13 @@ def test_an_entry_point_stopped_with_sigterm_stops_its_running_job(tmp_path):
     try:
         assert proc.stdout is not None
         job_pid = int(proc.stdout.readline())
-        assert _alive(job_pid)
+        assert alive(job_pid)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 143
         deadline = time.time() + 10
-        while _alive(job_pid) and time.time() < deadline:
+        while alive(job_pid) and time.time() < deadline:
             time.sleep(0.05)
-        assert not _alive(job_pid), "the job outlived its SIGTERM'd entry point"
+        assert not alive(job_pid), "the job outlived its SIGTERM'd entry point"
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ait_env.sandbox.processes import ProcessTree, tagged_pids
+from tests.helpers import alive
 
 SLEEP = "import time\nwhile True: time.sleep(1)"
 
@@ -40,13 +41,6 @@ def _read(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] not in "ZX"
-
 
 def test_kill_ends_every_process_of_the_tree(tmp_path: Path) -> None:
     pids_file = tmp_path / "pids"
@@ -55,10 +49,10 @@ def test_kill_ends_every_process_of_the_tree(tmp_path: Path) -> None:
     while time.monotonic() < deadline and len(_read(pids_file)) < 3:
         time.sleep(0.05)
     pids = {int(x) for x in pids_file.read_text().split()}  # the child, the one that left, the orphan
-    assert len(pids) == 3 and all(_alive(p) for p in pids)
+    assert len(pids) == 3 and all(alive(p) for p in pids)
     assert pids | {tree.pid} <= tree.alive()  # found by their tag, wherever they are now
     tree.kill()
-    assert not [p for p in [tree.pid, *pids] if _alive(p)]
+    assert not [p for p in [tree.pid, *pids] if alive(p)]
     assert tagged_pids(tree.tag) == set() and tree.poll() is not None
     tree.kill()  # idempotent
 
