@@ -34,7 +34,7 @@ scores each job as if it were the episode's only job (``R_k``: its own ``V`` fro
 took, its ``Q`` and ``S``); :func:`combine` keeps the best and charges the research::
 
     R = max_k R_k - charge
-    charge = research.per_extra_job * (jobs 2..n not served from the cache) + research.per_usd * (USD of jobs 2..n)
+    charge = research.per_extra_job * (trained jobs after the first trained one) + research.per_usd * (their USD)
 
 over the ``n`` jobs that ran, in the order they were dispatched (ties: the earlier job). A batch
 (``submit_jobs``) of k jobs is k jobs, charged as if submitted one after another; only the wall clock differs
@@ -189,12 +189,12 @@ def best_job(jobs: list[RewardBreakdown]) -> int:
 
 
 def research_charge(jobs: list[RewardBreakdown], s: RewardSettings) -> float:
-    """``per_extra_job·(jobs 2..n not served from the cache) + per_usd·(USD of jobs 2..n)`` over the jobs that
-    ran (a cached job's USD is 0)."""
-    if len(jobs) < 2:
-        return 0.0
-    later = jobs[1:]
-    return (s.research.per_extra_job * sum(1 for j in later if not j.cache_hit)
+    """``per_extra_job·(trained jobs after the first trained one) + per_usd·(their USD)``: a job served from the
+    cache is free wherever it stands, so the charge does not depend on which of two identical jobs of one batch
+    happened to train and which was served (a race between their threads)."""
+    trained = [j for j in jobs if not j.cache_hit]
+    later = trained[1:]
+    return (s.research.per_extra_job * len(later)
             + s.research.per_usd * sum(j.cost_usd for j in later))
 
 
