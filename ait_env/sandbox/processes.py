@@ -209,7 +209,7 @@ def tagged_pids(tag: str, var: str = TAG_VAR) -> set[int]:
         try:
             if needle not in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
                 continue
-            if _is_zombie(int(name)):
+            if is_gone(int(name)):
                 continue
         except OSError:  # gone meanwhile, or not ours to read
             continue
@@ -217,7 +217,8 @@ def tagged_pids(tag: str, var: str = TAG_VAR) -> set[int]:
     return out
 
 
-def _is_zombie(pid: int) -> bool:
+def is_gone(pid: int) -> bool:
+    """Whether ``pid`` no longer runs: no such process, or a zombie (exited, not yet reaped)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
