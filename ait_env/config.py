@@ -49,6 +49,9 @@ class EnvSettings(BaseModel):
 class FamilySettings(BaseModel):
     name: str = "train"
     held_out: bool = False
+    #: whether ``family=train`` (or, with ``held_out``, the held-out evals) may draw the family; a family that
+    #: is not is run only by name (``family=<name>``)
+    sampled: bool = True
     difficulty: float | None = Field(None, ge=0.0, le=1.0)
 
 
@@ -68,9 +71,11 @@ def family_settings(name: str) -> FamilySettings:
 
 
 def split_families(names: list[str] | tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """(train, held_out) partition of family names by their config flag."""
-    train = [n for n in names if not family_settings(n).held_out]
-    held = [n for n in names if family_settings(n).held_out]
+    """(train, held_out) families among ``names`` by their config flags; a family with ``sampled: false`` is in
+    neither (it runs only when named)."""
+    settings = {n: family_settings(n) for n in names}
+    train = [n for n in names if settings[n].sampled and not settings[n].held_out]
+    held = [n for n in names if settings[n].sampled and settings[n].held_out]
     return train, held
 
 

@@ -1,6 +1,6 @@
 """A random agent: mixes random strings with random (often invalid) tool calls until the episode ends.
 
-    python examples/random_agent.py [--episodes 3]
+    python examples/random_agent.py [--episodes 3] [--family train]
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--episodes", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--family", default="train", help="a task family, or 'train' (a training family per episode)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
-    env = gym.make("AIT/JobWriting-v0", backend="stub")
+    env = gym.make("AIT/JobWriting-v0", backend="stub", family=args.family)
     env.action_space.seed(args.seed)
     for ep in range(args.episodes):
         obs, info = env.reset(seed=args.seed + ep)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from task_families.base import TaskFamily
 
-FAMILY_NAMES: tuple[str, ...] = ("arithmetic", "persona", "units", "calendar", "inventory", "triage")
+FAMILY_NAMES: tuple[str, ...] = ("arithmetic", "persona", "units", "calendar", "inventory", "triage", "warehouse")
 
 
 @lru_cache(maxsize=None)

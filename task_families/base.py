@@ -102,8 +102,9 @@ class TaskSpec(BaseModel):
     tool_names: list[str]
 
 
-def tool_schema(fn: Callable[..., Any]) -> dict[str, Any]:
-    """OpenAI function schema of a typed, Google-docstringed tool function."""
+def tool_schema(fn: Callable[..., Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """OpenAI function schema of a typed, Google-docstringed tool function; the parameters in ``skip``
+    (a stateful family's world, which the harness injects) are left out of what the model sees."""
     sig = inspect.signature(fn)
     doc = inspect.getdoc(fn) or ""
     summary = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
@@ -119,6 +120,8 @@ def tool_schema(fn: Callable[..., Any]) -> dict[str, Any]:
     required: list[str] = []
     hints = getattr(fn, "__annotations__", {})
     for name, p in sig.parameters.items():
+        if name in skip:
+            continue
         ann = hints.get(name, str)
         if isinstance(ann, str):
             ann = {"int": int, "float": float, "str": str, "bool": bool}.get(ann, str)
@@ -159,6 +162,19 @@ _SEGMENT_END = re.compile(r"[\n\r?!;|]+|\.(?=\s|$)")
 def text_segments(text: str) -> list[str]:
     """The clauses of ``text`` one question can occupy (for :meth:`TaskFamily.instance_signatures`)."""
     return [seg for seg in _SEGMENT_END.split(text) if seg.strip()]
+
+
+def order_signatures(text: str, qty_item: re.Pattern[str], item_qty: re.Pattern[str]) -> set[str]:
+    """The orders ``text`` states, as signatures ``item=qty,...`` (items sorted): in each clause
+    (:func:`text_segments`), every (quantity, item) pair that ``qty_item`` (groups: quantity, item) or
+    ``item_qty`` (groups: item, quantity) finds; two or more pairs in one clause make an order."""
+    found = set()
+    for seg in text_segments(text):
+        pairs = {(item, int(qty)) for qty, item in qty_item.findall(seg)}
+        pairs |= {(item, int(qty)) for item, qty in item_qty.findall(seg)}
+        if len(pairs) >= 2:
+            found.add(",".join(f"{item}={qty}" for item, qty in sorted(pairs)))
+    return found
 
 
 def and_list(items: list[str]) -> str:
@@ -232,12 +248,65 @@ class TaskFamily(ABC):
         except ValueError:
             return instance.answer[::-1] or "x"
 
+    # ---------------------------------------------------------------- the world (stateful families)
+    def new_world(self, instance: Instance) -> Any:
+        """A fresh world for one episode of ``instance``, which the tools read and change (stateful families;
+        every other family has none). Every harness makes one per episode and hands it to
+        :meth:`call_tool` and :meth:`score`, so two episodes never share one."""
+        return None
+
+    def job_info(self, instance: Instance) -> dict[str, Any]:
+        """The ``info`` a job's dataset row carries for ``instance`` (its layout is documented to the agent):
+        a stateful family's world spec, from which the job's ``setup_state`` builds each rollout's world.
+        The probe's scripted rollouts of the dev examples use it. Default: nothing."""
+        return {}
+
+    def score(self, instance: Instance, response: str, world: Any = None) -> float:
+        """What every harness scores an episode with: the checker of the final response and, in a stateful
+        family, of the ``world`` the episode's tool calls left (default: :meth:`check` alone)."""
+        return self.check(instance, response)
+
+    def replay(self, instance: Instance, completion: list[dict[str, Any]]) -> Any:
+        """The world after the structured tool calls of ``completion`` (OpenAI-style messages), applied in
+        order to a fresh world: how a finished transcript is scored (None for a stateless family)."""
+        world = self.new_world(instance)
+        if world is None:
+            return None
+        for msg in completion:
+            if msg.get("role") != "assistant":
+                continue
+            for call in msg.get("tool_calls") or []:
+                fn = call.get("function") or {}
+                try:
+                    args = json.loads(fn.get("arguments") or "{}")
+                except (TypeError, ValueError):
+                    continue
+                if isinstance(args, dict):
+                    self.call_tool(str(fn.get("name") or ""), args, world)
+        return world
+
+    def score_completion(self, instance: Instance, completion: list[dict[str, Any]]) -> float:
+        """:meth:`score` of a finished completion: its last message, and the world its tool calls leave."""
+        final = str(completion[-1].get("content") or "") if completion else ""
+        return self.score(instance, final, self.replay(instance, completion))
+
     # ---------------------------------------------------------------- tools and transcripts
-    def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
-        """Run one of the family's tools like a tool env would (errors become text)."""
+    #: Tool parameters that are the episode's world, filled by the harness (never by the model, never in
+    #: the schema it sees); empty for a stateless family.
+    state_args: ClassVar[tuple[str, ...]] = ()
+
+    def call_tool(self, name: str, arguments: dict[str, Any], world: Any = None) -> str:
+        """Run one of the family's tools like a tool env would (errors become text). A stateful family's
+        tool gets ``world`` as its state arguments; the model cannot pass those itself."""
         fn = {t.__name__: t for t in self.tools}.get(name)
         if fn is None:
             return f"error: unknown tool {name!r}"
+        if self.state_args:
+            if world is None:
+                raise ValueError(f"family {self.name!r} is stateful: call its tools with the episode's world "
+                                 "(TaskFamily.new_world)")
+            arguments = {k: v for k, v in arguments.items() if k not in self.state_args}
+            arguments.update({a: world for a in self.state_args})
         try:
             return str(fn(**arguments))
         except Exception as exc:  # noqa: BLE001 - tool errors are observations for the model
@@ -258,13 +327,15 @@ class TaskFamily(ABC):
         plan = self.solution(instance)
         if steps is not None:
             plan = plan[:steps]
+        world = self.new_world(instance)
         out: list[dict[str, Any]] = []
         for i, step in enumerate(plan):
             cid = f"call_{i}"
             out.append({"role": "assistant", "content": "", "tool_calls": [{
                 "id": cid, "type": "function",
                 "function": {"name": step.name, "arguments": json.dumps(step.arguments)}}]})
-            out.append({"role": "tool", "tool_call_id": cid, "content": self.call_tool(step.name, step.arguments)})
+            out.append({"role": "tool", "tool_call_id": cid,
+                        "content": self.call_tool(step.name, step.arguments, world)})
         final = self.final_answer(instance) if correct else self.wrong_answer(instance, rng)
         out.append({"role": "assistant", "content": final})
         return out
@@ -279,7 +350,7 @@ class TaskFamily(ABC):
         return [t.__name__ for t in self.tools]
 
     def tool_schemas(self) -> list[dict[str, Any]]:
-        return [tool_schema(t) for t in self.tools]
+        return [tool_schema(t, self.state_args) for t in self.tools]
 
     def tools_source(self) -> str:
         return Path(inspect.getfile(self.tools_module)).read_text(encoding="utf-8")

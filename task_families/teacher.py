@@ -115,8 +115,10 @@ class Policy:
 class Dialogue:
     """Builds a demonstration's completion messages; tool results come from the family's real tools."""
 
-    def __init__(self, fam: TaskFamily) -> None:
+    def __init__(self, fam: TaskFamily, inst: Instance | None = None) -> None:
         self.fam = fam
+        #: the demonstration's own world (a stateful family needs ``inst`` for it)
+        self.world = fam.new_world(inst) if inst is not None else None
         self.msgs: list[dict[str, Any]] = []
         self.pending = ""
 
@@ -125,7 +127,7 @@ class Dialogue:
         self.msgs.append({"role": "assistant", "content": self.pending, "tool_calls": [{
             "id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]})
         self.pending = ""
-        result = self.fam.call_tool(name, args)
+        result = self.fam.call_tool(name, args, self.world)
         self.msgs.append({"role": "tool", "tool_call_id": cid, "content": result})
         return result
 
@@ -204,7 +206,7 @@ def oracle_score(family: str, instances: list[Instance], fixed: Iterable[str] = 
     total = 0.0
     for i, inst in enumerate(instances):
         comp, _ = teacher_completion(family, inst, mode="greedy", seed=f"oracle:{i}", fixed=fixed)
-        total += float(fam.check(inst, final_content(comp)))
+        total += float(fam.score_completion(inst, comp))
     return total / max(1, len(instances))
 
 

@@ -6,15 +6,18 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 
-def test_check_env_outside_repo(tmp_path):
+
+@pytest.mark.parametrize("family", ["train", "warehouse"])
+def test_check_env_outside_repo(tmp_path, family):
     script = textwrap.dedent(f"""
         import warnings
         import gymnasium as gym
         from gymnasium.utils.env_checker import check_env
         import ait_env
         assert ait_env.__file__ and gym.spec("AIT/JobWriting-v0").nondeterministic
-        env = gym.make("AIT/JobWriting-v0", backend="stub", overrides={{"env": {{"runs_dir": {str(tmp_path / 'runs')!r}}}}})
+        env = gym.make("AIT/JobWriting-v0", backend="stub", family={family!r}, overrides={{"env": {{"runs_dir": {str(tmp_path / 'runs')!r}}}}})
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             check_env(env.unwrapped)

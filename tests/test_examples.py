@@ -21,12 +21,14 @@ def _run(tmp_path: Path, name: str, *args: str) -> str:
     return out.stdout
 
 
-def test_random_agent(tmp_path):
-    assert "episode 0: turns=" in _run(tmp_path, "random_agent.py", "--episodes", "1")
+@pytest.mark.parametrize("family", ["train", "warehouse"])
+def test_random_agent(tmp_path, family):
+    assert "episode 0: turns=" in _run(tmp_path, "random_agent.py", "--episodes", "1", "--family", family)
 
 
-def test_scripted_agent(tmp_path):
-    out = _run(tmp_path, "scripted_agent.py", "--family", "inventory")
+@pytest.mark.parametrize("family", ["inventory", "warehouse"])
+def test_scripted_agent(tmp_path, family):
+    out = _run(tmp_path, "scripted_agent.py", "--family", family)
     assert '"status": "scored"' in out
 
 

@@ -14,7 +14,8 @@ For each instance (the family's hidden set, or the first ``limit`` of it):
    ``{"chat_template_kwargs": {"enable_thinking": False}}``) and ``tool_choice`` when given.
 2. Tool loop, at most ``family.eval_max_turns`` model turns (one turn = one request; calls are read
    by :func:`ait_env.jobs.toolcalls.structured_tool_calls` and :func:`ait_env.jobs.toolcalls.parse_text_tool_calls`):
-   - structured ``tool_calls`` in the reply are executed with ``family.call_tool``;
+   - structured ``tool_calls`` in the reply are executed with ``family.call_tool`` on the episode's world
+     (``family.new_world(instance)``, one per instance: a stateful family's tools change it; None otherwise);
    - when the reply has no structured calls, ``<tool_call>{"name": .., "arguments": {..}}</tool_call>``
      blocks in ``content`` (outside ``<think>`` blocks) are executed instead (a server without a tool
      parser; the assistant content goes back verbatim, results as ``role: tool`` messages);
@@ -22,7 +23,7 @@ For each instance (the family's hidden set, or the first ``limit`` of it):
      tool result for the model to read, never an exception;
    - the loop stops when a reply has no tool call (the answer) or the turns run out
      (``stop_reason="max_turns"``; the last reply is scored as it is).
-3. Score = ``family.check(instance, text)`` where ``text`` is the final assistant content with
+3. Score = ``family.score(instance, text, world)`` (the checker, and a stateful family's final state) where ``text`` is the final assistant content with
    ``<think>`` blocks and ``<tool_call>`` blocks removed, clipped to [0, 1].
 
 Infrastructure vs. model
@@ -215,8 +216,8 @@ def confidence_interval(scores: list[float], z: float = Z95) -> tuple[float, flo
     return max(0.0, mean - half), min(1.0, mean + half), "normal"
 
 
-def _run_call(family: TaskFamily, call: CallAttempt) -> tuple[str, str | None]:
-    """(tool message content, harness error) of one call; never raises."""
+def _run_call(family: TaskFamily, call: CallAttempt, world: Any = None) -> tuple[str, str | None]:
+    """(tool message content, harness error) of one call on the episode's ``world``; never raises."""
     if call.error is not None:
         return f"error: {call.error}", call.error
     names = family.tool_names
@@ -224,7 +225,7 @@ def _run_call(family: TaskFamily, call: CallAttempt) -> tuple[str, str | None]:
         err = f"unknown tool {call.name!r}; available tools: {', '.join(names)}"
         return f"error: {err}", err
     try:
-        return str(family.call_tool(call.name, call.arguments or {})), None
+        return str(family.call_tool(call.name, call.arguments or {}, world)), None
     except Exception as exc:  # noqa: BLE001 - a tool crash is an observation for the model
         return f"error: {type(exc).__name__}: {exc}", None
 
@@ -304,6 +305,7 @@ async def _run_instance(client: openai.AsyncOpenAI, family: TaskFamily, inst: In
     t0 = time.perf_counter()
     messages: list[dict[str, Any]] = [dict(m) for m in family.eval_messages(inst)]
     try:
+        world = family.new_world(inst)  # this episode's own world (stateful families), never shared
         for turn in range(1, s.max_turns + 1):
             if abort.is_set():
                 raise _RequestFailed("aborted: too many errors in this eval")
@@ -343,13 +345,13 @@ async def _run_instance(client: openai.AsyncOpenAI, family: TaskFamily, inst: In
                 rec.stop_reason = "max_turns"
                 break
             for c in calls:
-                result, err = _run_call(family, c)
+                result, err = _run_call(family, c, world)
                 rec.tool_calls.append(ToolCallRecord(turn=turn, source=c.source, name=c.name,
                                                      arguments=c.raw_arguments, result=result, error=err))
                 if err is not None or result.startswith("error:"):
                     rec.n_tool_errors += 1
                 messages.append({"role": "tool", "tool_call_id": c.id, "content": result})
-        score = float(family.check(inst, rec.final_text))
+        score = float(family.score(inst, rec.final_text, world))
         if not math.isfinite(score):
             raise ValueError(f"checker returned {score!r}")
         rec.score = min(1.0, max(0.0, score))

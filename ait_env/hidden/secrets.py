@@ -22,7 +22,7 @@ from task_families.base import Instance, instances_hash
 #: Published default seeds (see the module docstring).
 DEFAULT_SEEDS: dict[str, int] = {
     "arithmetic": 90_210_001, "persona": 90_210_002, "units": 90_210_003,
-    "calendar": 90_210_004, "inventory": 90_210_005, "triage": 90_210_006,
+    "calendar": 90_210_004, "inventory": 90_210_005, "triage": 90_210_006, "warehouse": 90_210_007,
 }
 
 

@@ -12,7 +12,10 @@ adapter can be added beside it. Contract:
   environment;
 - :func:`score_completion` scores one completion (OpenAI-style message dicts) with the
   environment's own rubric, exactly as a rollout would be scored, and reports reward-function
-  errors that verifiers would otherwise swallow.
+  errors that verifiers would otherwise swallow;
+- :func:`run_scripted` runs whole rollouts with verifiers' own rollout code (``setup_state``, the env's tool
+  calls and ``update_tool_args``, the rubric on the final state) where the model's replies come from a
+  script (:func:`scripted_client`): how the probe checks a stateful environment without a model.
 """
 
 from __future__ import annotations
@@ -261,3 +264,88 @@ async def run_groups(env: Any, client: Any, model: str, groups: list[list[dict[s
         return out
 
     return list(await asyncio.gather(*(one(g) for g in groups)))
+
+
+# ---------------------------------------------------------------------- scripted rollouts (the probe)
+def scripted_client(scripts: dict[int, list[dict[str, Any]]]) -> Any:
+    """A verifiers ``Client`` whose reply to rollout ``example_id`` at turn ``t`` is ``scripts[example_id][t]``
+    (an OpenAI-style assistant message: ``content`` and optional ``tool_calls``); past its script it answers
+    with empty content (which ends a tool env's rollout). Each reply yields to the event loop first, so
+    concurrent rollouts interleave their turns as they do against a real server."""
+    import json
+
+    from verifiers.clients.client import Client
+    from verifiers.types import Response, ResponseMessage, ToolCall
+
+    class _Scripted(Client):  # only get_response is used: the native hooks are never reached
+        def setup_client(self, config: Any) -> Any:
+            return None
+
+        async def to_native_tool(self, tool: Any) -> Any:
+            return tool
+
+        async def to_native_prompt(self, messages: Any) -> Any:
+            return messages, {}
+
+        async def get_native_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+        async def raise_from_native_response(self, response: Any) -> None:
+            return None
+
+        async def from_native_response(self, response: Any) -> Any:
+            return response
+
+        async def close(self) -> None:
+            return None
+
+        async def get_response(self, prompt: Any, model: str, sampling_args: Any, tools: Any = None,
+                               **kwargs: Any) -> Any:
+            await asyncio.sleep(0)
+            state = kwargs.get("state") or {}
+            script = scripts.get(int(state.get("example_id") or 0), [])
+            turn = len(state.get("trajectory") or [])
+            msg = script[turn] if turn < len(script) else {"content": ""}
+            calls = [ToolCall(id=str(c.get("id") or f"call_{turn}_{i}"), name=str(c["function"]["name"]),
+                              arguments=c["function"]["arguments"] if isinstance(c["function"]["arguments"], str)
+                              else json.dumps(c["function"]["arguments"]))
+                     for i, c in enumerate(msg.get("tool_calls") or [])]
+            return Response(id=f"scripted-{state.get('example_id')}-{turn}", created=0, model=model,
+                            message=ResponseMessage(content=msg.get("content") or "", tool_calls=calls or None,
+                                                    finish_reason="tool_calls" if calls else "stop",
+                                                    is_truncated=False))
+
+    return _Scripted(None)
+
+
+def _message_dict(m: Any) -> dict[str, Any]:
+    d = m.model_dump(exclude_none=True) if hasattr(m, "model_dump") else dict(m)
+    return {k: d[k] for k in ("role", "content", "tool_calls", "tool_call_id") if k in d}
+
+
+def run_scripted(env: Any, row: dict[str, Any], scripts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Roll out ``row`` once per script, all concurrently in one group (verifiers' ``_run_group_states``:
+    the rollouts, then the rubric's group scoring), the model's replies taken from the scripts. Returns per
+    rollout: reward (``None`` when not a finite number), the tool results it was shown in order, any error,
+    and the reward-function errors verifiers logged."""
+    group = [{"prompt": row.get("prompt") or [], "example_id": i, "answer": row.get("answer", ""),
+              "info": row.get("info") or {}} for i in range(len(scripts))]
+    client = scripted_client(dict(enumerate(scripts)))
+    handler = _Capture()
+    logger = logging.getLogger("verifiers")
+    logger.addHandler(handler)
+    try:
+        states = asyncio.run(env._run_group_states(group, client, "scripted", {}))
+    finally:
+        logger.removeHandler(handler)
+    errors = [m for m in handler.messages if "reward function" in m.lower()]
+    out = []
+    for st in states:
+        completion = [_message_dict(m) for m in (st.get("completion") or [])]
+        reward = _number(st.get("reward"))
+        err = st.get("error")
+        out.append({"reward": reward if reward is not None and math.isfinite(reward) else None,
+                    "tool_results": [str(m.get("content")) for m in completion if m.get("role") == "tool"],
+                    "error": None if err is None else f"{type(err).__name__}: {err}"[:500],
+                    "errors": errors})
+    return out

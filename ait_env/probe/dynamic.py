@@ -14,6 +14,11 @@ is called. Checks (each failure says what, where and how to fix it):
 - the tools are exactly the family's (same names, defined in ``family_tools``);
 - the rubric runs on the dev examples with a correct and a wrong transcript, returns finite numbers
   without errors, and does not give both the same reward on every example;
+- for a stateful family (tools that change a per-rollout world), whole rollouts of each dev example run in
+  the sandbox with verifiers' own rollout code and scripted replies, several concurrently: they must run,
+  each must be shown the tool results of its own fresh world (``world_per_rollout``: no world shared between
+  rollouts or kept in a module global), and the rubric must reward a correct episode over the right answer
+  given without any tool call (``state_ignored``: it must read the state);
 - the longest prompt plus ``max_turns × max_tokens`` fits in ``seq_len`` (token counts use the model's
   tokenizer when one is registered, else a conservative estimate of one token per 3 UTF-8 bytes);
 - exceptions, ``sys.exit``, hangs, memory blow-ups and resource-limit kills come back as failures
@@ -52,7 +57,13 @@ def probe_sandbox(settings: SandboxSettings | None = None) -> Sandbox:
     return Sandbox(settings, PROBE_JOBS)
 
 _STAGE_TEXT = {"start": "starting", "import": "importing your module", "load_environment": "running load_environment",
-               "dataset": "reading the dataset", "rubric": "running your rubric on the dev examples"}
+               "dataset": "reading the dataset", "rubric": "running your rubric on the dev examples",
+               "rollout": "running scripted rollouts of the dev examples"}
+
+#: the scripted rollouts of one dev example of a stateful family, run concurrently in one group: two correct
+#: ones (a world shared between rollouts shows in their tool results), a correct one with a wrong answer,
+#: and the right answer with no tool call at all (a rubric that ignores the state rewards it)
+STATEFUL_SCRIPTS = ("good", "good_again", "bad", "answer_only")
 
 
 class DynamicSettings(BaseModel):
@@ -135,12 +146,20 @@ class DynamicProbe:
         import random
 
         rng = random.Random(0)
-        dev = []
+        dev, rollouts = [], []
         for inst in task.dev_examples:
-            row = {"prompt": family.eval_messages(inst), "answer": inst.answer, "info": {}, "example_id": 0}
-            dev.append({"row": row, "good": family.transcript(inst),
-                        "bad": family.transcript(inst, correct=False, rng=rng)})
+            row = {"prompt": family.eval_messages(inst), "answer": inst.answer, "info": family.job_info(inst),
+                   "example_id": 0}
+            good, bad = family.transcript(inst), family.transcript(inst, correct=False, rng=rng)
+            if family.state_args:  # the world exists only inside a rollout: run whole scripted ones
+                said = {"good": good, "good_again": good, "bad": bad,
+                        "answer_only": [{"role": "assistant", "content": family.final_answer(inst)}]}
+                rollouts.append({"row": row, "scripts": [[m for m in said[k] if m["role"] == "assistant"]
+                                                         for k in STATEFUL_SCRIPTS]})
+            else:
+                dev.append({"row": row, "good": good, "bad": bad})
         return {"job": "inspect", "dir": inside_dir, "package": PROBE_ENV_ID, "args": job.env, "dev": dev,
+                "rollouts": rollouts,
                 "tools_module": TOOLS_MODULE_NAME,
                 "max_rows": task.bounds.max_examples + 1, "limits": self.settings.sandbox.limits.model_dump()}
 
@@ -233,7 +252,10 @@ class DynamicProbe:
                 out.append(_fail("wrong_tools", f"{env_file}: tools", f"tool(s) {sorted(foreign)} are not the "
                                  f"family's own functions ({why})", f"Pass them unchanged: `from {TOOLS_MODULE_NAME} "
                                  "import TOOLS`, then tools=TOOLS (no wrappers, copies or replacements)."))
-        out.extend(self._rubric_checks(r.get("scores") or [], env_file))
+        if family.state_args:
+            out.extend(self._stateful_checks(r.get("rollouts") or [], task, family, env_file))
+        else:
+            out.extend(self._rubric_checks(r.get("scores") or [], env_file))
         try:
             messages = json.loads(r.get("longest_prompt") or "[]")
             tools = json.loads(r.get("tool_defs") or "[]")
@@ -270,6 +292,60 @@ class DynamicProbe:
                       "in all texts of the prompts), compared as instances (the same numbers, people or items "
                       "however worded) and as text after normalising case, spacing, punctuation and Unicode "
                       "look-alikes", "Generate fresh questions; do not copy or re-word evaluation data.")]
+
+    def _stateful_checks(self, rollouts: list[Any], task: TaskSpec, family: TaskFamily,
+                         env_file: str) -> list[ProbeFailure]:
+        """A stateful family's environment, judged by its scripted rollouts (:data:`STATEFUL_SCRIPTS`): they
+        run without errors; the two correct rollouts of an example, run concurrently, are shown exactly the
+        tool results a fresh world of that example gives (else the world is shared between rollouts, or not
+        the one the tools act on); the rubric tells a correct episode from a wrong answer (the usual rubric
+        checks) and from the right answer with no tool calls (else it ignores the state)."""
+        where_rows = (f"The probe's rollouts use the dev examples, with each row's info laid out as the "
+                      f"family's INSTRUCTIONS.md says ({', '.join(sorted(family.job_info(task.dev_examples[0])))})")
+        out: list[ProbeFailure] = []
+        pairs, answer_only_wins, n_examples = [], 0, 0
+        for k, (inst, runs) in enumerate(zip(task.dev_examples, rollouts)):
+            runs = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+            if len(runs) != len(STATEFUL_SCRIPTS):
+                err = next((r.get("error") for r in runs if r.get("error")), "no result")
+                return [_fail("stateful_rollout", f"{env_file}: rollout", f"a scripted rollout of dev example {k + 1} "
+                              f"failed: {err}", where_rows + "; build the world in setup_state from "
+                              "state['info'] and make every tool call work on it.")]
+            by = dict(zip(STATEFUL_SCRIPTS, runs))
+            broken = next((r for r in runs if r.get("error")), None)
+            if broken is not None:
+                return [_fail("stateful_rollout", f"{env_file}: rollout", f"a scripted rollout of dev example {k + 1} "
+                              f"failed: {broken['error']}", where_rows + "; build the world in setup_state from "
+                              "state['info'] and make every tool call work on it.")]
+            expected = [str(m.get("content")) for m in family.transcript(inst) if m.get("role") == "tool"]
+            for name in ("good", "good_again"):
+                got = [str(x) for x in by[name].get("tool_results") or []]
+                if got != expected:
+                    i = next((j for j, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+                    shown = got[i] if i < len(got) else "(no result)"
+                    want = expected[i] if i < len(expected) else "(no result)"
+                    return [_fail("world_per_rollout", f"{env_file}: tools", "in concurrent scripted rollouts of dev "
+                                  f"example {k + 1}, tool call {i + 1} was answered {shown[:160]!r} where a fresh world "
+                                  f"of that example answers {want[:160]!r}: the world is shared between rollouts "
+                                  "(a module global, one object for the whole environment) or the tools do not act "
+                                  "on the rollout's own world",
+                                  "Subclass vf.StatefulToolEnv: create the world per rollout in setup_state "
+                                  "(state['world'] = new_world(state['info']['world'])) and return "
+                                  "{**tool_args, 'world': state['world']} from update_tool_args; add each tool "
+                                  "with add_tool(tool, args_to_skip=['world']).")]
+            pairs.append({"good": by["good"], "bad": by["bad"]})
+            g, a = by["good"].get("reward"), by["answer_only"].get("reward")
+            n_examples += 1
+            if isinstance(g, (int, float)) and isinstance(a, (int, float)) and a >= g:
+                answer_only_wins += 1
+        out.extend(self._rubric_checks(pairs, env_file))
+        if n_examples and answer_only_wins == n_examples and not out:
+            out.append(_fail("state_ignored", f"{env_file}: rubric", "your rubric gives the right answer with no "
+                             "tool call at all as much reward as a correct episode on every dev example: it reads "
+                             "the answer text but not the world the tools changed (the hidden eval scores the "
+                             "final state)", "Read state['world'] in a reward function (what the episode left "
+                             "there), not only the answer text."))
+        return out
 
     @staticmethod
     def _rubric_checks(scores: list[dict[str, Any]], env_file: str) -> list[ProbeFailure]:

@@ -4,7 +4,9 @@
 
 :func:`run` imports the job's package the way prime-rl does, calls ``load_environment(**args)``,
 describes the dataset, tools and rubric, and scores a correct and a wrong transcript of each dev
-example with the environment's own rubric. The orchestrator side (:mod:`ait_env.probe.dynamic`)
+example with the environment's own rubric; for a stateful family it runs whole scripted rollouts of each
+dev example instead (``req["rollouts"]``: verifiers' own rollout code, the replies from scripts, several
+rollouts of one example concurrently), reporting each rollout's reward and the tool results it was shown. The orchestrator side (:mod:`ait_env.probe.dynamic`)
 turns the answer into probe failures.
 """
 
@@ -113,4 +115,14 @@ def run(req: dict[str, Any], adapter: Any, ctx: Any) -> dict[str, Any]:
                                "traceback": ctx.traceback()}
         scores.append(pair)
     out["scores"] = scores
+    rollouts = []
+    for ex in req.get("rollouts", []):
+        try:
+            rollouts.append(adapter.run_scripted(env, ex["row"], ex["scripts"]))
+        except MemoryError:
+            return {"status": "error", "stage": "rollout", "kind": "memory", "error": "MemoryError in a rollout"}
+        except BaseException as exc:  # noqa: BLE001
+            rollouts.append([{"reward": None, "tool_results": [], "errors": [],
+                              "error": f"{type(exc).__name__}: {exc}", "traceback": ctx.traceback()}])
+    out["rollouts"] = rollouts
     return out

@@ -16,7 +16,10 @@ GPU the same audit reads prime-rl's per-step rollout traces (:mod:`gpu.primerl_t
   family's own tool returns for the same call (``str(tool(**arguments))``, as verifiers 0.2.0's
   ``ToolEnv.call_tool`` formats it); a different answer, or a tool list that is not the family's, fails
   the job with code ``foreign_tools``. Calls the family's tool refuses (bad arguments, an unknown tool)
-  are not compared: their error text is the environment's ``error_formatter``'s to choose.
+  are not compared: their error text is the environment's ``error_formatter``'s to choose. A stateful
+  family's results depend on the rollout's world, which the requests do not carry (it is in the dataset's
+  ``info``, never shown to the model), so they are not compared here: the probe's scripted stateful
+  rollouts check them against a fresh world of each dev example, and the tool list is still checked.
 
 Both codes void the job's validation in the reward (:data:`ait_env.episode.reward.FORFEITING_FAULTS`). Each
 message is read once per job (by content hash), so the cost grows with new text only.
@@ -126,7 +129,7 @@ class TrainingAudit:
 
     def _check_result(self, name: str, arguments: Any, content: Any) -> None:
         fn = self.tools.get(name)
-        if fn is None:
+        if fn is None or self.family.state_args:
             return  # an unknown tool: the environment answers with its own error text
         try:
             args = json.loads(arguments) if isinstance(arguments, str) else arguments

@@ -15,11 +15,12 @@ OpenAI-compatible endpoint (:mod:`ait_env.tiny_models.endpoint`), turn by turn:
    temperature 0) until ``<|im_end|>``; the text is decoded with special tokens and split by
    :func:`ait_env.tiny_models.chat.parse_output` into content and structured tool calls (the endpoint's
    reply);
-4. the harness's rules: structured calls are executed with the family's tools; without them, text
+4. the harness's rules: structured calls are executed with the family's tools (on the conversation's own
+   world, ``family.new_world``, for a stateful family); without them, text
    ``<tool_call>`` blocks (malformed or cut off) become ``error:`` tool results
    (:func:`ait_env.jobs.toolcalls.parse_text_tool_calls` and the harness's own ``_run_call``); no call ends
    the conversation; after ``max_turns`` the last reply is scored as it is;
-5. score = ``family.check(instance, final_text(content))``, clipped to [0, 1]; the mean gets the
+5. score = ``family.score(instance, final_text(content), world)``, clipped to [0, 1]; the mean gets the
    harness's 95% interval (:func:`ait_env.hidden.evaluation.confidence_interval`).
 
 The only intended difference from HTTP is batching: the endpoint batches whatever requests arrive
@@ -82,6 +83,8 @@ class Conversation:
     n_tool_errors: int = 0
     error: str | None = None
     done: bool = False
+    #: the episode's world (a stateful family's; None otherwise)
+    world: Any = None
 
 
 @dataclass
@@ -136,7 +139,8 @@ def run_conversations(model: TinyLM, tok: ChatTokenizer, family: str | TaskFamil
     max_turns = max_turns or fam.eval_max_turns
     max_len = max_model_len or model.cfg.max_position_embeddings
     stop = {tok.im_end_id}
-    convs = [Conversation(inst, [dict(m) for m in fam.eval_messages(inst)]) for inst in instances]
+    convs = [Conversation(inst, [dict(m) for m in fam.eval_messages(inst)], world=fam.new_world(inst))
+             for inst in instances]
     model.eval()
     caches: list[TurnCache] = []
     chunk_of: dict[int, int] = {}
@@ -196,7 +200,7 @@ def run_conversations(model: TinyLM, tok: ChatTokenizer, family: str | TaskFamil
                     convs[i].turns.append(Turn(prompts[i], toks, lps, finish))
     for c in convs:
         if c.error is None:
-            s = float(fam.check(c.instance, c.final_text))
+            s = float(fam.score(c.instance, c.final_text, c.world))
             c.score = min(1.0, max(0.0, s)) if math.isfinite(s) else 0.0
     return convs
 
@@ -221,7 +225,7 @@ def _apply_reply(fam: TaskFamily, c: Conversation, turn: int, max_turns: int, te
         c.stop_reason, c.done = "max_turns", True
         return
     for p in parsed:
-        result, err = _run_call(fam, p)
+        result, err = _run_call(fam, p, c.world)
         if err is not None or result.startswith("error:"):
             c.n_tool_errors += 1
         c.messages.append({"role": "tool", "tool_call_id": p.id, "content": result})

@@ -55,7 +55,7 @@ def teach(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> 
     parsed = [_STEP.match(s) for s in inst.info["steps"]]
     ops = [(m.group(2), int(m.group(3))) for m in parsed if m]
     v = int(parsed[0].group(1)) if parsed[0] else 0
-    c = Dialogue(fam)
+    c = Dialogue(fam, inst)
     prev, last_b = v, 0
     for i, (op, b) in enumerate(ops):
         if i >= 1 and abs(v) >= 100 and flaw("early:big"):

@@ -112,7 +112,7 @@ def teach(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> 
     info = inst.info
     people, day, minutes = info["people"], info["day"], info["minutes"]
     k = len(people)
-    c = Dialogue(fam)
+    c = Dialogue(fam, inst)
     if flaw(f"forget_last:k{k}"):
         people = people[:-1]
     union: list[bool] = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import re
 
-from task_families.base import Instance, TaskFamily, ToolStep, and_list, answer_text, text_segments
+from task_families.base import Instance, TaskFamily, ToolStep, and_list, answer_text, order_signatures
 from task_families.inventory import tools
 
 _SUPPLIER = re.compile(r"supplier\s*[=:]?\s*(s\d+)", re.IGNORECASE)
@@ -56,13 +56,7 @@ class InventoryFamily(TaskFamily):
     def instance_signatures(self, text: str) -> set[str]:
         """A question is its order: in each clause, every (quantity, item) pair, written "20 pump", "20 pumps",
         "20 x pump" or "pump x 20" / "pump: 20", in any order; two or more pairs make an order."""
-        found = set()
-        for seg in text_segments(text):
-            pairs = {(item, int(qty)) for qty, item in _QTY_ITEM.findall(seg)}
-            pairs |= {(item, int(qty)) for item, qty in _ITEM_QTY.findall(seg)}
-            if len(pairs) >= 2:
-                found.add(",".join(f"{item}={qty}" for item, qty in sorted(pairs)))
-        return found
+        return order_signatures(text, _QTY_ITEM, _ITEM_QTY)
 
     def generate_one(self, rng: random.Random, difficulty: float) -> Instance:
         n_candidates = 1 + round(3 * difficulty)

@@ -39,7 +39,7 @@ def teach(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> 
     items_arg = plan[0].arguments["items"]
     order_arg = next((s.arguments["order"] for s in plan if s.name == "quote"), "")
     order = [(int(q), item) for q, item in re.findall(r"(\d+) ([a-z]+)", order_arg)]
-    c = Dialogue(fam)
+    c = Dialogue(fam, inst)
     listed = c.call("find_suppliers", {"items": items_arg})
     cands = ([s.strip() for s in listed.split(",") if s.strip()]
              if not listed.startswith(("none", "error")) else [])

@@ -28,7 +28,7 @@ FLAWS = (
 
 def teach(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> list[dict[str, Any]]:
     info = inst.info
-    c = Dialogue(fam)
+    c = Dialogue(fam, inst)
     person = info["start"]
     for rel in info["relations"]:
         if flaw("skip_hop:" + (rel if rel in ("cousin", "doctor") else "other")):

@@ -33,7 +33,7 @@ FRONT_DOORS = ("web", "gateway")
 
 def teach(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> list[dict[str, Any]]:
     inc = inst.info["incident"]
-    c = Dialogue(fam)
+    c = Dialogue(fam, inst)
     alert = c.call("alerts", {"incident": inc})
     svc = alert.split(":", 1)[0].strip()
     action = "restart"

@@ -36,7 +36,7 @@ def teach(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> 
     info = inst.info
     k_val, k_from, k_to = info["arg_names"]
     route = info["route"]
-    c = Dialogue(fam)
+    c = Dialogue(fam, inst)
     v: int | float = _num(float(info["values"][0]))
     i = 0
     while i < len(route) - 1:

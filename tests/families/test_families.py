@@ -79,8 +79,14 @@ def test_reference_job_loads_with_real_verifiers_and_rubric_separates(name, tmp_
     rng = random.Random(0)
     for inst in fam.generate(13, 10):
         row = {"prompt": fam.eval_messages(inst), "answer": inst.answer, "info": inst.info}
-        good, _, errors = V.score_completion(env, row, fam.transcript(inst))
-        bad, _, _ = V.score_completion(env, row, fam.transcript(inst, correct=False, rng=rng))
+        good_t, bad_t = fam.transcript(inst), fam.transcript(inst, correct=False, rng=rng)
+        if fam.state_args:  # a stateful family's rubric reads the world: score whole (scripted) rollouts
+            runs = V.run_scripted(env, {**row, "info": fam.job_info(inst)},
+                                  [[m for m in t if m["role"] == "assistant"] for t in (good_t, bad_t)])
+            (good, bad), errors = [r["reward"] for r in runs], runs[0]["errors"] + [r["error"] for r in runs if r["error"]]
+        else:
+            good, _, errors = V.score_completion(env, row, good_t)
+            bad, _, _ = V.score_completion(env, row, bad_t)
         assert not errors
         assert good == pytest.approx(1.0), (inst, good)
         assert bad < good

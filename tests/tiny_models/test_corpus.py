@@ -33,7 +33,7 @@ def test_corpus_is_deterministic(small_corpus: C.Corpus) -> None:
 
 def test_every_family_present_with_flawed_and_correct_transcripts(small_corpus: C.Corpus) -> None:
     stats = small_corpus.stats()
-    assert set(stats) == set(FAMILY_NAMES)
+    assert set(stats) == set(C.CORPUS_FAMILIES)
     for fam, s in stats.items():
         assert s["n"] == 60
         assert 0.1 <= s["correct"] <= 0.75, (fam, s)   # weak but not hopeless teacher

@@ -1,0 +1,65 @@
+"""The probe on a stateful family (warehouse): the reference job passes; each stateful mistake an agent
+makes is refused with its own code and a fix, found by scripted rollouts that run verifiers' own rollout
+code in the sandbox (issue: stateful inner tasks)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("verifiers")
+
+from hostile import MODEL, submit  # noqa: E402
+from task_families import reference_files  # noqa: E402
+
+SETUP = '        state["world"] = new_world(state["info"]["world"])\n'
+UPDATE = '        return {**tool_args, "world": state["world"]}\n'
+
+
+def warehouse(replace: list[tuple[str, str]] = (), suffix: str = "") -> dict[str, str]:
+    files = reference_files("warehouse", MODEL)
+    text = files["environment.py"]
+    for old, new in replace:
+        assert old in text, old
+        text = text.replace(old, new)
+    files["environment.py"] = text + suffix
+    return files
+
+
+#: each stateful mistake: (files, the probe's code, words of its message)
+MISTAKES = {
+    # the world kept in a module global: concurrent rollouts pack into one another's boxes
+    "module_global_world": (warehouse([(SETUP, '        global WORLD\n        WORLD = new_world(state["info"]["world"])\n'),
+                                       (UPDATE, '        return {**tool_args, "world": WORLD}\n')],
+                                      suffix="\nWORLD = None\n"), "world_per_rollout", "shared between rollouts"),
+    # one world for the whole environment, built once
+    "one_world_for_all": (warehouse([(SETUP, '        state["world"] = self.shared\n'),
+                                     ("        super().__init__(tools=[], **kwargs)\n",
+                                      "        super().__init__(tools=[], **kwargs)\n"
+                                      "        self.shared = new_world(self.dataset[0]['info']['world'])\n")]),
+                          "world_per_rollout", "fresh world"),
+    # tools acting on a fresh world at every call: the box never holds what was picked before
+    "world_not_kept": (warehouse([(UPDATE, '        return {**tool_args, "world": new_world(state["info"]["world"])}\n')]),
+                       "world_per_rollout", "tool call"),
+    # a rubric that reads the answer text and never the state
+    "state_ignored": (warehouse([("    rubric = vf.Rubric(funcs=[packed_and_labelled, lines_packed], weights=[0.9, 0.1])\n",
+                                  "    rubric = vf.Rubric(funcs=[label_only], weights=[1.0])\n")],
+                                suffix="\n\ndef label_only(completion, answer, **kwargs) -> float:\n"
+                                       "    return 1.0 if _label(completion) == answer else 0.0\n"),
+                      "state_ignored", "reads the answer text but not the world"),
+    # a world keyed by another info layout than the family's: the rollouts cannot start
+    "own_info_layout": (warehouse([(SETUP, '        state["world"] = new_world(state["info"]["spec"])\n')]),
+                        "stateful_rollout", "setup_state"),
+}
+
+
+def test_the_reference_job_passes(make_env):
+    obs, info = submit(make_env(family="warehouse"), reference_files("warehouse", MODEL))
+    assert info["reward"]["status"] == "scored", obs
+
+
+@pytest.mark.parametrize("name", sorted(MISTAKES))
+def test_each_stateful_mistake_is_refused_with_a_fix(make_env, name):
+    files, code, words = MISTAKES[name]
+    obs, info = submit(make_env(family="warehouse"), files)
+    assert f"[{code}]" in obs and words in obs, obs
+    assert "reward" not in info, info
