@@ -464,6 +464,7 @@ def _real(tmp_path: Path, n: int, workers: int) -> None:
     print(f"{n} real jobs through {workers} fake SkyPilot pool workers: {fleet_s:.0f} s; billed ${spent:.4f}")
 
 
+@pytest.mark.slow  # twin in the default run: a baseline through a pool worker running the real worker (below)
 def test_two_real_jobs_through_two_pool_workers_match_backend_local(tmp_path):
     _real(tmp_path, 2, 2)
 
