@@ -323,3 +323,34 @@ def test_the_harness_in_a_child_process(tmp_path: Path):
     assert dead.failed and dead.n_errors == 2
     with pytest.raises(EvalInfraError, match="without a result"):
         evaluate_subprocess("no-such-family", base_url=url, model="m", limit=2)
+
+
+# ------------------------------------------------------------------------------------------ stateful families
+def test_a_stateful_family_is_scored_on_the_state_each_episode_leaves():
+    """warehouse: each of 50 concurrent episodes gets its own world; the right label without the packing scores
+    0, and one wrong pick (irreversible) before a correct solution scores 0 too."""
+    fam = get_family("warehouse")
+    hidden = hidden_set("warehouse")[:LIMIT]
+    by_question = {inst.question: inst for inst in hidden}
+
+    def answer_only(messages, tools):
+        return {"content": f"Answer: {by_question[messages[1]['content']].answer}"}
+
+    def wrong_pick_first(messages, tools):
+        inst = by_question[messages[1]["content"]]
+        if not any(m["role"] == "tool" for m in messages):
+            b, item = next((b, i) for b, items in inst.info["world"]["bins"].items() for i in items
+                           if i not in inst.info["order"])
+            return {"content": "", "tool_calls": [{"id": "w", "type": "function", "function": {
+                "name": "pick", "arguments": json.dumps({"bin": b, "item": item, "quantity": 1})}}]}
+        trimmed = [m for m in messages if not (m.get("tool_calls") and m["tool_calls"][0]["id"] == "w")
+                   and m.get("tool_call_id") != "w"]
+        return correct_policy(fam, hidden)(trimmed, tools)
+
+    for policy, want in ((correct_policy(fam, hidden), 1.0), (answer_only, 0.0), (wrong_pick_first, 0.0)):
+        with ScriptedOpenAIServer(policy) as server:
+            res = evaluate("warehouse", base_url=server.base_url, model="m", limit=LIMIT, concurrency=50, **FAST)
+        assert not res.failed and res.n_errors == 0 and res.score == want, (policy, res.score)
+        if want == 0.0:
+            assert all(fam.check(inst, rec.final_text) == 1.0 for rec, inst in zip(res.records, hidden)
+                       if policy is answer_only)
