@@ -253,9 +253,11 @@ class DynamicProbe:
                                  f"family's own functions ({why})", f"Pass them unchanged: `from {TOOLS_MODULE_NAME} "
                                  "import TOOLS`, then tools=TOOLS (no wrappers, copies or replacements)."))
         if family.state_args:
-            out.extend(self._stateful_checks(r.get("rollouts") or [], task, family, env_file))
+            rollouts = r.get("rollouts")
+            out.extend(self._stateful_checks(rollouts if isinstance(rollouts, list) else [], task, family, env_file))
         else:
-            out.extend(self._rubric_checks(r.get("scores") or [], env_file))
+            scores = r.get("scores")
+            out.extend(self._rubric_checks(scores if isinstance(scores, list) else [], env_file))
         try:
             messages = json.loads(r.get("longest_prompt") or "[]")
             tools = json.loads(r.get("tool_defs") or "[]")
@@ -300,26 +302,32 @@ class DynamicProbe:
         tool results a fresh world of that example gives (else the world is shared between rollouts, or not
         the one the tools act on); the rubric tells a correct episode from a wrong answer (the usual rubric
         checks) and from the right answer with no tool calls (else it ignores the state)."""
+        layout = sorted(family.job_info(task.dev_examples[0])) if task.dev_examples else []
         where_rows = (f"The probe's rollouts use the dev examples, with each row's info laid out as the "
-                      f"family's INSTRUCTIONS.md says ({', '.join(sorted(family.job_info(task.dev_examples[0])))})")
+                      f"family's INSTRUCTIONS.md says ({', '.join(layout)})")
         out: list[ProbeFailure] = []
+        if len(rollouts) != len(task.dev_examples):
+            return [_fail("stateful_rollout", f"{env_file}: rollout", f"{len(rollouts)} of "
+                          f"{len(task.dev_examples)} scripted rollouts of the dev examples came back",
+                          where_rows + "; keep load_environment and the rollouts fast and free of side effects.")]
         pairs, answer_only_wins, n_examples = [], 0, 0
         for k, (inst, runs) in enumerate(zip(task.dev_examples, rollouts)):
             runs = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
             if len(runs) != len(STATEFUL_SCRIPTS):
                 err = next((r.get("error") for r in runs if r.get("error")), "no result")
                 return [_fail("stateful_rollout", f"{env_file}: rollout", f"a scripted rollout of dev example {k + 1} "
-                              f"failed: {err}", where_rows + "; build the world in setup_state from "
+                              f"failed: {str(err)[:500]}", where_rows + "; build the world in setup_state from "
                               "state['info'] and make every tool call work on it.")]
             by = dict(zip(STATEFUL_SCRIPTS, runs))
             broken = next((r for r in runs if r.get("error")), None)
             if broken is not None:
                 return [_fail("stateful_rollout", f"{env_file}: rollout", f"a scripted rollout of dev example {k + 1} "
-                              f"failed: {broken['error']}", where_rows + "; build the world in setup_state from "
+                              f"failed: {str(broken['error'])[:500]}", where_rows + "; build the world in setup_state from "
                               "state['info'] and make every tool call work on it.")]
             expected = [str(m.get("content")) for m in family.transcript(inst) if m.get("role") == "tool"]
             for name in ("good", "good_again"):
-                got = [str(x) for x in by[name].get("tool_results") or []]
+                shown_results = by[name].get("tool_results")
+                got = [str(x) for x in shown_results] if isinstance(shown_results, list) else []
                 if got != expected:
                     i = next((j for j, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
                     shown = got[i] if i < len(got) else "(no result)"
@@ -355,10 +363,13 @@ class DynamicProbe:
         errors: list[str] = []
         nonfinite = False
         same = 0
+        scores = [p for p in scores if isinstance(p, dict)]  # what the sandbox sends is untrusted
         for pair in scores:
-            g, b = pair.get("good", {}), pair.get("bad", {})
+            g, b = (pair.get(k) if isinstance(pair.get(k), dict) else {} for k in ("good", "bad"))
             for side in (g, b):
-                errors.extend(side.get("errors") or [])
+                errs = side.get("errors")
+                if isinstance(errs, list):
+                    errors.extend(str(e) for e in errs)
                 v = side.get("reward")
                 if v is None or not isinstance(v, (int, float)) or not math.isfinite(v):
                     nonfinite = True

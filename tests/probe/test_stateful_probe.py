@@ -63,3 +63,22 @@ def test_each_stateful_mistake_is_refused_with_a_fix(make_env, name):
     obs, info = submit(make_env(family="warehouse"), files)
     assert f"[{code}]" in obs and words in obs, obs
     assert "reward" not in info, info
+
+
+def test_whatever_the_sandbox_sends_back_the_checks_do_not_raise():
+    """The rollout results come from the agent's process: any shape is read as a failure, never an exception."""
+    from ait_env.probe.dynamic import DynamicProbe
+    from ait_env.jobs.schema import parse_job
+    from task_families import get_family
+    from task_families.base import Bounds
+
+    fam = get_family("warehouse")
+    task = fam.make_task(0, Bounds(base_models=[MODEL], max_steps=10, max_batch_size=8, max_group_size=4,
+                                   max_seq_len=4096, max_tokens=256))
+    job, _ = parse_job(reference_files("warehouse", MODEL)["job.toml"])
+    probe = DynamicProbe.__new__(DynamicProbe)
+    junk = [None, 5, "x", [], [None], [[1, 2]], [[{"error": 7}] * 4] * 3, [[{"tool_results": 5, "reward": "x"}] * 4] * 3,
+            [[{"tool_results": [{"a": 1}], "reward": float("nan"), "errors": 3}] * 4] * 3]
+    for rollouts in junk:
+        out = probe._stateful_checks(rollouts if isinstance(rollouts, list) else [], task, fam, "environment.py")
+        assert out and all(f.code in {"stateful_rollout", "world_per_rollout", "rubric_nonfinite"} for f in out), out
