@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import warnings
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
 _MAX_ABS = 10**12
@@ -34,7 +35,10 @@ def calculator(expression: str) -> str:
     if not isinstance(expression, str) or len(expression) > 200:
         return "error: expression must be a string of at most 200 characters"
     try:
-        return str(_eval(ast.parse(expression.strip(), mode="eval").body))
+        with warnings.catch_warnings():  # "3x" is an error for the model, not a SyntaxWarning on our stderr
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(expression.strip(), mode="eval")
+        return str(_eval(tree.body))
     except (SyntaxError, ValueError, RecursionError) as exc:
         return f"error: {exc}"
 
