@@ -414,10 +414,17 @@ class TaskFamily(ABC):
             f"{i}. question: {json.dumps(e.question)}\n   answer: {json.dumps(e.answer)}"
             for i, e in enumerate(dev, 1))
         models = ", ".join(f"`{m}`" for m in bounds.base_models)
+        world_args = ", ".join(f"`{a}`" for a in self.state_args)
+        stateful = "" if not self.state_args else f"""
+This family is **stateful**: each question has its own world that the tools change, and the eval scores
+the state an episode leaves. The tools take the world as their last argument ({world_args}), which the
+model never sees: your environment must build one world per rollout and pass it to every tool call
+(INSTRUCTIONS.md, "Stateful families").
+"""
         return f"""# Task: {self.title}
 
 {self.goal}
-
+{stateful}
 ## How the trained model is evaluated (hidden eval)
 The model gets each hidden question as the user message, after this system prompt:
 > {self.eval_system_prompt}

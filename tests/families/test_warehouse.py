@@ -123,3 +123,14 @@ def test_hidden_questions_yield_their_own_signatures():
         sig = FAMILY.instance_signatures(inst.question.lower())
         pairs = " and ".join(f"{i}: {q}" for i, q in reversed(list(inst.info["order"].items())))
         assert len(sig) == 1 and FAMILY.instance_signatures(f"pack {pairs} please") == sig
+
+
+def test_the_task_the_agent_sees_says_it_is_stateful():
+    from task_families import get_family
+    from task_families.base import Bounds
+
+    b = Bounds(base_models=["m"], max_steps=1, max_batch_size=1, max_group_size=1, max_seq_len=1, max_tokens=1)
+    text = FAMILY.make_task(0, b).text
+    assert "**stateful**" in text and "one world per rollout" in text and "`world`" in text
+    assert "stateful" not in get_family("arithmetic").make_task(0, b).text
+    assert "StatefulToolEnv" in FAMILY.instructions_text() and "update_tool_args" in FAMILY.instructions_text()
