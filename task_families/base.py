@@ -19,6 +19,13 @@ A family is one module folder ``task_families/<name>/`` with:
 
 Instances are plain records (question, answer, info). Their ``key`` is a hash of the normalised
 question, used to keep dev examples, training data and pretraining data apart from the hidden set.
+
+A **stateful** family (``warehouse``) also has a world per episode that its tools change: it sets
+``state_args`` (the tools' world parameter, which the harness fills and the model never sees) and
+implements ``new_world`` (from the instance's ``info``), ``score`` (the final state and the answer) and
+``job_info`` (the world spec a job's dataset row carries). Every harness goes through ``call_tool(name,
+arguments, world)`` and ``score(instance, response, world)`` with one world per episode, so the same calls
+serve both kinds.
 """
 
 from __future__ import annotations
@@ -273,12 +280,15 @@ class TaskFamily(ABC):
         if world is None:
             return None
         for msg in completion:
-            if msg.get("role") != "assistant":
+            if not isinstance(msg, dict) or msg.get("role") != "assistant":
                 continue
             for call in msg.get("tool_calls") or []:
-                fn = call.get("function") or {}
+                fn = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(fn, dict):
+                    continue
+                raw = fn.get("arguments")
                 try:
-                    args = json.loads(fn.get("arguments") or "{}")
+                    args = raw if isinstance(raw, dict) else json.loads(raw or "{}")
                 except (TypeError, ValueError):
                     continue
                 if isinstance(args, dict):
