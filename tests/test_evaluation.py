@@ -351,6 +351,5 @@ def test_a_stateful_family_is_scored_on_the_state_each_episode_leaves():
         with ScriptedOpenAIServer(policy) as server:
             res = evaluate("warehouse", base_url=server.base_url, model="m", limit=LIMIT, concurrency=50, **FAST)
         assert not res.failed and res.n_errors == 0 and res.score == want, (policy, res.score)
-        if want == 0.0:
-            assert all(fam.check(inst, rec.final_text) == 1.0 for rec, inst in zip(res.records, hidden)
-                       if policy is answer_only)
+        if policy is answer_only:  # the answer alone is right: only the state makes it 0
+            assert all(fam.check(inst, rec.final_text) == 1.0 for rec, inst in zip(res.records, hidden))
