@@ -100,8 +100,32 @@ def micro_tokenizer() -> ChatTokenizer:
 
 
 @pytest.fixture(scope="session")
-def micro_model(micro_tokenizer: ChatTokenizer) -> TinyLM:
-    """A 2-layer model briefly fitted to correct arithmetic transcripts (so it emits tool calls)."""
+def micro_model(micro_tokenizer: ChatTokenizer, tmp_path_factory: pytest.TempPathFactory) -> TinyLM:
+    """A 2-layer model briefly fitted to correct arithmetic transcripts (so it emits tool calls).
+
+    Fitted once per test run: under xdist the first worker to need it saves its weights in the run's shared
+    temporary folder (the parent of each worker's own), under a file lock, named by the tokenizer's
+    vocabulary; the other worker loads them. Never shared between runs."""
+    import hashlib
+    import os
+
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base   # pytest-N/, not pytest-of-<user>/
+    vocab = hashlib.sha256(micro_tokenizer.tok.to_str().encode()).hexdigest()[:16]
+    path = shared / f"micro_model-{vocab}.pt"
+    with FileLock(str(path) + ".lock"):
+        if path.is_file():
+            m = TinyLM(TinyConfig(vocab_size=micro_tokenizer.vocab_size, max_position_embeddings=1024))
+            m.load_state_dict(torch.load(path, weights_only=True))
+            return m.eval()
+        m = _fit_micro_model(micro_tokenizer)
+        torch.save(m.state_dict(), path)
+        return m
+
+
+def _fit_micro_model(micro_tokenizer: ChatTokenizer) -> TinyLM:
     torch.manual_seed(0)
     tok = micro_tokenizer
     m = TinyLM(TinyConfig(vocab_size=tok.vocab_size, max_position_embeddings=1024))
