@@ -3,6 +3,7 @@ deliberately bad jobs, a hyperparameter sweep, and a reproducibility rerun.
 
     python benchmarks/local_jobs.py reference [--families all]          # uplift of each reference job + timings
     python benchmarks/local_jobs.py ladder [--families arithmetic,...] [--max-steps 20]  # bad jobs per family
+    python benchmarks/local_jobs.py ladder --families warehouse --variants lr_zero,state_ignored  # + a rubric blind to the world
     python benchmarks/local_jobs.py sweep --family arithmetic --param max_steps --values 0,5,10,20,40,80
     python benchmarks/local_jobs.py sweep --family units --param lr --values 3e-7,1e-6,3e-6,1e-5 --max-steps 10
     python benchmarks/local_jobs.py repro --family arithmetic           # the same job twice
@@ -73,12 +74,25 @@ def _chain(*edits: Edit) -> Edit:
     return edit
 
 
+def _state_ignored(files: dict[str, str]) -> dict[str, str]:
+    """A stateful family's rubric that reads only the answer's shape, never the world its tool calls left (what
+    the probe refuses as ``state_ignored``): 1 for any label-shaped answer, from the reference's own parser."""
+    env = files["environment.py"]
+    if "def _label(" not in env:
+        raise ValueError("state_ignored: the reference environment has no _label parser (a stateful family's rung)")
+    env = re.sub(r"rubric = vf\.Rubric\(.*?\)\n",
+                 "rubric = vf.Rubric(funcs=[lambda completion, **kw: 1.0 if _label(completion) else 0.0], "
+                 "weights=[1.0])\n", env, count=1, flags=re.S)
+    return {**files, "environment.py": env}
+
+
 LADDER: dict[str, Edit] = {
     "reference": lambda f: f,
     "constant_reward": _rubric("1.0"),
     "lr_zero": _chain(_set_toml("lr", "0.0"), _set_toml("min_lr", "0.0", required=False)),  # constant: no min_lr
     "reward_wrong_answers": _rubric("1.0 - correct"),
     "lr_collapse": _set_toml("lr", "1e-4"),
+    "state_ignored": _state_ignored,   # stateful families only (skipped for the others)
 }
 
 
@@ -175,6 +189,8 @@ def main() -> None:
         steps = _set_toml("max_steps", str(args.max_steps)) if args.max_steps else LADDER["reference"]
         for fam in families:
             for v in args.variants.split(","):
+                if v == "state_ignored" and not get_family(fam).state_args:
+                    continue   # a stateless family has no world to ignore
                 lines.append(_row(v, fam, run_job(fam, args.model, _chain(LADDER[v], steps), v, backend), backend))
     elif args.mode == "sweep":
         posts: list[tuple[float, float]] = []
