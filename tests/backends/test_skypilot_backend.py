@@ -206,7 +206,7 @@ def test_jobs_complete_exactly_once_with_pod_priced_bills(tmp_path):
             served = b.run(again)
     finally:
         sky.close()
-    assert [r.status for r in results] == ["succeeded"] * 6
+    assert [r.status for r in results] == ["succeeded"] * 6, [(r.status, r.error) for r in results]
     assert sky.launches() == 6 and len(rows) == 6 and all(sky.runs_of(i) == 1 for i in sky.jobs_by_id)
     rate = prices.pod_price_per_s("NVIDIA RTX A5000")
     for r, row in zip(results, rows):
@@ -330,7 +330,7 @@ def test_an_orchestrator_killed_mid_batch_is_replaced_and_nothing_is_lost_or_pai
             rows, spent = b.journal.rows(), b.spent_usd()
     finally:
         sky.close()
-    assert [r.status for r in results] == ["succeeded"] * 6
+    assert [r.status for r in results] == ["succeeded"] * 6, [(r.status, r.error) for r in results]
     assert sky.launches() == 6 and len(rows) == 6 and all(sky.runs_of(i) == 1 for i in sky.jobs_by_id)
     assert all(row.attempt == 1 for row in rows)
     assert spent == pytest.approx(sum(row.cost_usd for row in rows)) and spent > 0
@@ -408,7 +408,7 @@ def test_an_orchestrator_process_sigkilled_mid_batch_loses_nothing_and_pays_noth
         if child.poll() is None:
             child.kill()
         sky.close()
-    assert [r.status for r in results] == ["succeeded"] * 6
+    assert [r.status for r in results] == ["succeeded"] * 6, [(r.status, r.error) for r in results]
     assert sky.launches() == 6 and len(rows) == 6 and all(sky.runs_of(i) == 1 for i in sky.jobs_by_id)
     assert all(row.attempt == 1 for row in rows)
     assert spent == pytest.approx(sum(row.cost_usd for row in rows)) and spent > 0
