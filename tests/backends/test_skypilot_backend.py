@@ -396,6 +396,14 @@ def test_an_orchestrator_process_sigkilled_mid_batch_loses_nothing_and_pays_noth
         while sky.launches() < 6 and time.time() - t0 < 60 and child.poll() is None:
             time.sleep(0.02)
         assert sky.launches() == 6, f"the orchestrator launched {sky.launches()} of 6 (exit {child.poll()})"
+        # and every launch's id journaled (written just after its launch returns): a kill in between leaves an
+        # attempt sent with no id, which the next orchestrator ends at its bound by design (never sent again)
+        from fleet.journal import Journal
+        from fleet.skypilot_engine import JOURNAL_NAME
+
+        journal = Journal(tmp_path / "runs" / JOURNAL_NAME)
+        while sum(r.job_id is not None for r in journal.rows()) < 6 and time.time() - t0 < 60 and child.poll() is None:
+            time.sleep(0.02)
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
         unfinished = [i for i, j in sky.jobs_by_id.items() if j.status not in ("SUCCEEDED",)]
