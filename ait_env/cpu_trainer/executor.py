@@ -40,6 +40,19 @@ from task_families import get_family
 ROLLOUT_WORKER = Path(__file__).with_name("rollout_worker.py")
 
 
+
+def worker_stopped(resp: Any, *, steps_done: int, max_steps: int, wall_s: float) -> JobFailed:
+    """The failure of a job whose sandboxed rollout worker ended during training. The sandbox stops the
+    worker at the job's wall clock (``bounds.wall_clock_minutes``; its answer ``{"status": "timeout"}``):
+    that limit is the job's, said as the GPU executor says it, not blamed on the environment's code."""
+    if isinstance(resp, dict) and resp.get("status") == "timeout":
+        return JobFailed(f"the job ran past its wall-clock limit of {wall_s / 60:g} min "
+                         f"(bounds.wall_clock_minutes) after {steps_done} of {max_steps} training steps. Lower "
+                         "max_steps, batch_size or sampling.max_tokens so that it fits, or raise the bound.")
+    return JobFailed("the rollout worker (your environment's code) stopped during training: "
+                     f"{json.dumps(resp or {}, default=str)[:1500]}")
+
+
 class LocalExecutorOptions(RunnerSettings):
     """The local executor's options (the runner's generic ones and these): part of the ``local`` backend's
     ``options`` (:class:`ait_env.backends.local.LocalOptions` adds the backend's own)."""
@@ -208,7 +221,10 @@ class LocalExecutor:
                 eval_seconds.append(time.time() - t0)
             return score
 
+        done = [0]  # training steps finished, for the message of a job stopped at its wall clock
+
         def on_step(s: StepLog) -> None:
+            done[0] = s.step
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(reward=f"{s.reward_mean:.2f}",
@@ -224,8 +240,8 @@ class LocalExecutor:
         except WorkerGone:
             if "infra" in worker_out:
                 raise RuntimeError(f"the sandbox failed: {worker_out['infra']}") from None
-            raise JobFailed("the rollout worker (your environment's code) stopped during training: "
-                            f"{json.dumps(worker_out.get('resp') or {})[:1500]}") from None
+            raise worker_stopped(worker_out.get("resp"), steps_done=done[0], max_steps=job.prime_rl.max_steps,
+                                 wall_s=self.backend.bounds.wall_clock_minutes * 60) from None
         finally:
             if bar is not None:
                 bar.close()
