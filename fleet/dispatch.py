@@ -83,6 +83,11 @@ class Engine(Protocol):
 
     def read(self, job_id: str) -> AttemptStatus | None: ...
 
+    def find(self, tag: str) -> str | None:
+        """The id of the attempt sent with ``tag``, when the engine can list its jobs by it (a lost id found
+        again); None when it finds none or cannot look."""
+        ...
+
     def cancel(self, job_id: str) -> bool: ...
 
     def bill(self, st: AttemptStatus | None, worker: dict[str, Any] | None) -> Billing: ...
@@ -756,6 +761,8 @@ class Dispatcher:
                 self._out.add(entry.key)
                 return
             entry.job_id = None
+        if a.get("sent_at") is not None and self._found(entry, row.attempt, str(a.get("tag") or "")):
+            return                                          # sent, its id never recorded, found by its tag
         if a.get("sent_at") is not None:                    # sent, its id never recorded
             until = a.get("hard_end") or entry.sent_at + self.limits(entry.kind).bound_s
             self._end(entry, None, f"attempt {row.attempt} was sent (tag {a.get('tag')}) but its Runpod id was "
@@ -772,6 +779,26 @@ class Dispatcher:
         else:
             self._end(entry, None, "the orchestrator that claimed this job ended before sending it, and this "
                                    "one has not got its bundle; submit the job again")
+
+    def _found(self, entry: _Entry, attempt: int, tag: str) -> bool:
+        """Look up an attempt whose id was never recorded by the tag it was sent with; journal and poll it
+        when the engine lists it. Not found is not proof it never launched (a launch may still be queued at
+        the engine), so the caller then charges it at its bound, as before."""
+        if not tag:
+            return False
+        try:
+            job_id = self.engine.find(tag)
+        except Exception:  # noqa: BLE001 - an engine that cannot look finds nothing
+            job_id = None
+        if not job_id or not self.journal.attach_many([(entry.key, job_id, attempt)])[0]:
+            return False
+        with self._lock:
+            entry.job_id, entry.state, entry.next_poll = job_id, "sent", self._clock()
+            entry.status_errors, entry.seen = 0, ""
+            self._out.add(entry.key)
+        self.say(f"{entry.claimant}: attempt {attempt} (tag {tag}) was sent but its id never recorded; found on "
+                 f"{self.engine.name} as {job_id}, followed from here")
+        return True
 
     def _to_foreign(self, entry: _Entry) -> None:
         with self._lock:

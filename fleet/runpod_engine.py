@@ -212,6 +212,11 @@ class RunpodEngine:
         except (RunpodAPIError, OSError):
             return None
 
+    def find(self, tag: str) -> str | None:
+        """None: a Serverless endpoint cannot list its jobs (``/run``, ``/status/{id}``, ``/cancel/{id}`` are
+        all by id), so an attempt whose id was lost cannot be found again by its tag."""
+        return None
+
     def cancel(self, job_id: str) -> bool:
         """Cancel a job on Runpod; True when Runpod answered (it is cancelled, or already gone: 404). Other
         errors propagate (the dispatcher retries)."""

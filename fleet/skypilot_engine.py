@@ -372,6 +372,10 @@ class SkypilotEngine:
             raise SendUncertain(f"sky.jobs.launch got no clear answer ({kind}: {exc}) and no job named {name} is "
                                 "listed (the launch request may still be queued at the API server)") from exc
 
+    def find(self, tag: str) -> str | None:
+        """The managed job launched with ``tag`` (named ``ait-<tag>`` by :meth:`send`), if the queue lists it."""
+        return self._find(f"ait-{tag}") if tag else None
+
     def _find(self, name: str) -> str | None:
         try:
             hits = [r for r in self.sdk.queue(name_match=name) if r.get("job_name") == name]

@@ -367,7 +367,8 @@ def test_an_orchestrator_process_sigkilled_mid_batch_loses_nothing_and_pays_noth
     """The orchestrator runs as a child process and is SIGKILLed once SkyPilot has all six launches (two
     workers: most jobs still queued or running, none journaled as ended by it). A new orchestrator on the same
     run dir adopts every attempt by its recorded id (the journal row written before each launch, its id
-    after), and the same bundles are served or attached, never launched again."""
+    after) or, where the kill came before the id was recorded, by the job's name; the same bundles are served
+    or attached, never launched again."""
     import os
     import secrets as _secrets
     import signal
@@ -396,14 +397,8 @@ def test_an_orchestrator_process_sigkilled_mid_batch_loses_nothing_and_pays_noth
         while sky.launches() < 6 and time.time() - t0 < 60 and child.poll() is None:
             time.sleep(0.02)
         assert sky.launches() == 6, f"the orchestrator launched {sky.launches()} of 6 (exit {child.poll()})"
-        # and every launch's id journaled (written just after its launch returns): a kill in between leaves an
-        # attempt sent with no id, which the next orchestrator ends at its bound by design (never sent again)
-        from fleet.journal import Journal
-        from fleet.skypilot_engine import JOURNAL_NAME
-
-        journal = Journal(tmp_path / "runs" / JOURNAL_NAME)
-        while sum(r.job_id is not None for r in journal.rows()) < 6 and time.time() - t0 < 60 and child.poll() is None:
-            time.sleep(0.02)
+        # some launches' ids may not be journaled yet (written just after each launch returns): the next
+        # orchestrator finds those by their names (test_an_orchestrator_killed_between_launch_and_recording...)
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
         unfinished = [i for i, j in sky.jobs_by_id.items() if j.status not in ("SUCCEEDED",)]
@@ -420,6 +415,78 @@ def test_an_orchestrator_process_sigkilled_mid_batch_loses_nothing_and_pays_noth
     assert sky.launches() == 6 and len(rows) == 6 and all(sky.runs_of(i) == 1 for i in sky.jobs_by_id)
     assert all(row.attempt == 1 for row in rows)
     assert spent == pytest.approx(sum(row.cost_usd for row in rows)) and spent > 0
+
+
+#: the orchestrator as its own process whose launch reaches SkyPilot and never returns: it prints "launched"
+#: and hangs there, so the test kills it after the launch and before the journal has the job's id
+LAUNCH_THEN_HANG = ORCHESTRATOR.replace("sdk=m.sdk())", "sdk=Hangs(m.sdk()))").replace(
+    "settings = BackendSettings", """class Hangs:
+    def __init__(self, sdk):
+        self.sdk = sdk
+    def __getattr__(self, name):
+        return getattr(self.sdk, name)
+    def launch(self, *args, **kwargs):
+        self.sdk.launch(*args, **kwargs)
+        print("launched", flush=True)
+        time.sleep(600)
+
+settings = BackendSettings""")
+
+
+def test_an_orchestrator_killed_between_launch_and_recording_the_id_is_found_by_its_name(tmp_path):
+    """SIGKILL after ``sky.jobs.launch`` reached SkyPilot and before the journal recorded the job's id. The next
+    orchestrator adopts the attempt (sent, no id), finds the managed job by the name its tag gave it
+    (``ait-<tag>``), follows it to its end and bills what it ran: one launch, one run, no bound charged (on
+    Runpod, which cannot list jobs, the same attempt is charged at its bound: test_runpod_faults.py)."""
+    import os
+    import secrets as _secrets
+    import signal
+    import threading
+    from multiprocessing.managers import BaseManager
+
+    from ait_env.jobs.bundle import JobBundle
+
+    sky = fake(1, job_s=0.5)
+    sdk = SkySDK(sky)
+
+    class Manager(BaseManager):
+        pass
+
+    Manager.register("sdk", callable=lambda: sdk)
+    key = _secrets.token_hex(8)
+    server = Manager(address=("127.0.0.1", 0), authkey=key.encode()).get_server()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host, port = server.address
+    (job,) = bundles(tmp_path, 1)
+    cfg = tmp_path / "settings.json"
+    cfg.write_text(settings(owner_stale_s=1.0).model_dump_json())
+    child = subprocess.Popen([sys.executable, "-c", LAUNCH_THEN_HANG, str(cfg), str(tmp_path / "runs"),
+                              f"{host}:{port}:{key}", str(job.root)],
+                             stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert child.stdout is not None
+        lines = [child.stdout.readline().strip() for _ in range(2)]
+        assert "launched" in lines, lines
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        from fleet.journal import Journal
+        from fleet.skypilot_engine import JOURNAL_NAME
+
+        (before,) = Journal(tmp_path / "runs" / JOURNAL_NAME).rows()
+        assert before.job_id is None and sky.launches() == 1   # sent, its id never recorded
+        time.sleep(1.2)                                        # its heartbeat goes stale (owner_stale_s=1.0)
+        with backend(tmp_path, sky, owner_stale_s=1.0) as b:
+            r = b.run(JobBundle.load(job.root), timeout=60)
+            row = b.journal.get(b._key(job), history=True)
+            spent = b.spent_usd()
+    finally:
+        if child.poll() is None:
+            child.kill()
+        sky.close()
+    assert r.status == "succeeded", r.error
+    assert sky.launches() == 1 and all(sky.runs_of(i) == 1 for i in sky.jobs_by_id)
+    assert row.attempt == 1 and row.job_id == str(next(iter(sky.jobs_by_id)))
+    assert not any(h.get("estimated") for h in row.history) and spent == pytest.approx(r.cost_usd) and spent > 0
 
 
 # ---------------------------------------------------------------------------------------------- real jobs
