@@ -238,3 +238,19 @@ def test_the_pilots_accept_backend_skypilot(tinker_grpo, compose_cfg, tmp_path, 
     err = capsys.readouterr().err
     assert f"pilot {forced.pilot.name}: jobs run on backend skypilot (pilot.backend.name)" in err
     assert "which this checkout does not have" not in err
+
+
+def test_the_training_stream_samples_every_training_family(tinker_grpo, compose_cfg, tmp_path):
+    """``family=train`` for the Tinker trainer: the batches go round the training families (triage, held out,
+    only in the eval; a family marked ``sampled: false`` in neither), and the eval batch has a group of each."""
+    from ait_env.config import split_families
+    from task_families import FAMILY_NAMES
+
+    cfg = compose_cfg("+pilot=smoke", "dry_run=true", f"run_dir={tmp_path}")
+    train_ds, eval_ds = tinker_grpo.build_train_config(cfg).dataset_builder.datasets()
+    train, held = split_families(FAMILY_NAMES)
+    assert held == ["triage"]
+    drawn = [b.family for i in range(len(train)) for b in train_ds.get_batch(i)]
+    assert set(drawn) == set(train) and "triage" not in drawn
+    assert eval_ds is not None
+    assert {b.family for b in eval_ds.get_batch(0)} == set(train) | {"triage"}
