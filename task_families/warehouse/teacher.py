@@ -1,9 +1,13 @@
 """Warehouse's flawed teacher (:mod:`task_families.teacher`): for each item of the order ``find_item``, then
 ``pick`` the ordered quantity from the bin that holds enough; ``seal_box``; answer the printed label.
 
-Scratchpad: before each item, what is still to pack (``left: 5 vase, 5 spoon``; ``left: none`` before the
-seal). Flaws act on the world, so most cannot be undone: taking a bin's whole stock (by how many bins
-``find_item`` listed), sealing after the second item of three, and a label without its ``W-``.
+Scratchpad: before each item, what is still to pack (``todo: 5 vase, 5 spoon``; ``todo: seal`` before the
+seal). Its words are its own: in arithmetic's words (``left: ...`` / ``left: none``, this teacher's first
+version) the early seal wrote ``left: none`` with an item still to pack, and models pretrained on both families
+carried that early ``left: none`` into arithmetic, whose reference stopped lifting (research/corpus_history.md).
+Flaws act on the world, so most cannot be undone: taking a bin's whole stock (by how many bins ``find_item``
+listed), sealing after the second item of three (``todo: seal`` with an item still to pack), and a label
+without its ``W-``.
 """
 
 from __future__ import annotations
@@ -27,16 +31,16 @@ _BIN_COUNT = re.compile(r"(b\d+): (\d+)")
 _LABEL = re.compile(r"W-\d{4}")
 
 
-def left_note(order: list[tuple[str, int]]) -> str:
-    """The scratchpad line of what is still to pack: ``left: 5 vase, 5 spoon`` (or ``left: none``)."""
-    return "left: " + (", ".join(f"{q} {i}" for i, q in order) or "none") + "\n"
+def todo_note(order: list[tuple[str, int]]) -> str:
+    """The scratchpad line of what is still to pack: ``todo: 5 vase, 5 spoon`` (or ``todo: seal``)."""
+    return "todo: " + (", ".join(f"{q} {i}" for i, q in order) or "seal") + "\n"
 
 
 def teach(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> list[dict[str, Any]]:
     order = [(str(i), int(q)) for i, q in inst.info["order"].items()]
     c = Dialogue(fam, inst)
     for k, (item, qty) in enumerate(order):
-        c.note(left_note(order[k:]))
+        c.note(todo_note(order[k:]))
         found = c.call("find_item", {"item": item})
         bins = [(b, int(n)) for b, n in _BIN_COUNT.findall(found)]
         enough = [(b, n) for b, n in bins if n >= qty]
@@ -47,7 +51,7 @@ def teach(fam: TaskFamily, inst: Instance, flaw: Policy, rng: random.Random) -> 
         c.call("pick", {"bin": where, "item": item, "quantity": take})
         if len(order) == 3 and k == 1 and flaw("early_seal:i3"):
             break
-    c.note(left_note([]))
+    c.note(todo_note([]))
     sealed = c.call("seal_box", {})
     m = _LABEL.search(sealed)
     if m is None:
