@@ -71,9 +71,11 @@ MODEL_RENDERER_MAP: dict[str, str] = {
     "Qwen/Qwen3-4B-Thinking-2507": "qwen3",
     "Qwen/Qwen3-8B": "qwen3",
     "Qwen/Qwen3-14B": "qwen3",
-    "PrimeIntellect/Qwen3-0.6B": "prime-qwen3",
-    "PrimeIntellect/Qwen3-1.7B": "prime-qwen3",
 }
+# Not "PrimeIntellect/Qwen3-*": "prime-qwen3": that renderer came to renderers in 0.1.8.dev58 (2026-07-10),
+# after the commit prime-rl v0.7.0 pins (5904fa2, bumped 2026-07-03 "for Laguna-XS-2.1 support"; its
+# nearest release, 0.1.8.dev54, and dev55 have no prime-qwen3). tests/jobs/test_primerl.py checks this map
+# against the installed renderers (AIT_PRIMERL_CONFIGS_PYTHON).
 
 #: Top-level modules importable where prime-rl runs a job (its dependencies' import names, from the
 #: ``[project] dependencies`` of prime-rl's ``pyproject.toml``, read from a stored copy at commit 005c286;
