@@ -761,11 +761,11 @@ class Dispatcher:
                 self._out.add(entry.key)
                 return
             entry.job_id = None
-        if a.get("sent_at") is not None and self._found(entry, row.attempt, str(a.get("tag") or "")):
-            return                                          # sent, its id never recorded, found by its tag
         if a.get("sent_at") is not None:                    # sent, its id never recorded
+            if self._found(entry, row.attempt, str(a.get("tag") or "")):
+                return                                      # found again by its tag: followed from here
             until = a.get("hard_end") or entry.sent_at + self.limits(entry.kind).bound_s
-            self._end(entry, None, f"attempt {row.attempt} was sent (tag {a.get('tag')}) but its Runpod id was "
+            self._end(entry, None, f"attempt {row.attempt} was sent (tag {a.get('tag')}) but its {self.engine.name} id was "
                                    "never recorded (the orchestrator that sent it ended first, or the answer was "
                                    "lost): it may run unseen and cannot be cancelled without its id; charged at "
                                    f"its bound, estimated, and not sent again before {_utc(float(until))}",

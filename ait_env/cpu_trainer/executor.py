@@ -40,7 +40,6 @@ from task_families import get_family
 ROLLOUT_WORKER = Path(__file__).with_name("rollout_worker.py")
 
 
-
 def worker_stopped(resp: Any, *, steps_done: int, max_steps: int, wall_s: float) -> JobFailed:
     """The failure of a job whose sandboxed rollout worker ended during training. The sandbox stops the
     worker at the job's wall clock (``bounds.wall_clock_minutes``; its answer ``{"status": "timeout"}``):

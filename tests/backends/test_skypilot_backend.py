@@ -363,6 +363,24 @@ time.sleep(600)
 """
 
 
+def serve_sdk(sdk: SkySDK) -> str:
+    """Serve ``sdk`` to child processes over a multiprocessing manager on 127.0.0.1 (as SkyPilot's pool and
+    queue live in its API server); ``host:port:authkey`` for :data:`ORCHESTRATOR`."""
+    import secrets
+    import threading
+    from multiprocessing.managers import BaseManager
+
+    class Manager(BaseManager):
+        pass
+
+    Manager.register("sdk", callable=lambda: sdk)
+    key = secrets.token_hex(8)
+    server = Manager(address=("127.0.0.1", 0), authkey=key.encode()).get_server()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host, port = server.address
+    return f"{host}:{port}:{key}"
+
+
 def test_an_orchestrator_process_sigkilled_mid_batch_loses_nothing_and_pays_nothing_twice(tmp_path):
     """The orchestrator runs as a child process and is SIGKILLed once SkyPilot has all six launches (two
     workers: most jobs still queued or running, none journaled as ended by it). A new orchestrator on the same
@@ -370,27 +388,15 @@ def test_an_orchestrator_process_sigkilled_mid_batch_loses_nothing_and_pays_noth
     after) or, where the kill came before the id was recorded, by the job's name; the same bundles are served
     or attached, never launched again."""
     import os
-    import secrets as _secrets
     import signal
-    import threading
-    from multiprocessing.managers import BaseManager
 
     sky = fake(2, job_s=1.0)
-    sdk = SkySDK(sky)
-
-    class Manager(BaseManager):
-        pass
-
-    Manager.register("sdk", callable=lambda: sdk)
-    key = _secrets.token_hex(8)
-    server = Manager(address=("127.0.0.1", 0), authkey=key.encode()).get_server()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    host, port = server.address
+    address = serve_sdk(SkySDK(sky))
     jobs = bundles(tmp_path, 6)
     cfg = tmp_path / "settings.json"
     cfg.write_text(settings(owner_stale_s=1.0).model_dump_json())
     child = subprocess.Popen([sys.executable, "-c", ORCHESTRATOR, str(cfg), str(tmp_path / "runs"),
-                              f"{host}:{port}:{key}", *[str(j.root) for j in jobs]],
+                              address, *[str(j.root) for j in jobs]],
                              stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         t0 = time.time()
@@ -439,29 +445,17 @@ def test_an_orchestrator_killed_between_launch_and_recording_the_id_is_found_by_
     (``ait-<tag>``), follows it to its end and bills what it ran: one launch, one run, no bound charged (on
     Runpod, which cannot list jobs, the same attempt is charged at its bound: test_runpod_faults.py)."""
     import os
-    import secrets as _secrets
     import signal
-    import threading
-    from multiprocessing.managers import BaseManager
 
     from ait_env.jobs.bundle import JobBundle
 
     sky = fake(1, job_s=0.5)
-    sdk = SkySDK(sky)
-
-    class Manager(BaseManager):
-        pass
-
-    Manager.register("sdk", callable=lambda: sdk)
-    key = _secrets.token_hex(8)
-    server = Manager(address=("127.0.0.1", 0), authkey=key.encode()).get_server()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    host, port = server.address
+    address = serve_sdk(SkySDK(sky))
     (job,) = bundles(tmp_path, 1)
     cfg = tmp_path / "settings.json"
     cfg.write_text(settings(owner_stale_s=1.0).model_dump_json())
     child = subprocess.Popen([sys.executable, "-c", LAUNCH_THEN_HANG, str(cfg), str(tmp_path / "runs"),
-                              f"{host}:{port}:{key}", str(job.root)],
+                              address, str(job.root)],
                              stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         assert child.stdout is not None
