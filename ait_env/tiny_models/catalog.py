@@ -40,7 +40,7 @@ class BuildSettings:
     vocab_size: int = 1024
     #: transcripts per family in the corpus (shared by both models; fixed so one model alone builds
     #: the same corpus and tokenizer as both together)
-    corpus_per_family: int = 3000     # x corpus.FAMILY_WEIGHTS (sum 6): 18,000 transcripts
+    corpus_per_family: int = 3000     # x corpus.FAMILY_WEIGHTS (sum 7.4): 22,200 transcripts
     tokenizer_sample: int = 3000       # first N corpus texts train the tokenizer
     max_position_embeddings: int = 1536
     threads_per_model: int = 1         # fixed thread count = reproducible weights

@@ -89,20 +89,21 @@ def _item(name: Any) -> str | None:
 
 
 def find_item(item: str, world: World) -> str:
-    """List the bins that hold an item, with how many each holds.
+    """List the bins that hold an item, with how many each holds, most stock first.
 
     Args:
         item: An item name, e.g. "mug".
 
     Returns:
-        Bins and counts such as "b2: 3, b5: 8", "none", or a message starting with "error:".
+        Bins and counts such as "b5: 8, b2: 3", "none", or a message starting with "error:".
     """
     world.calls += 1
     name = _item(item)
     if name is None:
         return f"error: unknown item {str(item)[:20]!r}; items are e.g. mug, lamp, vase"
-    found = [f"{b}: {items[name]}" for b, items in world.bins.items() if items.get(name, 0) > 0]
-    return ", ".join(found) or "none"
+    held = sorted(((n, b) for b, items in world.bins.items() if (n := items.get(name, 0)) > 0),
+                  key=lambda nb: (-nb[0], nb[1]))
+    return ", ".join(f"{b}: {n}" for n, b in held) or "none"
 
 
 def pick(bin: str, item: str, quantity: int, world: World) -> str:

@@ -15,8 +15,8 @@ from ait_env.runner import run  # noqa: E402
 from tests.helpers import make_bundle  # noqa: E402
 
 MODEL = "ait-tiny-m"
-#: measured on the pinned build (docs/local_backend.md, "Reference jobs": 0.377 -> 0.597)
-PINNED_WEIGHTS, PINNED_POST = "06e8f3cf1620aa57", 0.5967
+#: measured on the pinned build (docs/local_backend.md, "Reference jobs": 0.487 -> 0.757)
+PINNED_WEIGHTS, PINNED_POST = "12747047dd569176", 0.7567
 
 
 @pytest.mark.slow

@@ -16,11 +16,11 @@ SPEC = {"seed": "abc", "bins": {"b1": {"mug": 3, "lamp": None}, "b2": {"mug": 9}
 
 def test_tools_change_the_world_and_picks_cannot_be_undone():
     w = tools.new_world(SPEC)
-    assert tools.find_item("mugs", w) == "b1: 3, b2: 9"          # None counts (a datasets row) mean none
+    assert tools.find_item("mugs", w) == "b2: 9, b1: 3"          # most first; None counts (a datasets row): none
     assert tools.pick("b1", "mug", 4, w) == "error: b1 holds only 3 mug"   # a failed pick changes nothing
     assert w.box == {} and w.bins["b1"] == {"mug": 3}
     assert tools.pick("B2", "mug", 4, w) == "box: 4 mug"
-    assert tools.find_item("mug", w) == "b1: 3, b2: 5"
+    assert tools.find_item("mug", w) == "b2: 5, b1: 3"
     assert tools.pick("b5", "lamp", 2, w) == "box: 2 lamp, 4 mug"
     sealed = tools.seal_box(w)
     label = tools.box_label("abc", {"mug": 4, "lamp": 2})

@@ -62,8 +62,13 @@ def test_hidden_questions_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_transcripts_use_real_tools_and_scores_match(small_corpus: C.Corpus) -> None:
+    # a stateful family's tools answer from the episode's world: replay each transcript on a fresh one
+    stateful = {f: {i.key: i for c in range(3) for i in get_family(f).generate(C.CORPUS_SEED + c, 64)}
+                for f in {t.family for t in small_corpus.transcripts} if get_family(f).state_args}
+    assert "warehouse" in stateful
     for t in small_corpus.transcripts:
         fam = get_family(t.family)
+        world = fam.new_world(stateful[t.family][t.key]) if t.family in stateful else None
         msgs = t.messages
         assert msgs[0]["role"] == "system" and msgs[1]["role"] == "user"
         assert msgs[-1]["role"] == "assistant" and not msgs[-1].get("tool_calls")
@@ -73,7 +78,7 @@ def test_transcripts_use_real_tools_and_scores_match(small_corpus: C.Corpus) -> 
                 args = json.loads(tc["function"]["arguments"])
                 assert name in fam.tool_names
                 assert msgs[i + 1]["role"] == "tool"
-                assert msgs[i + 1]["content"] == fam.call_tool(name, args)
+                assert msgs[i + 1]["content"] == fam.call_tool(name, args, world)
         assert t.text == render(msgs, fam.tool_schemas())
         assert len(msgs) <= 2 + 2 * fam.eval_max_turns
 

@@ -251,6 +251,6 @@ def test_the_training_stream_samples_every_training_family(tinker_grpo, compose_
     train, held = split_families(FAMILY_NAMES)
     assert held == ["triage"]
     drawn = [b.family for i in range(len(train)) for b in train_ds.get_batch(i)]
-    assert set(drawn) == set(train) and "triage" not in drawn
+    assert set(drawn) == set(train) and "triage" not in drawn and "warehouse" in drawn   # the stateful one too
     assert eval_ds is not None
     assert {b.family for b in eval_ds.get_batch(0)} == set(train) | {"triage"}
