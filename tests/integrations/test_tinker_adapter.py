@@ -218,7 +218,7 @@ def test_heldout_family_only_in_evaluation(local_tokenizer):
                                  eval_group_size=3)
     train_ds, eval_ds = asyncio.run(b())
     train_fams = {g.family for i in range(len(train_ds)) for g in train_ds.get_batch(i)}
-    assert train_fams == {"arithmetic", "persona", "units", "calendar", "inventory"}
+    assert train_fams == {"arithmetic", "persona", "units", "calendar", "inventory", "warehouse"}
     assert "triage" not in train_fams
     assert all(g.group_size == 4 and g.tags[0] == "train" for g in train_ds.get_batch(3))
     assert len({g.instance for g in train_ds.get_batch(0)}) == 5  # fresh instances
