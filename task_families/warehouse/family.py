@@ -41,8 +41,9 @@ class WarehouseFamily(TaskFamily):
     goal = ("Teach the base model to pack an order into one box by acting on a small warehouse, e.g. 'Pack 4 "
             "mug and 2 lamp into one box and seal it. What is the box's label?'. Each question has its own "
             "world, reachable only through tools that change it: `find_item` lists the bins holding an item "
-            "and their counts (most stock first), `pick` moves items from a bin into the box (no way back: a wrong pick ruins the "
-            "box), `seal_box` closes the box and prints its label (nothing can be packed after). The score "
+            "and their counts (most stock first), `pick` moves items from a bin into the box (no way back: a "
+            "wrong pick ruins the box), `seal_box` closes the box and prints its label (nothing can be packed "
+            "after). The score "
             "reads the final state (the box sealed with exactly the order) and the label in the answer.")
     tools_module = tools
     state_args = tools.STATE_ARGS
