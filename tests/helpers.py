@@ -93,3 +93,22 @@ def alive(pid: int) -> bool:
     from ait_env.sandbox.processes import is_gone
 
     return not is_gone(pid)
+
+
+def load_factor() -> float:
+    """How much slower than an idle machine this one runs now: the 1-minute load average per CPU core, at
+    least 1 (a 2-core machine at load 8 gives 4). Timing margins a test cannot avoid (a real child process
+    that must reach a step before a wall clock) are multiplied by it, so a busy machine (another training
+    job beside the suite) does not turn a slow start into a wrong verdict."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:   # no load average on this platform: assume idle
+        return 1.0
+    return max(1.0, load / (os.cpu_count() or 1))
+
+
+def load_scaled(seconds: float) -> float:
+    """``seconds`` times :func:`load_factor`, rounded up to a whole second (a margin that grows with the load)."""
+    import math
+
+    return float(math.ceil(seconds * load_factor()))

@@ -27,7 +27,7 @@ is no longer advanced by polls but by time, as Runpod's are. It waits ``delay`` 
 it is TIMED_OUT, past ``ttl`` it is gone (404, and it stops: send-requests.mdx "TTL vs. execution
 timeout"). A finished result is kept ``result_ttl_s`` (Runpod: 30 min for ``/run``), then 404. Faults:
 ``outage(route, start, end)`` (every ``status``/``cancel``/``run`` call in ``[start, end)`` answers 503;
-a ``run`` then queues nothing), ``lose_answers(n)`` (the next ``n`` run calls **queue the job** and then
+a ``run`` then queues nothing; ``outage_until_resend(route)``: from now until a job is sent again after a cancel), ``lose_answers(n)`` (the next ``n`` run calls **queue the job** and then
 raise :class:`SubmitUncertain`, a 5xx whose job is queued unseen), ``lost`` (worker death). **Billing**
 (:meth:`bill`, :meth:`bills`) is Runpod's rule: a job a worker took is billed from its creation (the delay
 is billed whole, as if it were all cold start: the journal's own figure) to its end, cancel or ttl, rounded
@@ -155,6 +155,7 @@ class FakeServerlessClient:
         self.idle_timeout_s, self.lost_at, self.rate_usd_per_s = idle_timeout_s, lost_at, rate_usd_per_s
         #: time mode: (route, start, end) windows in which that route answers 503
         self.outages: list[tuple[str, float, float]] = []
+        self._until_resend: list[int] = []   # indexes of outages the first run after a cancel ends
         #: run calls left that queue the job and then lose the answer (SubmitUncertain)
         self.lost_answers = 0
         #: per call, seconds the next calls take before answering (a Retry-After the client sleeps out; cut
@@ -175,6 +176,15 @@ class FakeServerlessClient:
     def outage(self, route: str, start: float, end: float) -> None:
         """``route`` ("status", "cancel", "run") answers 503 from ``start`` to ``end`` (the fake's clock)."""
         self.outages.append((route, start, end))
+
+    def outage_until_resend(self, route: str) -> None:
+        """``route`` answers 503 from now until a job is sent again after a cancel (the ``run`` call that
+        follows the first ``cancel`` ends it): an outage that outlasts an attempt's deadline and its cancel
+        however slowly this machine runs, where a window of seconds against a deadline of seconds is a race
+        on a busy machine (issue 46)."""
+        assert self.clock is not None, "outages need the fake's time mode (clock=)"
+        self.outages.append((route, self.clock(), math.inf))
+        self._until_resend.append(len(self.outages) - 1)
 
     def release(self) -> None:
         """End every pause of ``delays`` now (a test's clean-up)."""
@@ -204,6 +214,12 @@ class FakeServerlessClient:
     def run(self, input: dict[str, Any], *, execution_timeout_s: float | None = None,  # noqa: A002
             ttl_s: float | None = None) -> str:
         self._maybe_error("run")
+        if self._until_resend and self.calls["cancel"] and self.clock is not None:
+            now = self.clock()
+            for i in self._until_resend:
+                route, start, _ = self.outages[i]
+                self.outages[i] = (route, start, now)
+            self._until_resend.clear()
         bundle = bundle_job_id(input)
         sent = sum(1 for j in self.store.all() if j["bundle"] == bundle) + 1 if self.plan or self.timing else 1
         outcome: Outcome = self.plan(input, sent) if self.plan else "ok"
