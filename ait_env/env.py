@@ -20,8 +20,9 @@ remain, and may revise the workspace and submit again, submit several jobs at on
 workspace folder, run concurrently, reported together), or call ``finish``. The episode ends after the last
 allowed job, when what is left of the budget cannot pay for another job like the last one (or the ledger
 refuses the next dispatch), at ``finish``, at the turn limit, or when a job's submit_job attempts run out;
-it is then scored on the jobs that ran (:func:`ait_env.episode.reward.combine`). An infrastructure failure in any
-job drops the episode (``infra_failed``). ``info`` then also has ``jobs_left`` and ``budget_left_usd``.
+it is then scored on the jobs that ran (:func:`ait_env.episode.reward.combine`). A failure on our side ends it
+too, scored on the jobs that ran (the lost job is dropped alone, never the scored ones); only an episode in
+which no job ran is dropped (``infra_failed``). ``info`` then also has ``jobs_left`` and ``budget_left_usd``.
 """
 
 from __future__ import annotations

@@ -109,11 +109,14 @@ def test_combine_statuses_and_infra_failure():
     b = combine([failed, scored], S, attempts=2, end="job_limit")
     assert b.status == "scored" and b.best_job == 1
     assert b.total == pytest.approx(scored.total - S.research.per_extra_job)
-    # an infrastructure failure in any job drops the episode: missing is not zero
+    # no voiding (issue 46): a job lost on our side is dropped alone; the job that ran keeps its score
     infra = episode_reward("infra_failed", S, attempts=1, validated_attempt=1, reason="pod lost")
-    d = combine([scored, infra], S, attempts=2, end="job_limit")
-    assert d.status == "infra_failed" and d.total is None and d.drop and d.end == "infra_failed"
-    assert d.gym_reward == 0.0 and len(d.jobs) == 2 and d.reason == "pod lost"
+    d = combine([scored, infra], S, attempts=2, end="infra_failed")
+    assert d.status == "scored" and d.total == scored.total and not d.drop and d.end == "infra_failed"
+    assert d.best_job == 0 and d.charge == 0.0 and len(d.jobs) == 2
+    # an episode in which no job ran is dropped: missing is not zero
+    e = combine([infra], S, attempts=1, end="infra_failed")
+    assert e.status == "infra_failed" and e.total is None and e.drop and e.reason == "pod lost"
     with pytest.raises(ValueError, match="at least one job"):
         combine([], S, attempts=0, end="finish")
 

@@ -43,9 +43,13 @@ ran before: ``cache_hit``) costs nothing and is not charged the per-job term. A 
 reward is the single-job formula whatever the limit. The episode's breakdown is the best job's (``V``,
 ``Q``, ``S``, ``post``, ...) with ``total`` less the charge, ``jobs`` (every job's own breakdown),
 ``best_job`` (its index in ``jobs``), ``charge`` and ``end`` (why the episode ended). Its status is
-``scored`` when the best job scored, ``job_failed`` when every job died. An infrastructure failure in
-any job drops the whole episode (``infra_failed``): scoring it on the jobs that did run would count the
-missing job as no better than those, i.e. as a zero.
+``scored`` when the best job scored, ``job_failed`` when every job that ran died.
+
+**No voiding**: an episode's reward is decided by the jobs that *ran* (``scored`` or ``job_failed``). A job
+that failed on our side (``infra_failed``) is dropped alone: it stays in ``jobs`` with its status, is never
+the best job and is never charged, and the jobs that ran keep their scores. Only an episode in which no job
+ran and one was lost on our side is ``infra_failed`` (dropped). Otherwise an agent expecting a low reward
+could erase it with a later job that makes our side fail (:func:`ran`).
 """
 
 from __future__ import annotations
@@ -183,16 +187,27 @@ def training_share(steps: int, batch_size: int, max_steps: int, max_batch_size: 
     return min(1.0, (steps * batch_size) / max(1, max_steps * max_batch_size))
 
 
+def ran(job: RewardBreakdown) -> bool:
+    """Whether a job counts toward its episode's reward: it ran (``scored`` or ``job_failed``). A job lost on
+    our side (``infra_failed``) does not: it is dropped alone, never the episode's jobs that ran."""
+    return job.status != "infra_failed"
+
+
 def best_job(jobs: list[RewardBreakdown]) -> int:
-    """The index of the job with the highest reward of its own (ties: the earlier; unscored jobs count 0)."""
-    return max(range(len(jobs)), key=lambda i: (jobs[i].gym_reward, -i))
+    """The index of the job that ran with the highest reward of its own (ties: the earlier); jobs lost on our
+    side are never the best (:func:`ran`). ``jobs`` must hold at least one job that ran."""
+    counted = [i for i in range(len(jobs)) if ran(jobs[i])]
+    if not counted:
+        raise ValueError("best_job needs a job that ran; an episode whose jobs were all lost is infra_failed")
+    return max(counted, key=lambda i: (jobs[i].gym_reward, -i))
 
 
 def research_charge(jobs: list[RewardBreakdown], s: RewardSettings) -> float:
     """``per_extra_job·(trained jobs after the first trained one) + per_usd·(their USD)``: a job served from the
     cache is free wherever it stands, so the charge does not depend on which of two identical jobs of one batch
-    happened to train and which was served (a race between their threads)."""
-    trained = [j for j in jobs if not j.cache_hit]
+    happened to train and which was served (a race between their threads); a job lost on our side is not
+    charged either (:func:`ran`)."""
+    trained = [j for j in jobs if ran(j) and not j.cache_hit]
     later = trained[1:]
     return (s.research.per_extra_job * len(later)
             + s.research.per_usd * sum(j.cost_usd for j in later))
@@ -201,11 +216,12 @@ def research_charge(jobs: list[RewardBreakdown], s: RewardSettings) -> float:
 def combine(jobs: list[RewardBreakdown], s: RewardSettings, *, attempts: int, end: End,
             reason: str = "") -> RewardBreakdown:
     """The episode's breakdown from its jobs' own (:func:`episode_reward` of each, ``status`` scored, job_failed or
-    infra_failed): the best job's, less :func:`research_charge`; an infra_failed job drops the episode."""
+    infra_failed): the best job that ran, less :func:`research_charge`. Jobs lost on our side are dropped alone
+    (kept in ``jobs``, never best, never charged); only when no job ran is the episode ``infra_failed``."""
     if not jobs:
         raise ValueError("combine needs at least one job; an episode without a job is composed directly")
-    failed = next((j for j in jobs if j.status == "infra_failed"), None)
-    if failed is not None:
+    if not any(ran(j) for j in jobs):
+        failed = jobs[-1]
         return failed.model_copy(update={"attempts": attempts, "jobs": list(jobs), "end": "infra_failed",
                                          "reason": reason or failed.reason})
     best = best_job(jobs)

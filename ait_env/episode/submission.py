@@ -6,7 +6,10 @@ holds (an unexpected exception is our bug: the episode ends ``infra_failed``, un
 agent, and the traceback goes to the ``ait_env`` log); what the agent reads has every host path redacted
 (:func:`ait_env.hidden.redact.for_agent`). Each job that ran is scored as if it were the episode's only job
 (:func:`ait_env.episode.reward.episode_reward`); the episode's reward combines them
-(:func:`ait_env.episode.reward.combine`: the best, less the research charge). A job's bound is reserved in
+(:func:`ait_env.episode.reward.combine`: the best, less the research charge). **No voiding**: a failure on our
+side (a job ``infra_failed``, the validation sandbox, our bug, a budget refusal) ends the episode, scored on
+the jobs that ran; the lost job is dropped alone, and only an episode in which no job ran is dropped
+(``infra_failed``). A job's bound is reserved in
 the cost ledger before it runs and its charge replaces the reservation. :mod:`ait_env.env` owns one per
 episode and wraps it in the Gymnasium contract.
 """
@@ -20,7 +23,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ait_env.episode.reward import End, RewardBreakdown, Status, best_job, combine, episode_reward, training_share
+from ait_env.episode.reward import (End, RewardBreakdown, Status, best_job, combine, episode_reward, ran,
+                                    training_share)
 from ait_env.episode.tools import ToolOutcome
 from ait_env.hidden.baselines import BaselinesNotSeeded
 from ait_env.hidden.redact import for_agent
@@ -89,13 +93,28 @@ class EpisodeJobs:
             self.breakdown = b.model_copy(update={"end": end})
         self.done = True
 
+    def _any_ran(self) -> bool:
+        return any(ran(j) for j in self._job_scores)
+
     def _drop(self, reason: str) -> None:
-        """End the episode ``infra_failed`` outside a job's run (sandbox, our bug, a budget refusal of the
-        first job): unscored, never blamed on the agent."""
+        """End the episode because our side failed outside a job's run (sandbox, our bug, a budget refusal of
+        the first job): scored on the jobs that ran (no voiding); with none, ``infra_failed``, unscored, never
+        blamed on the agent."""
+        if self._any_ran():
+            self.end("infra_failed", reason=reason)
+            return
         b = episode_reward("infra_failed", self.settings.reward, attempts=self.attempts,
                            validated_attempt=self._validated_attempt, reason=reason)
         self.breakdown = b.model_copy(update={"jobs": list(self._job_scores), "end": "infra_failed"})
         self.done = True
+
+    def _ours(self) -> str:
+        """How an answer ends when our side failed and the episode ended (after :meth:`_drop` or an
+        ``infra_failed`` job): not counted against the agent; scored on the jobs that ran, if any."""
+        if self.breakdown is not None and self.breakdown.total is not None:
+            return (f"This is not counted against you: the episode ends, scored on the jobs that ran. "
+                    f"{self.closing()}")
+        return "This is not counted against you; the episode ends unscored."
 
     def _add_job(self, result: JobResult, status: Status, *, attempts: int | None = None,
                  validated_attempt: int | None = None, batch: int | None = None, **kw: Any) -> RewardBreakdown:
@@ -110,7 +129,7 @@ class EpisodeJobs:
                                          "cache_hit": bool(result.cache_hit),
                                          "batch": self.batches - 1 if batch is None else batch})
         self._job_scores.append(score)
-        if status != "infra_failed":
+        if ran(score):
             self.result = self.results[best_job(self._job_scores)]
         return score
 
@@ -123,9 +142,9 @@ class EpisodeJobs:
         """How the episode's reward was made up, for the agent's last observation."""
         b = self.breakdown
         assert b is not None and b.total is not None and b.best_job is not None
-        n, best = len(b.jobs), b.jobs[b.best_job]
+        n, best = sum(1 for j in b.jobs if ran(j)), b.jobs[b.best_job]
         if not b.charge:
-            return f"Reward {b.total:.3f}" + (f": job {b.best_job + 1} of {n}, the best." if n > 1 else ".")
+            return f"Reward {b.total:.3f}" + (f": job {b.best_job + 1}, the best of {n}." if n > 1 else ".")
         return (f"Reward {b.total:.3f}: job {b.best_job + 1}'s {best.gym_reward:.3f} less a charge of "
                 f"{b.charge:.3f} for {n - 1} more job{'s' if n > 2 else ''}.")
 
@@ -141,8 +160,8 @@ class EpisodeJobs:
             _log.exception("submit_job failed inside the env (episode %s)", self.episode_id)
             self._drop(f"internal error in submit_job: {type(exc).__name__}: {exc}")
             outcome = ToolOutcome("submit_job", False, "Your submission could not be processed because of an "
-                                  f"internal error on our side ({type(exc).__name__}: {exc}); this is not counted "
-                                  "against you. The episode ends unscored.", ends_episode=True)
+                                  f"internal error on our side ({type(exc).__name__}: {exc}). {self._ours()}",
+                                  ends_episode=True)
         outcome.text = for_agent(outcome.text)
         return outcome
 
@@ -156,24 +175,23 @@ class EpisodeJobs:
         except SandboxError as exc:
             self._drop(f"validation sandbox failed: {exc}")
             return ToolOutcome("submit_job", False, f"The validation sandbox failed ({exc}); this is our fault, "
-                               "not yours. The episode ends unscored.", ends_episode=True)
+                               f"not yours. {self._ours()}", ends_episode=True)
         self._any_parsable = self._any_parsable or report.parsable
         ours = [f for f in report.failures if f.code == "backend_config"]
         if ours:   # the backend cannot run what it offers: our configuration, never the agent's fault
             self._drop(f"backend configuration: {ours[0].message}")
             return ToolOutcome("submit_job", False, f"Your job could not be run because of our configuration "
-                               f"({ours[0].message}); this is not counted against you. The episode ends "
-                               "unscored.", ends_episode=True)
+                               f"({ours[0].message}). {self._ours()}", ends_episode=True)
         if job is None:
             left = max_attempts - self._job_attempts
             text = report.render()
             if left > 0:
                 return ToolOutcome("submit_job", False, f"{text}\n\nFix these and call submit_job again "
                                    f"({left} attempt{'s' if left != 1 else ''} left).")
-            ran = len(self._job_scores)
+            n_ran = len(self._job_scores)
             self.end("attempts", reason="no valid submission within the attempt limit")
             return ToolOutcome("submit_job", False, f"{text}\n\nNo attempts left; the episode ends."
-                               + (f" It counts your best job. {self.closing()}" if ran else ""),
+                               + (f" It counts your best job. {self.closing()}" if n_ran else ""),
                                ends_episode=True)
         self._validated_attempt = self._job_attempts
         return self._dispatch(job)
@@ -213,7 +231,7 @@ class EpisodeJobs:
                                    f"your best job. {self.closing()}", ends_episode=True)
             self._drop(f"dispatch refused: {exc}")
             return ToolOutcome("submit_job", False, f"Your job is valid, but it could not be dispatched: {exc}. "
-                               "This is not counted against you; the episode ends.", ends_episode=True)
+                               f"{self._ours()}", ends_episode=True)
         t0 = time.time()
         try:
             result = self.backend.run(bundle)
@@ -223,12 +241,12 @@ class EpisodeJobs:
         self.batches += 1
         self._record(bundle, hold, result)
         self._charge_run_costs()
-        if result.status == "infra_failed":
+        if result.status == "infra_failed":   # dropped alone: the jobs that ran keep their scores (no voiding)
             self._add_job(result, "infra_failed", reason=result.error or "infrastructure failure")
             self._next_job()
-            self.end("infra_failed")
+            self.end("infra_failed", reason=result.error or "infrastructure failure")
             return ToolOutcome("submit_job", True, "Your job was valid but the infrastructure failed "
-                               f"({result.error}); this episode is not scored.", ends_episode=True)
+                               f"({result.error}); the job does not count. {self._ours()}", ends_episode=True)
         if result.status == "job_failed":
             score = self._add_job(result, "job_failed", reason=result.error,
                                   best_pre=self._best_pre_if_known(result), fault=result.fault)
@@ -243,9 +261,9 @@ class EpisodeJobs:
         except BaselinesNotSeeded as exc:
             self._add_job(result, "infra_failed", reason=str(exc))
             self._next_job()
-            self.end("infra_failed")
-            return ToolOutcome("submit_job", True, f"Your job ran but could not be scored ({exc}); this episode "
-                               "is not scored.", ends_episode=True)
+            self.end("infra_failed", reason=str(exc))
+            return ToolOutcome("submit_job", True, f"Your job ran but could not be scored ({exc}); the job does "
+                               f"not count. {self._ours()}", ends_episode=True)
         score = self._add_job(result, "scored", post=result.post_score, best_pre=best_pre,
                               train_seconds=result.train_seconds,
                               wall_clock_limit_s=self._spec.bounds.wall_clock_minutes * 60,
@@ -281,8 +299,8 @@ class EpisodeJobs:
             _log.exception("submit_jobs failed inside the env (episode %s)", self.episode_id)
             self._drop(f"internal error in submit_jobs: {type(exc).__name__}: {exc}")
             outcome = ToolOutcome("submit_jobs", False, "Your submission could not be processed because of an "
-                                  f"internal error on our side ({type(exc).__name__}: {exc}); this is not counted "
-                                  "against you. The episode ends unscored.", ends_episode=True)
+                                  f"internal error on our side ({type(exc).__name__}: {exc}). {self._ours()}",
+                                  ends_episode=True)
         finally:
             for path in staged:
                 shutil.rmtree(path, ignore_errors=True)
@@ -346,14 +364,13 @@ class EpisodeJobs:
             except SandboxError as exc:
                 self._drop(f"validation sandbox failed: {exc}")
                 return ToolOutcome(tool, False, f"The validation sandbox failed ({exc}); this is our fault, "
-                                   "not yours. The episode ends unscored.", ends_episode=True)
+                                   f"not yours. {self._ours()}", ends_episode=True)
             self._any_parsable = self._any_parsable or report.parsable
             ours = [f for f in report.failures if f.code == "backend_config"]
             if ours:
                 self._drop(f"backend configuration: {ours[0].message}")
                 return ToolOutcome(tool, False, f"Your job in {rel} could not be run because of our configuration "
-                                   f"({ours[0].message}); this is not counted against you. The episode ends "
-                                   "unscored.", ends_episode=True)
+                                   f"({ours[0].message}). {self._ours()}", ends_episode=True)
             if job is None:
                 sections[i] = f"Folder {rel}: refused, not run.\n{report.render()}"
             else:
@@ -366,10 +383,10 @@ class EpisodeJobs:
             if left > 0:
                 return ToolOutcome(tool, False, f"{text}\n\nNo job was valid. Fix these and submit again ({left} "
                                    f"attempt{'s' if left != 1 else ''} left; each folder submitted counts as one).")
-            ran = len(self._job_scores)
+            n_ran = len(self._job_scores)
             self.end("attempts", reason="no valid submission within the attempt limit")
             return ToolOutcome(tool, False, f"{text}\n\nNo attempts left; the episode ends."
-                               + (f" It counts your best job. {self.closing()}" if ran else ""), ends_episode=True)
+                               + (f" It counts your best job. {self.closing()}" if n_ran else ""), ends_episode=True)
         # bundle and reserve each valid job; one the budget cannot pay for is neither run nor charged
         planned: list[tuple[int, str, Any, Any]] = []
         for i, rel, job, root in valid:
@@ -391,7 +408,7 @@ class EpisodeJobs:
                                    ends_episode=True)
             self._drop("dispatch refused: the budget cannot pay for a job")
             return ToolOutcome(tool, False, "Your jobs are valid, but none could be dispatched within the budget. "
-                               "This is not counted against you; the episode ends.", ends_episode=True)
+                               f"{self._ours()}", ends_episode=True)
         t0 = time.time()
         results = self.backend.run_batch([b for _, _, b, _ in planned])
         wall = time.time() - t0
@@ -401,8 +418,10 @@ class EpisodeJobs:
         for (i, rel, bundle, hold), result in zip(planned, results, strict=True):
             self._record(bundle, hold, result)
             kw: dict[str, Any] = {"attempts": validated, "validated_attempt": validated}
-            if result.status == "infra_failed":
+            if result.status == "infra_failed":   # dropped alone (no voiding): reported, never scored
                 self._add_job(result, "infra_failed", reason=result.error or "infrastructure failure", **kw)
+                sections[i] = (f"Folder {rel}: valid, but the infrastructure failed ({result.error}); this job "
+                               "does not count (not scored, not charged).")
                 continue
             if result.status == "job_failed":
                 score = self._add_job(result, "job_failed", reason=result.error,
@@ -412,6 +431,8 @@ class EpisodeJobs:
                     best_pre = self._best_pre(result)
                 except BaselinesNotSeeded as exc:
                     self._add_job(result, "infra_failed", reason=str(exc), **kw)
+                    sections[i] = (f"Folder {rel}: ran, but could not be scored on our side ({exc}); this job "
+                                   "does not count (not scored, not charged).")
                     continue
                 score = self._add_job(result, "scored", post=result.post_score, best_pre=best_pre,
                                       train_seconds=result.train_seconds,
@@ -422,12 +443,12 @@ class EpisodeJobs:
             reports.append(rel)
         self._charge_run_costs()
         self._next_job(refused)
-        failed = next((r for r in results if r.status == "infra_failed"), None)
-        if failed is not None or any(j.status == "infra_failed" for j in self._job_scores):
-            self.end("infra_failed")
-            why = failed.error if failed is not None else "a job could not be scored"
-            return ToolOutcome(tool, True, f"Your jobs were valid but the infrastructure failed ({why}); this "
-                               "episode is not scored.", ends_episode=True)
+        lost = [j for j in self._job_scores if not ran(j)]
+        if lost:   # the jobs that ran keep their scores; the lost ones are dropped alone (no voiding)
+            self.end("infra_failed", reason=lost[0].reason)
+            text = "\n\n".join(sections[i] for i in sorted(sections))
+            return ToolOutcome(tool, True, f"{text}\n\nThe infrastructure failed for {len(lost)} of your jobs. "
+                               f"{self._ours()}", ends_episode=True)
         longest = max(r.wall_seconds for r in results)
         head = (f"Ran {len(planned)} job{'s' if len(planned) != 1 else ''} at once in {wall:.1f} s (the longest "
                 f"{longest:.1f} s; one after another they would have taken about "
@@ -437,14 +458,14 @@ class EpisodeJobs:
 
     def finish(self) -> ToolOutcome:
         """``finish`` (research episodes only): end now, scored on the jobs that ran."""
-        ran = len(self._job_scores)
+        n_ran = len(self._job_scores)
         self.end("finish", reason="the agent called finish")
         b = self.breakdown
         assert b is not None
-        if not ran:
+        if not n_ran:
             return ToolOutcome("finish", True, f"Episode finished without a job ({b.status}): reward "
                                f"{b.gym_reward:.3f}.", ends_episode=True)
-        return ToolOutcome("finish", True, f"Episode finished after {ran} job{'s' if ran != 1 else ''}. "
+        return ToolOutcome("finish", True, f"Episode finished after {n_ran} job{'s' if n_ran != 1 else ''}. "
                            f"{self.closing()}", ends_episode=True)
 
     def _after_job(self, result: JobResult, score: RewardBreakdown, bundle: Any) -> ToolOutcome:

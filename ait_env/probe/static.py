@@ -197,7 +197,7 @@ def run_static(root: Path, bounds: Bounds, family: str,
                         f"the backend offers base_model {model!r}, but the trainer executor it runs has no chat "
                         f"renderer for it (prime-rl {PRIME_RL_TAG}'s map does not know it and the backend "
                         "names none): a configuration error on our side, not in your job",
-                        "Nothing to fix in your job; the episode is dropped, not scored."))
+                        "Nothing to fix in your job; this is not counted against you."))
                 for iss in config_rules(raw, renderer_override=override):
                     if ours and iss.where == "job.toml: job.base_model":
                         continue
