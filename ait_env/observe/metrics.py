@@ -15,10 +15,11 @@ Contract:
   overflow, an endpoint that kept failing); ``ait/model/<name>`` (one-hot base model of validated jobs: the base-model share);
   ``ait/surface/adopted``, ``ait/surface/beyond_template``, ``ait/surface/n_changed`` and
   ``ait/surface/changed/<group>`` (validated jobs; see :func:`surface_changes`); ``ait/jobs`` (jobs that
-  ran). In an episode of several jobs the job-quality keys (``ait/post``, ``ait/uplift``, ``ait/V``,
+  ran; a job lost on our side did not). In an episode of several jobs the job-quality keys (``ait/post``, ``ait/uplift``, ``ait/V``,
   ``ait/Q``, ``ait/S``, the model and surface keys) are the best job's, the one the reward counts; a
   research episode (``research=True``: ``env.max_jobs_per_episode > 1``) adds ``ait/charge`` (the
-  research charge), ``ait/end/<job_limit|budget|finish|turn_limit|attempts>`` (one-hot: how it ended)
+  research charge), ``ait/end/<job_limit|budget|finish|turn_limit|attempts|aborted|infra_failed>`` (one-hot: how it
+  ended; ``infra_failed``: our side lost a later job, the jobs that ran scored it)
   and, with two jobs or more, ``ait/later_job_best`` (a later job beat the first), ``ait/post_gain``
   (the best job's post score minus the first's, when both scored) and ``ait/best_vs_first`` (the best
   job's own reward minus the first's); with a job, ``ait/batch_share`` (the share of the episode's
@@ -46,7 +47,7 @@ from typing import Any
 from ait_env.jobs.schema import Job, PrimeRL
 
 STATUSES = ("scored", "job_failed", "invalid", "unparsable", "aborted")
-ENDS = ("job_limit", "budget", "finish", "turn_limit", "attempts", "aborted")
+ENDS = ("job_limit", "budget", "finish", "turn_limit", "attempts", "aborted", "infra_failed")  # kept episodes only
 SURFACE_GROUPS = ("max_steps", "seq_len", "batch_size", "group_size", "sampling", "optim", "scheduler", "loss",
                   "algo")
 
@@ -163,18 +164,20 @@ def episode_metrics(reward: dict[str, Any] | None, job: Job | None, family: str,
             if reward.get(k) is not None:
                 m[f"ait/{k}"] = float(reward[k])
     jobs = reward.get("jobs") or []
-    m["ait/jobs"] = float(len(jobs))
+    ran = [i for i, j in enumerate(jobs) if j.get("status") != "infra_failed"]   # a lost job did not run
+    m["ait/jobs"] = float(len(ran))
     if research:
         m["ait/charge"] = float(reward.get("charge") or 0.0)
         for e in ENDS:
             m[f"ait/end/{e}"] = 1.0 if reward.get("end") == e else 0.0
         best = reward.get("best_job")
-        if len(jobs) >= 2 and best is not None:
-            m["ait/later_job_best"] = 1.0 if best > 0 else 0.0
-            first, top = jobs[0].get("post"), jobs[best].get("post")
+        if len(ran) >= 2 and best is not None:
+            m["ait/later_job_best"] = 1.0 if best > ran[0] else 0.0
+            first, top = jobs[ran[0]].get("post"), jobs[best].get("post")
             if first is not None and top is not None:
                 m["ait/post_gain"] = float(top) - float(first)
-            m["ait/best_vs_first"] = float(jobs[best].get("total") or 0.0) - float(jobs[0].get("total") or 0.0)
+            m["ait/best_vs_first"] = (float(jobs[best].get("total") or 0.0)
+                                      - float(jobs[ran[0]].get("total") or 0.0))
         if jobs:
             sizes = Counter(j.get("batch") for j in jobs)
             m["ait/batch_share"] = sum(1 for n in sizes.values() if n > 1) / len(sizes)

@@ -209,3 +209,15 @@ def test_the_agent_reads_that_the_lost_job_does_not_count(make_env, runs_dir):
     assert [j["status"] for j in b["jobs"]] == ["scored", "infra_failed"] and "pod lost" in b["reason"]
     assert "the job does not count. This is not counted against you: the episode ends, scored on the jobs " \
            "that ran. Reward " in obs
+
+
+def test_metrics_count_only_the_jobs_that_ran():
+    """``ait/jobs`` and the first-vs-best metrics read the jobs that ran; a lost first job is not 'the first'."""
+    from ait_env.observe.metrics import episode_metrics
+
+    lost, a, b = (_breakdown(("infra_failed", 0.0, 0.0, False, 0.0), 0), _breakdown(("scored", 0.4, 0.3, False, 0.0), 1),
+                  _breakdown(("scored", 0.6, 0.3, False, 0.0), 2))
+    reward = combine([lost, a, b], S, attempts=3, end="infra_failed").model_dump()
+    m = episode_metrics(reward, None, "arithmetic", turns=4, total_reward=reward["total"], research=True)
+    assert m["ait/jobs"] == 2 and m["ait/later_job_best"] == 1.0 and m["ait/end/infra_failed"] == 1.0
+    assert m["ait/post_gain"] == pytest.approx(0.2) and m["ait/best_vs_first"] == pytest.approx(b.total - a.total)
