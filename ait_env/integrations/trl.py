@@ -19,8 +19,10 @@ the same slot). The contract, and how this module meets it:
   research episode (``env.max_jobs_per_episode > 1`` in the factory's ``overrides``) gets
   :class:`ResearchToolEnv`, which adds ``submit_jobs`` and ``finish`` and the research ``submit_job``; the
   model's chat template declares them and TRL parses the calls. Each call is **one env step** (one turn
-  of ``env.max_turns``), sent as a ``<tool_call>`` action; the tool result is the env's observation. A call
-  after the episode ended raises ``ValueError``, which TRL feeds back to the model as the tool's error.
+  of ``env.max_turns``), sent as a ``<tool_call>`` action (:func:`ait_env.episode.messages.call_block`:
+  whatever values TRL parsed, the env reads them through :mod:`ait_env.jobs.guard` and answers a value it
+  cannot use with what to fix); the tool result is the env's observation. A call after the episode ended
+  raises ``ValueError``, which TRL feeds back to the model as the tool's error.
 - **``get_reward()``**: the env's reward. TRL ends a rollout when the model answers without a tool call
   or the token budget (``max_completion_length``) runs out; an episode still open then is played out
   with empty turns until the env's turn limit, so the env itself scores it (``invalid`` 0 or
@@ -39,7 +41,6 @@ Every TRL- and transformers-version-specific detail of the project lives in this
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import random
 from typing import Any
@@ -50,6 +51,7 @@ import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.backends import Backend
 from ait_env.config import Settings, compose, split_families
 from ait_env.tiny_models.chat import CHAT_TEMPLATE
+from ait_env.episode.messages import call_block
 from ait_env.episode.spec import ResearchTerms, episode_system_prompt, strip_tool_sections
 from ait_env.episode.tools import TOOL_DOCS, tool_docs
 from task_families import FAMILY_NAMES
@@ -158,7 +160,7 @@ class JobWritingToolEnv:
     def _call(self, name: str, **arguments: Any) -> str:
         if self.done:
             raise ValueError("The episode is over; answer without calling tools.")
-        obs = self._step("<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>")
+        obs = self._step(call_block(name, arguments))  # whatever TRL parsed: the env refuses what it cannot use
         # One call per step: the observation is "<tool_response>\n{result}\n</tool_response>" and maybe a
         # note (the turn limit); TRL wraps the result in the chat template's tool message itself.
         body, wrapped, note = obs.removeprefix("<tool_response>\n").rpartition("\n</tool_response>")

@@ -250,10 +250,12 @@ class JobWritingVerifiersEnv(vf.MultiTurnEnv):
 
 
 def _text(content: Any) -> str:
-    """A message's text: a string, or the text of its content parts."""
+    """A message's text: a string, or the text of its content parts (parts without text, and text that is
+    not a string, count as nothing)."""
     if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else getattr(p, "text", "") for p in content)
-    return content or ""
+        parts = (p.get("text", "") if isinstance(p, dict) else getattr(p, "text", "") for p in content)
+        return "".join(p for p in parts if isinstance(p, str))
+    return content if isinstance(content, str) else ""
 
 
 def tool_replies(calls: Sequence[Any], new: list[dict[str, Any]]) -> vf.Messages:

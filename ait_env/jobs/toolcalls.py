@@ -44,7 +44,9 @@ arguments          :func:`decode_arguments`    :func:`decode_arguments`     an o
 
 The harness and the endpoint keep their rules because they decide what a model's calls mean, and
 so the measured hidden-eval scores and the calls a verifiers rollout executes during training. No
-reader raises on bad text.
+reader raises on bad text: every JSON a model or an agent wrote is read by :func:`ait_env.jobs.guard.loads`
+(bounded digits, nesting, sizes; no NaN, infinity or lone surrogates), and what it refuses is a call error
+that says what to change.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from ait_env.jobs import guard
 from task_families.base import strip_think
 
 __all__ = [
@@ -131,12 +134,22 @@ def final_text(content: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ decoding
-def _load(raw: str) -> tuple[Any, ValueError | None]:
-    """The JSON value of ``raw``, or the error (a syntax error, or an integer too long for Python)."""
+def _load(raw: str, what: str = "the tool call") -> tuple[Any, guard.Refused | None]:
+    """The JSON value of ``raw``, or why not (a syntax error, or a value past :mod:`ait_env.jobs.guard`'s bounds)."""
     try:
-        return json.loads(raw), None
-    except ValueError as exc:
+        return guard.loads(raw, what=what), None
+    except guard.Refused as exc:
         return None, exc
+
+
+def _as_text(raw: Any) -> str:
+    """``raw`` as JSON text for a record of the call (a value the guard refused is described, not dumped)."""
+    if isinstance(raw, str):
+        return raw
+    try:
+        return guard.dumps(raw)
+    except guard.Refused as exc:
+        return f"(unreadable arguments: {exc})"
 
 
 def _is_call(obj: Any) -> bool:
@@ -152,14 +165,17 @@ def decode_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
 
     Accepted: an object; a string holding a JSON object (OpenAI APIs send that); ``None`` or a blank
     string for no arguments. The reason is worded for the model that made the call."""
-    if isinstance(raw, dict):
-        return raw, None
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}, None
+    if not isinstance(raw, (str, dict)):
+        return None, f"tool call arguments are not valid JSON (a {type(raw).__name__}); send a JSON object"
     try:
-        val = json.loads(raw)
-    except (TypeError, ValueError) as exc:
-        return None, f"tool call arguments are not valid JSON ({exc}); send a JSON object"
+        val = guard.check(raw, what="the tool call arguments") if isinstance(raw, dict) else \
+            guard.loads(raw, what="the tool call arguments")
+    except guard.NotJSON as exc:
+        return None, f"tool call arguments are not valid JSON ({exc.reason}); send a JSON object"
+    except guard.Refused as exc:
+        return None, f"{exc}"
     if not isinstance(val, dict):
         return None, f"tool call arguments must be a JSON object, got {type(val).__name__}"
     return val, None
@@ -193,13 +209,17 @@ class ParsedAction:
         return bool(self.calls) and not self.errors
 
 
-def _arguments_problem(raw: Any) -> str:
-    """The env's wording of why :func:`decode_arguments` refused ``raw``."""
+def _arguments_problem(raw: Any, why: str) -> str:
+    """The env's wording of why :func:`decode_arguments` refused ``raw`` (``why``: its reason)."""
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
-        except ValueError:
-            return "is a string that is not JSON; pass a JSON object."
+            raw = guard.loads(raw)
+        except guard.NotJSON:
+            return f"is a string that is not JSON ({raw[:160]!r}); pass a JSON object."
+        except guard.Refused:
+            return f"cannot be used ({why})."
+    if isinstance(raw, dict):  # an object the guard refused
+        return f"cannot be used ({why})."
     return f"must be a JSON object, got {type(raw).__name__}."
 
 
@@ -208,13 +228,13 @@ def _decode_call(raw: str, where: str) -> ToolCall | ParseError:
     m = _FENCE.match(raw)
     if m:
         raw = m.group(1)
-    obj, exc = _load(raw)
-    if exc is not None:
+    obj, exc = _load(raw, what=where)
+    if isinstance(exc, guard.NotJSON):
         snippet = raw[:80].replace("\n", "\\n")
-        why = (f"{exc.msg} at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError)
-               else str(exc))
-        return ParseError(f"{where}: not valid JSON ({why}); "
+        return ParseError(f"{where}: not valid JSON ({exc.reason}); "
                           f"got: {snippet!r}. Remember to escape newlines and quotes inside strings.")
+    if exc is not None:
+        return ParseError(f"{exc}.")
     if not isinstance(obj, dict):
         return ParseError(f"{where}: expected a JSON object with 'name' and 'arguments', "
                           f"got {type(obj).__name__}.")
@@ -222,9 +242,9 @@ def _decode_call(raw: str, where: str) -> ToolCall | ParseError:
     if not isinstance(name, str) or not name:
         return ParseError(f"{where}: missing the tool 'name' (a string).")
     written = _written_arguments(obj)
-    args, _ = decode_arguments(written)
+    args, why = decode_arguments(written)
     if args is None:
-        return ParseError(f"{where}: 'arguments' of {name!r} {_arguments_problem(written)}")
+        return ParseError(f"{where}: 'arguments' of {name!r} {_arguments_problem(written, why or '')}")
     return ToolCall(name=name, arguments=args)
 
 
@@ -256,10 +276,7 @@ def parse_action(action: Any) -> ParsedAction:
     malformed. Without blocks, the turn may be one bare JSON call, optionally in a code fence."""
     if not isinstance(action, str):
         return ParsedAction(errors=[ParseError(f"the action must be a string, got {type(action).__name__}.")])
-    try:
-        return _parse_action(action)
-    except RecursionError:
-        return ParsedAction(errors=[ParseError("a tool call nests JSON too deeply; write flat JSON.")])
+    return _parse_action(action)
 
 
 def _parse_action(body: str) -> ParsedAction:
@@ -316,10 +333,11 @@ def parse_text_tool_calls(content: str, turn: int = 0) -> list[CallAttempt]:
     for j, block in enumerate(find_blocks(strip_think(content))):
         raw = block.body.strip()
         cid = f"call_{turn}_{j}"
-        obj, exc = _load(raw)
+        obj, exc = _load(raw, what="the <tool_call> block")
         if exc is not None:
+            why = exc.reason if isinstance(exc, guard.NotJSON) else str(exc)
             calls.append(CallAttempt(id=cid, source="text", name=None, raw_arguments=raw,
-                                     error=f"invalid JSON in <tool_call> block ({exc}); write "
+                                     error=f"invalid JSON in <tool_call> block ({why}); write "
                                            '<tool_call>{"name": "...", "arguments": {...}}</tool_call>'))
             continue
         if not _is_call(obj):
@@ -330,7 +348,7 @@ def parse_text_tool_calls(content: str, turn: int = 0) -> list[CallAttempt]:
         written = _written_arguments(obj)
         args, err = decode_arguments(written)
         calls.append(CallAttempt(id=cid, source="text", name=obj["name"], arguments=args, error=err,
-                                 raw_arguments=written if isinstance(written, str) else json.dumps(written)))
+                                 raw_arguments=_as_text(written)))
     return calls
 
 
@@ -346,8 +364,9 @@ def structured_tool_calls(message: Any) -> list[CallAttempt]:
             continue
         raw = getattr(fn, "arguments", None)
         args, err = decode_arguments(raw)
-        calls.append(CallAttempt(id=cid, source="structured", name=getattr(fn, "name", None), arguments=args,
-                                 error=err, raw_arguments=raw if isinstance(raw, str) else json.dumps(raw)))
+        name = getattr(fn, "name", None)
+        calls.append(CallAttempt(id=cid, source="structured", name=name if isinstance(name, str) else None,
+                                 arguments=args, error=err, raw_arguments=_as_text(raw)))
     return calls
 
 
