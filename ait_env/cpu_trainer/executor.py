@@ -194,8 +194,8 @@ class LocalExecutor:
         if not isinstance(hello, dict):
             raise JobFailed("the rollout worker's first message is not a JSON object")
         if "error" in hello:
-            raise JobFailed(f"load_environment failed in the sandbox: {str(hello['error'])[:1500]}\n"
-                            f"{str(hello.get('traceback', ''))[-1200:]}")
+            raise JobFailed("your environment failed in the rollout worker before training: "
+                            f"{str(hello['error'])[:1500]}\n{str(hello.get('traceback', ''))[-1200:]}")
         rows = hello.get("rows")
         if not isinstance(rows, int) or isinstance(rows, bool) or rows <= 0:
             raise JobFailed(f"the environment's dataset is empty or unreadable (rows: {str(rows)[:80]})")

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 from aiohttp import web
 
+from ait_env.jobs import guard
 from ait_env.tiny_models.chat import parse_output
 from ait_env.tiny_models.engine import Engine, EngineRequest
 from ait_env.tiny_models.kv_reuse import PrefixStore
@@ -79,19 +80,41 @@ class WorkerGone(RuntimeError):
     """The rollout worker ended before posting the awaited results."""
 
 
-class StepChannel:
-    """Work items for the sandboxed rollout worker and the results it posts back, one step at a time."""
+#: the most bytes of JSON one post of rollout results may have (a step of the local backend's largest batch,
+#: 128 rollouts, is well under 1 MB; the rest is room for long errors and many metrics)
+MAX_RESULT_BYTES = 2 * 2**20
+#: the bounds of a post of rollout results (:mod:`ait_env.jobs.guard`)
+RESULT_LIMITS = guard.Limits(max_chars=MAX_RESULT_BYTES, max_items=200_000)
 
-    def __init__(self) -> None:
+
+class StepChannel:
+    """Work items for the sandboxed rollout worker and the results it posts back, one step at a time.
+
+    The worker runs the agent's code, so what it posts is untrusted, and what it can make this process hold
+    is bounded (:meth:`post_json`): results are taken only for a step the trainer awaits — the worker's hello
+    (step -1), then each published step until its results are taken — and only once; one post is at most
+    ``max_result_bytes`` of JSON within :data:`RESULT_LIMITS`, and the results route reads one post at a time
+    (:attr:`reading`). So the channel holds at most two results (the hello and one step's) and one body being
+    read. A post for any other step is refused (409) and dropped. A post that cannot be read at all (too
+    large, not JSON, past the bounds, no integer ``step``) is refused (413/400) and fails the step being
+    awaited: the trainer gets an ``error`` result that says why (the job's fault, at once, not a timeout)."""
+
+    def __init__(self, max_result_bytes: int = MAX_RESULT_BYTES) -> None:
         self._cond = threading.Condition()
         self._work: dict[str, Any] | None = None
         self._results: dict[int, Any] = {}
         self._done = False
         self._aborted: str | None = None
+        self.max_result_bytes = max_result_bytes
+        self._awaited: set[int] = {-1}   # steps whose results may still come
+        self._fault: str | None = None   # why a post that could not be read was refused
+        #: the results route holds it while it reads and parses a post (one body in memory at a time)
+        self.reading = asyncio.Lock()
 
     def publish(self, work: dict[str, Any]) -> None:
         with self._cond:
             self._work = work
+            self._awaited.add(int(work["step"]))
             self._cond.notify_all()
 
     def finish(self) -> None:
@@ -115,15 +138,50 @@ class StepChannel:
             self._aborted = reason
             self._cond.notify_all()
 
-    def post(self, step: int, results: Any) -> None:
+    def post(self, step: int, results: Any) -> str | None:
+        """Take ``results`` for ``step``; the reason when the step is not awaited (they are dropped)."""
         with self._cond:
+            if step not in self._awaited or self._done:
+                return (f"no results are awaited for step {step} (only the step the trainer published, once); "
+                        "post each step's results once, after its work item")
+            self._awaited.discard(step)
             self._results[step] = results
             self._cond.notify_all()
+            return None
+
+    def post_json(self, raw: bytes | None, length: int | None = None) -> tuple[int, str]:
+        """A post of the results route: ``raw`` is its body (None: longer than :attr:`max_result_bytes`,
+        ``length`` bytes if known). Returns the HTTP status and what it says (module contract above)."""
+        if raw is None:
+            size = f"{length:,} bytes" if length is not None else "more"
+            return self._refuse(413, f"the rollout worker posted {size} of results; at most "
+                                     f"{self.max_result_bytes:,} bytes are taken per post: return shorter errors "
+                                     "and fewer metrics from the environment")
+        try:
+            body = guard.loads(raw, RESULT_LIMITS, what="the rollout worker's results")
+        except guard.Refused as exc:
+            return self._refuse(400, str(exc))
+        step = body.get("step") if isinstance(body, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            return self._refuse(400, "the rollout worker's results must be a JSON object with an integer 'step'")
+        why = self.post(step, body)
+        return (409, why) if why is not None else (200, "ok")
+
+    def _refuse(self, status: int, why: str) -> tuple[int, str]:
+        """Refuse a post that cannot be attributed to a step: the step being awaited fails with ``why``."""
+        with self._cond:
+            self._fault = self._fault or why
+            self._cond.notify_all()
+        return status, why
 
     def wait_results(self, step: int, timeout: float) -> Any:
         deadline = time.monotonic() + timeout
         with self._cond:
             while step not in self._results:
+                if self._fault is not None:
+                    self._awaited.discard(step)
+                    why, self._fault = self._fault, None
+                    return {"step": step, "error": why}
                 if self._aborted is not None:
                     raise WorkerGone(self._aborted)
                 left = deadline - time.monotonic()
@@ -281,19 +339,36 @@ class LocalEndpoint:
         return web.json_response(resp)
 
     async def _work(self, request: web.Request) -> web.Response:
-        after = int(request.query.get("after", "-1"))
-        timeout = min(float(request.query.get("timeout", "60")), 600.0)
+        after_text, timeout_text = request.query.get("after", "-1"), request.query.get("timeout", "60")
+        try:  # the query comes from the sandboxed worker: short numbers only
+            if len(after_text) > 20 or len(timeout_text) > 20:
+                raise ValueError("too long")
+            after, timeout = max(-1, int(after_text)), float(timeout_text)
+            if timeout != timeout or abs(timeout) == float("inf"):
+                raise ValueError("not finite")
+        except ValueError:
+            return self._error(400, "after must be an integer step and timeout a number of seconds")
+        timeout = min(max(timeout, 0.0), 600.0)
         work = await asyncio.to_thread(self.channel.next_work, after, timeout)
         return web.json_response(work or {"wait": True})
 
     async def _results(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-            step = int(body["step"])
-        except (ValueError, KeyError, TypeError):
-            return self._error(400, "results need a JSON body with 'step'")
-        self.channel.post(step, body)
-        return web.json_response({"ok": True})
+        """Rollout results from the sandboxed worker: read one post at a time, at most the channel's
+        ``max_result_bytes``, then :meth:`StepChannel.post_json` decides."""
+        ch = self.channel
+        limit = ch.max_result_bytes
+        if request.content_length is not None and request.content_length > limit:
+            status, why = ch.post_json(None, request.content_length)
+            return self._error(status, why)
+        async with ch.reading:
+            raw = bytearray()
+            async for chunk in request.content.iter_chunked(1 << 16):
+                raw += chunk
+                if len(raw) > limit:
+                    status, why = ch.post_json(None)
+                    return self._error(status, why)
+            status, why = ch.post_json(bytes(raw))
+        return web.json_response({"ok": True}) if status == 200 else self._error(status, why)
 
     # ------------------------------------------------------------------ batching worker
     def _collect(self, block: bool) -> list[_Req | None]:
