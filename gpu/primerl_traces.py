@@ -13,20 +13,27 @@ family-tool check — over every message of every train trace, after training an
 in the worker process (the hidden questions never enter the jail). The traces are written inside the jail
 by prime-rl's orchestrator, next to the agent's environment server; they are what prime-rl trained from
 unless code in the jail rewrote them, which the local backend's audit (on the model endpoint's own
-records) does not have to assume. Unreadable lines are skipped, and a job with no trace at all is reported.
+records) does not have to assume. A line that is not JSON (one cut off when the run stopped) is skipped; a
+line past the bounds of :func:`ait_env.jobs.guard.loads` (integers, nesting, sizes: what the agent's
+environment put in a message) fails the job, since an unread line could hide a leak; a job with no trace at
+all is reported.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from ait_env.jobs import guard
+from ait_env.jobs.failures import JobFailed
 
 #: the per-step train trace files under a prime-rl output folder (both layouts of v0.7.0's pathing.py)
 TRACE_GLOB = "rollouts/step_*/train/{subset}/traces.jsonl"
 #: at most this many bytes of traces are read (a bound, far above a job's bounds allow)
 MAX_TRACE_BYTES = 2 * 2**30
+#: the bounds of one trace line (one rollout's conversation tree with its token ids)
+TRACE_LIMITS = guard.Limits(max_chars=256 * 2**20, max_items=20_000_000)
 
 
 def trace_files(output_dir: Path) -> list[Path]:
@@ -50,9 +57,12 @@ def conversations(files: list[Path]) -> Iterator[tuple[list[Any], None]]:
                 if budget < 0:
                     return
                 try:
-                    record = json.loads(line)
-                except ValueError:
+                    record = guard.loads(line, TRACE_LIMITS, what=f"a rollout trace ({path.name})")
+                except guard.NotJSON:
                     continue
+                except guard.Refused as exc:
+                    raise JobFailed(f"the training audit cannot read what your environment gave the model ({exc}); "
+                                    "keep prompts, tool schemas and tool results plain text and small JSON") from None
                 nodes = record.get("nodes") if isinstance(record, dict) else None
                 if isinstance(nodes, list):
                     yield [n.get("message") for n in nodes if isinstance(n, dict)], None

@@ -4,7 +4,10 @@ submission that could reach it would void its own bad score) unless our side rea
 Hypothesis generates hostile but parsable jobs — extreme numbers in every exposed field, integers past
 64 bits and other odd TOML values in ``[env]``, environment code that breaks at import, in
 ``load_environment``, in the rubric or only when the training process loads it (where the probe never
-looks), rubrics that return NaN, huge or non-numeric rewards, workers that post garbage to the trainer —
+looks), rubrics that return NaN, huge or non-numeric rewards, workers that post garbage to the trainer,
+datasets and environments whose values our parsers would choke on (a 5,000-digit number in a question or the
+system prompt, a system prompt that is no string, an infinite ``max_turns``, lone surrogates: the guard of
+issue 46, item 5, ``ait_env/jobs/guard.py``) —
 and submits each through ``gym.make`` with text tool calls, on the ``stub`` backend (validation and
 dispatch) and on the ``local`` backend (real training through ``python -m ait_env.runner``, bounded: tiny
 jobs on untrained catalog-shaped models, :mod:`tests.fakes.local_models`). Whatever happens, the status is
@@ -74,8 +77,42 @@ def _set(job: str, key: str, value: str) -> str:
     return re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", job)
 
 
+#: what a job's environment reports to the probe (and shows the model), edited after it loads: values our
+#: parsers would choke on (``e`` is the loaded environment)
+DATA_EDITS = [
+    "_ask(e, ' ' + '9' * 5000 + ' minutes')",
+    "_ask(e, ' ' + '7' * 400 + '.5 hours')",
+    "_ask(e, '\\ud800')",
+    "e.system_prompt = '9' * 5000 + ' minutes. ' + str(e.system_prompt)",
+    "e.system_prompt = _deep(950)",
+    "e.max_turns = float('inf')",
+    "e.max_turns = 10 ** 4000",
+]
+DATA_WRAPPER = """
+
+_data_load = load_environment
+
+
+def _deep(n):
+    v = []
+    for _ in range(n):
+        v = [v]
+    return v
+
+
+def _ask(e, tail):
+    e.dataset = e.dataset.select(range(64)).map(lambda r: {{"question": r["question"] + tail}})
+
+
+def load_environment(**kwargs):
+    e = _data_load(**kwargs)
+    {edit}
+    return e
+"""
+
+
 def _hostile_files(family_files: dict[str, str], numbers: dict[str, str], env_extra: str | None, action: str,
-                   where: str, reward: str | None) -> dict[str, str]:
+                   where: str, reward: str | None, data: str | None = None) -> dict[str, str]:
     files = dict(family_files)
     job = files["job.toml"]
     for key, value in numbers.items():
@@ -95,6 +132,8 @@ def _hostile_files(family_files: dict[str, str], numbers: dict[str, str], env_ex
     if reward is not None:
         env = env.replace("funcs=[correct_answer, calculator_use]", "funcs=[hostile_reward, calculator_use]") + (
             f"\n\ndef hostile_reward(completion, answer, **kwargs):\n    return {reward}\n")
+    if data is not None:
+        env += DATA_WRAPPER.format(edit=data)
     files["environment.py"] = env
     return files
 
@@ -116,6 +155,7 @@ hostile_jobs = st.fixed_dictionaries({
     "env_extra": st.none() | ENV_VALUES,
     "action": ACTIONS, "where": WHERE,
     "reward": st.none() | REWARDS,
+    "data": st.none() | st.sampled_from(DATA_EDITS),
 })
 
 
@@ -124,6 +164,22 @@ hostile_jobs = st.fixed_dictionaries({
 def test_stub_no_hostile_submission_is_infra_failed(make_env, case):
     env = make_env(family="arithmetic", overrides={"env": {"max_attempts": 1}})
     obs, info = _episode(env, _hostile_files(reference_files("arithmetic", "Qwen/Qwen3-1.7B"), **case))
+    status = _status(env, obs, info)
+    assert status in EARNED, (status, info.get("reward", {}).get("reason"), obs[-600:])
+
+
+@pytest.mark.slow  # 6-18 s a submission (2026-12-05, load 5); the default run covers the same parsers through
+# tests/test_hostile_values.py::test_the_probe_reads_any_sandbox_report (calendar's, on a report of the sandbox)
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(family=st.sampled_from(["calendar", "inventory", "units", "persona", "warehouse"]),
+       data=st.sampled_from(DATA_EDITS))
+def test_stub_no_hostile_dataset_is_infra_failed(make_env, family, data):
+    """Each family's own parsers read the dataset's and the prompts' numbers (issue 46: a question with a
+    5,000-digit number of minutes raised ``ValueError`` from the calendar family's parser inside submit_job)."""
+    env = make_env(family=family, overrides={"env": {"max_attempts": 1}})
+    files = reference_files(family, "Qwen/Qwen3-1.7B")
+    files["environment.py"] += DATA_WRAPPER.format(edit=data)
+    obs, info = _episode(env, files)
     status = _status(env, obs, info)
     assert status in EARNED, (status, info.get("reward", {}).get("reason"), obs[-600:])
 

@@ -14,7 +14,6 @@ turn is its own sequence; sequences longer than ``seq_len`` are truncated, like 
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ait_env.jobs import guard
 from ait_env.jobs.schema import Job
 from ait_env.cpu_trainer import grpo
 from ait_env.tiny_models.endpoint import LocalEndpoint
@@ -86,17 +86,17 @@ def check_finite_weights(model: Any, step: int) -> None:
 
 
 def check_rewards(groups: list[list[dict[str, Any]]], step: int) -> None:
-    """Refuse a step whose rubric returned a non-number, NaN or infinity for any rollout: advantages
-    and the loss would be NaN and every weight with them. The job fails (the agent's rubric is at
+    """Refuse a step whose rubric returned a non-number, NaN, infinity or a number past
+    ±:data:`ait_env.jobs.guard.MAX_MAGNITUDE` for any rollout: advantages and the loss would be NaN (and
+    the step's statistics overflow) and every weight with them. The job fails (the agent's rubric is at
     fault) with a message in the agent's terms; nothing is dropped silently."""
-    bad = [r for g in groups for r in g
-           if not isinstance(r.get("reward"), (int, float)) or not math.isfinite(float(r["reward"]))]
+    bad = [r for g in groups for r in g if guard.number(r.get("reward")) is None]
     if bad:
         total = sum(len(g) for g in groups)
         shown = bad[0].get("reward_raw") or repr(bad[0].get("reward"))
         raise RolloutWorkerError(f"your rubric returned {shown} at training step {step} (for {len(bad)} of "
-                                 f"{total} rollouts); reward functions must return finite numbers for every "
-                                 "completion the model can produce")
+                                 f"{total} rollouts); reward functions must return finite numbers within "
+                                 f"±{guard.MAX_MAGNITUDE:g} (e.g. 0..1) for every completion the model can produce")
 
 
 @dataclass

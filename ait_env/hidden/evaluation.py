@@ -19,12 +19,16 @@ For each instance (the family's hidden set, or the first ``limit`` of it):
    - when the reply has no structured calls, ``<tool_call>{"name": .., "arguments": {..}}</tool_call>``
      blocks in ``content`` (outside ``<think>`` blocks) are executed instead (a server without a tool
      parser; the assistant content goes back verbatim, results as ``role: tool`` messages);
-   - a malformed call (invalid JSON, arguments not an object, unknown tool) becomes an ``error: ...``
-     tool result for the model to read, never an exception;
+   - a malformed call (invalid JSON, arguments not an object or past :mod:`ait_env.jobs.guard`'s bounds:
+     integers of hundreds of digits, deep nesting, NaN; an unknown tool) becomes an ``error: ...`` tool
+     result for the model to read, never an exception (whatever the model writes is its score, not an
+     error record);
    - the loop stops when a reply has no tool call (the answer) or the turns run out
      (``stop_reason="max_turns"``; the last reply is scored as it is).
 3. Score = ``family.score(instance, text, world)`` (the checker, and a stateful family's final state) where ``text`` is the final assistant content with
-   ``<think>`` blocks and ``<tool_call>`` blocks removed, clipped to [0, 1].
+   ``<think>`` blocks and ``<tool_call>`` blocks removed and its digit runs bounded
+   (:func:`ait_env.jobs.guard.bound_digits`: a 5,000-digit answer is a wrong answer, never a checker
+   exception), clipped to [0, 1].
 
 Infrastructure vs. model
 ------------------------
@@ -48,8 +52,8 @@ score is 0 or 1 (``ci_method="wilson"``), otherwise the **normal approximation**
 ``mean ± 1.96·s/√n`` with the sample standard deviation ``s``, clipped to [0, 1]
 (``ci_method="normal"``). ``ci95`` is the half-width ``(ci_high - ci_low) / 2``.
 
-This module imports only :mod:`task_families`, :mod:`ait_env.hidden.secrets` and :mod:`ait_env.jobs.toolcalls`
-(never agent code or an agent-written environment module), ``openai`` and ``pydantic``. The API key defaults to ``"EMPTY"``
+This module imports only :mod:`task_families`, :mod:`ait_env.hidden.secrets`, :mod:`ait_env.jobs.toolcalls`,
+:mod:`ait_env.jobs.guard` (never agent code or an agent-written environment module), ``openai`` and ``pydantic``. The API key defaults to ``"EMPTY"``
 (vLLM ignores it); ``OPENAI_API_KEY`` is deliberately not read, so a real key never goes to a pod.
 
 CLI::
@@ -77,6 +81,7 @@ import openai
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, Field
 
+from ait_env.jobs.guard import bound_digits
 from ait_env.jobs.toolcalls import CallAttempt, final_text, parse_text_tool_calls, strip_think, structured_tool_calls
 from task_families import get_family
 from task_families.base import Instance, TaskFamily, instances_hash
@@ -351,7 +356,7 @@ async def _run_instance(client: openai.AsyncOpenAI, family: TaskFamily, inst: In
                 if err is not None or result.startswith("error:"):
                     rec.n_tool_errors += 1
                 messages.append({"role": "tool", "tool_call_id": c.id, "content": result})
-        score = float(family.score(inst, rec.final_text, world))
+        score = float(family.score(inst, bound_digits(rec.final_text), world))
         if not math.isfinite(score):
             raise ValueError(f"checker returned {score!r}")
         rec.score = min(1.0, max(0.0, score))

@@ -22,7 +22,11 @@ is called. Checks (each failure says what, where and how to fix it):
 - the longest prompt plus ``max_turns × max_tokens`` fits in ``seq_len`` (token counts use the model's
   tokenizer when one is registered, else a conservative estimate of one token per 3 UTF-8 bytes);
 - exceptions, ``sys.exit``, hangs, memory blow-ups and resource-limit kills come back as failures
-  with the traceback tail.
+  with the traceback tail;
+- what the sandbox reports is the agent's code's output (it runs in the process that writes the report): it
+  passes :func:`ait_env.jobs.guard.check` (:data:`REPORT_LIMITS`) and has the types the checks read
+  (:data:`REPORT_TYPES`) before any check reads it; a report past those bounds (a 5,000-digit integer, deep
+  nesting, a system prompt that is not a string, lone surrogates) is the failure ``unreadable``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
+from ait_env.jobs import guard
 from ait_env.jobs.settings import TokenCounter
 from ait_env.jobs.bundle import write_env_package
 from ait_env.jobs.primerl import token_budget_rule
@@ -50,6 +55,30 @@ from task_families.base import TOOLS_MODULE_NAME, TaskFamily, TaskSpec
 PROBE_ENV_ID = "ait_job_probe"
 #: the sandbox job the probe runs (inside the sandbox, from a copy of the file)
 PROBE_JOBS = {"inspect": Path(__file__).with_name("inspect_job.py")}
+#: the bounds of what the sandbox reports (at most the zygote's 16 MB of result; NaN and infinity pass: the
+#: rubric checks name them)
+REPORT_LIMITS = guard.Limits(finite=False)
+#: the JSON type of each field of a sandbox report that the checks read (as ``inspect_job`` writes them)
+REPORT_TYPES: dict[str, type] = {
+    "stage": str, "kind": str, "error": str, "traceback": str, "signal": str, "exit_code": int, "columns": list,
+    "rows": int, "empty_answers": int, "questions": list, "prompt_texts": list, "max_turns": int,
+    "system_prompt": str, "longest_prompt": str, "tools": dict, "tool_defs": str, "scores": list, "rollouts": list}
+
+
+def report_problem(resp: Any) -> str | None:
+    """What is wrong with the shape of a sandbox report (the agent's code runs in the process that writes
+    it, so any field may hold anything), or None."""
+    if not isinstance(resp, dict):
+        return f"a {type(resp).__name__} instead of a report"
+    for key, kind in REPORT_TYPES.items():
+        value = resp.get(key)
+        if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+            return f"its {key} as a {type(value).__name__}, not a {kind.__name__}"
+    if not all(isinstance(c, str) for c in resp.get("columns") or []):
+        return "dataset column names that are not strings"
+    if not all(isinstance(t, dict) for t in (resp.get("tools") or {}).values()):
+        return "tools described by something other than an object"
+    return None
 
 
 def probe_sandbox(settings: SandboxSettings | None = None) -> Sandbox:
@@ -177,6 +206,15 @@ class DynamicProbe:
     def interpret(self, resp: dict[str, Any], job: Job, task: TaskSpec, family: TaskFamily) -> list[ProbeFailure]:
         env_file = job.job.environment
         limits = self.settings.sandbox.limits
+        try:
+            guard.check(resp, REPORT_LIMITS, what="what your environment returned")
+            problem = report_problem(resp)
+            if problem is not None:
+                raise guard.Refused(f"what your environment returned has {problem}")
+        except guard.Refused as exc:
+            return [_fail("unreadable", env_file, str(exc), "Build the dataset, system prompt, tools and rubric "
+                          "from plain strings and small numbers (what verifiers expects), and keep error "
+                          "messages plain text.")]
         status = resp.get("status")
         stage = _STAGE_TEXT.get(str(resp.get("stage")), str(resp.get("stage")))
         if status == "timeout":
@@ -230,7 +268,7 @@ class DynamicProbe:
         if missing:
             out.append(_fail("dataset_columns", f"{env_file}: dataset", f"missing column(s) {sorted(missing)}; "
                              f"found {sorted(cols)}", "Build rows like {'question': ..., 'answer': ...}."))
-        rows = int(r.get("rows") or 0)
+        rows = r.get("rows") if isinstance(r.get("rows"), int) else 0
         if not b.min_examples <= rows <= b.max_examples:
             out.append(_fail("dataset_size", f"{env_file}: dataset", f"{rows} rows; the allowed range is "
                              f"{b.min_examples}..{b.max_examples}", "Generate more (or fewer) rows."))
@@ -259,15 +297,17 @@ class DynamicProbe:
             scores = r.get("scores")
             out.extend(self._rubric_checks(scores if isinstance(scores, list) else [], env_file))
         try:
-            messages = json.loads(r.get("longest_prompt") or "[]")
-            tools = json.loads(r.get("tool_defs") or "[]")
-        except ValueError:
-            messages, tools = [], []
+            messages = guard.loads(str(r.get("longest_prompt") or "[]"), REPORT_LIMITS, what="the longest prompt")
+            tools = guard.loads(str(r.get("tool_defs") or "[]"), REPORT_LIMITS, what="the tool definitions")
+        except guard.Refused as exc:
+            out.append(_fail("unreadable", f"{env_file}: prompts", str(exc), "Build prompts and tool schemas from "
+                             "plain strings and small JSON (what verifiers expects)."))
+            return out
         if not isinstance(messages, list):
             messages = [{"role": "user", "content": str(messages)}]
         prompt_tokens, exact = count_prompt_tokens(self._token_counter, job.job.base_model, messages,
                                                    tools if isinstance(tools, list) else [])
-        turns = max(1, int(r.get("max_turns") or 1))
+        turns = r.get("max_turns") if isinstance(r.get("max_turns"), int) and r.get("max_turns") > 1 else 1
         how = "counted with the model's tokenizer" if exact else "estimated as 1 token per 3 bytes, tool schemas included"
         for iss in token_budget_rule(job, prompt_tokens=prompt_tokens, max_turns=turns):
             out.append(_fail("seq_len", iss.where, f"{iss.message} (prompt tokens {how})", iss.fix))
@@ -370,8 +410,7 @@ class DynamicProbe:
                 errs = side.get("errors")
                 if isinstance(errs, list):
                     errors.extend(str(e) for e in errs)
-                v = side.get("reward")
-                if v is None or not isinstance(v, (int, float)) or not math.isfinite(v):
+                if guard.number(side.get("reward")) is None:
                     nonfinite = True
             if g.get("reward") == b.get("reward"):
                 same += 1
@@ -381,10 +420,12 @@ class DynamicProbe:
                              "Reward functions get completion (messages), answer, info, state...; make them "
                              "robust to any completion and return a float."))
         if nonfinite:
-            out.append(_fail("rubric_nonfinite", f"{env_file}: rubric", "the rubric returned NaN, inf or no number",
-                             "Return finite floats (e.g. 0.0 or 1.0)."))
+            out.append(_fail("rubric_nonfinite", f"{env_file}: rubric", "the rubric returned NaN, inf, a number "
+                             f"beyond ±{guard.MAX_MAGNITUDE:g} or no number",
+                             f"Return finite floats within ±{guard.MAX_MAGNITUDE:g} (e.g. 0.0 or 1.0)."))
         elif same == len(scores):
-            vals = sorted({json.dumps(p.get("good", {}).get("reward")) for p in scores})
+            vals = sorted({json.dumps(p["good"].get("reward") if isinstance(p.get("good"), dict) else None)
+                           for p in scores})
             out.append(_fail("constant_reward", f"{env_file}: rubric",
                              f"the rubric gives a correct and a wrong answer the same reward on every dev example "
                              f"({', '.join(vals)}); a constant reward cannot train anything",

@@ -34,6 +34,8 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
+from ait_env.jobs.guard import bound_digits
+
 #: look-alike letters of other scripts (lowercase, after case folding) -> the Latin letter
 _HOMOGLYPHS = str.maketrans({
     "а": "a", "в": "b", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p", "с": "c",
@@ -119,7 +121,8 @@ class LeakIndex:
         if self._pattern is not None:
             found.update(self._by_form[m.group(1)] for m in self._pattern.finditer(canonical(text)))
         if self._family is not None and self._by_signature:
-            for sig in self._family.instance_signatures(clean(text)):
+            # a family's parser reads numbers with int()/float(): digit runs bounded first (the guard)
+            for sig in self._family.instance_signatures(bound_digits(clean(text))):
                 if sig in self._by_signature:
                     found.add(self._by_signature[sig])
         return found

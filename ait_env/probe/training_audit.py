@@ -22,7 +22,10 @@ GPU the same audit reads prime-rl's per-step rollout traces (:mod:`gpu.primerl_t
   rollouts check them against a fresh world of each dev example, and the tool list is still checked.
 
 Both codes void the job's validation in the reward (:data:`ait_env.episode.reward.FORFEITING_FAULTS`). Each
-message is read once per job (by content hash), so the cost grows with new text only.
+message is read once per job (by content hash), so the cost grows with new text only. What the audit reads
+passes :func:`ait_env.jobs.guard.check` first: a request it cannot read in full (nesting, integers or sizes
+past the guard's bounds, values that are not JSON data) fails the job (``job_failed``) instead of being
+skipped, since an unread message could hide a leak.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ait_env.jobs import guard
 from ait_env.jobs.failures import JobFailed
 from ait_env.probe.leak import LEAK_TOLERANCE, LeakIndex
 from task_families.base import TaskFamily
@@ -41,7 +45,7 @@ MAX_SEEN = 500_000
 
 
 def _strings(value: Any, out: list[str], depth: int = 0) -> None:
-    if depth > 8:
+    if depth > guard.MAX_DEPTH:  # never reached: review() checked the depth
         return
     if isinstance(value, str):
         out.append(value)
@@ -72,6 +76,12 @@ class TrainingAudit:
     def review(self, conversations: Iterable[tuple[list[Any] | None, list[Any] | None]]) -> None:
         """Check each (messages, tools) a training request carried."""
         for messages, tools in conversations:
+            try:
+                guard.check(messages, what="a training request's messages")
+                guard.check(tools, what="a training request's tool list")
+            except guard.Refused as exc:
+                raise JobFailed(f"your environment gave the model data the training audit cannot read ({exc}); "
+                                "keep prompts, tool schemas and tool results plain text and small JSON") from None
             if tools:
                 self._check_tool_list(tools)
             if isinstance(messages, list):
@@ -110,7 +120,8 @@ class TrainingAudit:
             if not isinstance(msg, dict):
                 continue
             role = str(msg.get("role"))
-            for call in msg.get("tool_calls") or []:
+            tool_calls = msg.get("tool_calls")
+            for call in tool_calls if isinstance(tool_calls, list) else []:
                 if isinstance(call, dict):  # OpenAI's nested form, or verifiers v1's flat {id, name, arguments}
                     fn = call.get("function") if isinstance(call.get("function"), dict) else call
                     calls[str(call.get("id"))] = (str(fn.get("name")), fn.get("arguments"))
@@ -132,7 +143,7 @@ class TrainingAudit:
         if fn is None or self.family.state_args:
             return  # an unknown tool: the environment answers with its own error text
         try:
-            args = json.loads(arguments) if isinstance(arguments, str) else arguments
+            args = guard.loads(arguments, what="the call's arguments") if isinstance(arguments, str) else arguments
             if not isinstance(args, dict):
                 return
             expected = str(fn(**args))
