@@ -45,12 +45,13 @@ verifiers' environment loading (``env_utils.py``, the legacy bridge's ``legacy.p
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+
+from ait_env.jobs import guard
 
 Source = Literal["launcher", "orchestrator", "trainer", "inference", "env"]
 
@@ -77,9 +78,9 @@ def clean(line: str) -> str:
     """A log line without ANSI codes and trailing whitespace; a JSON log line becomes its message."""
     text = _ANSI.sub("", line).rstrip()
     if text.startswith("{") and text.endswith("}"):
-        try:
-            obj = json.loads(text)
-        except ValueError:
+        try:  # the agent's environment logs here too: bounded (a deeply nested line raised RecursionError)
+            obj = guard.loads(text, what="a log line")
+        except guard.Refused:
             return text
         if isinstance(obj, dict) and isinstance(obj.get("message"), str):
             stamp = str(obj.get("timestamp", ""))[11:19] or "00:00:00"

@@ -31,6 +31,7 @@ JSON_FRAGMENTS = [
     '{"a":' * 40 + "1" + "}" * 40, '"' + "x" * 120_000 + '"', "[" + "{}," * 40_000 + "{}]", '"' + "9" * 5000 + '"',
     '"' + "nine " * 3000 + 'minutes"', '"' + "9" * 5000 + ' minutes"', '"' + "7" * 400 + '.5 hours"',
     "true", "null", "{}", "[]", '"ok"', "3", "-0.0", '"job.toml"', '[1, "two", {"3": [4]}]',
+    '"' + "[" * 5000 + '"', '"[' + "9" * 5000 + ']"',  # JSON text inside a string (a list some parsers pass)
 ]
 _fragment = st.sampled_from(JSON_FRAGMENTS)
 _key = st.sampled_from(["path", "content", "old_text", "new_text", "folders", "expression", "x", "\\ud800", ""])

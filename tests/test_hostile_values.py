@@ -278,6 +278,21 @@ def audit_index() -> Any:
     return TrainingAudit(get_family("arithmetic"), hidden_questions("arithmetic")[:50]).index
 
 
+def test_a_sandbox_answer_too_deep_to_parse_here_is_the_codes_error(tmp_path):
+    """The zygote parses a request's result high on its stack; this process parses the zygote's answer from
+    deeper in its own (a trainer's, a test's), so a result nested ~960 levels deep raised ``RecursionError`` out of
+    ``submit_job`` (``infra_failed``). It is an error answer to the request instead (the probe: a load error)."""
+    from ait_env.sandbox.host import Sandbox, unreadable_answer
+
+    deep = '{"id": 7, "response": {"status": "ok", "system_prompt": ' + "[" * 5000 + "]" * 5000 + "}}\n"
+    sb = Sandbox()
+    sb._lines.put(deep)
+    answer = sb._readline(5)
+    assert answer is not None and answer["id"] == 7 and answer["response"]["status"] == "error"
+    assert "nested hundreds of levels" in answer["response"]["error"]
+    assert unreadable_answer("[" * 5000) is None  # not an answer of the protocol: ignored as before
+
+
 @FAST
 @given(recipe=python_values, where=st.sampled_from(["content", "tool_calls", "arguments", "tools", "result",
                                                    "messages"]))
@@ -313,8 +328,13 @@ def test_the_training_audit_fails_the_job_or_passes_it(audit_index, recipe, wher
 
 @FAST
 @given(text=json_text)
-def test_gpu_trace_lines_are_read_or_fail_the_job(tmp_path_factory, text):
+def test_gpu_trace_and_log_lines_are_read_or_fail_the_job(tmp_path_factory, text):
+    """prime-rl's traces and logs on a GPU carry what the agent's environment wrote."""
+    from gpu.primerl_logs import clean
     from gpu.primerl_traces import conversations
+
+    for line in (text, '{"message": %s, "timestamp": %s}' % (text, text)):
+        assert isinstance(clean(line), str)
 
     path = tmp_path_factory.mktemp("traces") / "traces.jsonl"
     path.write_text('{"nodes": [{"message": %s}]}\n%s\n' % (text, text), encoding="utf-8", errors="surrogatepass")

@@ -34,9 +34,9 @@ def env_arguments(raw: Any) -> Any:
     bounds) is passed on as it is: the env answers the call with an error that says how to fix it."""
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
-    args = raw
     try:
-        args = guard.loads(raw, what="the arguments") if isinstance(raw, str) else guard.check(raw, what="the arguments")
+        args = guard.loads(raw, what="the arguments") if isinstance(raw, str) else \
+            guard.check(raw, what="the arguments")
     except guard.Refused:
         return raw
     if isinstance(args, dict):

@@ -14,12 +14,12 @@ tools: the env, the verifiers, TRL and Tinker adapters and the LLM runner all de
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ait_env.jobs import guard
 from ait_env.jobs.toolcalls import ToolCall
 from ait_env.sandbox.workspace import Workspace, WorkspaceError
 
@@ -55,11 +55,12 @@ class SubmitJobsArgs(_Args):
     @field_validator("folders", mode="before")
     @classmethod
     def _json_list(cls, value: Any) -> Any:
-        """A list written as JSON text (``'["a", "b"]'``, as some tool-call parsers pass it) is that list."""
+        """A list written as JSON text (``'["a", "b"]'``, as some tool-call parsers pass it) is that list (read
+        through :mod:`ait_env.jobs.guard`: text past its bounds stays text, which the schema refuses)."""
         if isinstance(value, str) and value.strip().startswith("["):
             try:
-                return json.loads(value)
-            except json.JSONDecodeError:
+                return guard.loads(value, what="folders")
+            except guard.Refused:
                 return value
         return value
 

@@ -53,8 +53,9 @@ score is 0 or 1 (``ci_method="wilson"``), otherwise the **normal approximation**
 (``ci_method="normal"``). ``ci95`` is the half-width ``(ci_high - ci_low) / 2``.
 
 This module imports only :mod:`task_families`, :mod:`ait_env.hidden.secrets`, :mod:`ait_env.jobs.toolcalls`,
-:mod:`ait_env.jobs.guard` (never agent code or an agent-written environment module), ``openai`` and ``pydantic``. The API key defaults to ``"EMPTY"``
-(vLLM ignores it); ``OPENAI_API_KEY`` is deliberately not read, so a real key never goes to a pod.
+:mod:`ait_env.jobs.guard` (never agent code or an agent-written environment module), ``openai`` and
+``pydantic``. The API key defaults to ``"EMPTY"`` (vLLM ignores it); ``OPENAI_API_KEY`` is deliberately not
+read, so a real key never goes to a pod.
 
 CLI::
 

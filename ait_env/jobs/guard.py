@@ -28,11 +28,11 @@ Contract:
 - :func:`number`: a finite ``float`` within ±:data:`MAX_MAGNITUDE`, or ``None`` (a reward, a metric: values
   our arithmetic squares and sums).
 
-The walk is iterative and stops at the first bound crossed, so a check costs at most its limits; :func:`loads`
-counts the brackets of its text before parsing, so a text of many tiny objects is refused before it becomes
-millions of Python objects.
-Defaults are far above what an honest job sends (its tool arguments are a few strings; a message nests
-five levels; a reward is 0..1); a caller with a byte budget of its own passes tighter :class:`Limits`.
+The walk is iterative and stops at the first bound crossed, so a check costs at most its limits;
+:func:`loads` counts the brackets of its text before parsing, so a text of many tiny objects is refused
+before it becomes millions of Python objects. Defaults are far above what an honest job sends (its tool
+arguments are a few strings; a message nests five levels; a reward is 0..1); a caller with a byte budget of
+its own passes tighter :class:`Limits`.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DEFAULT", "Limits", "MAX_DEPTH", "MAX_DIGITS", "MAX_MAGNITUDE", "NotJSON", "Refused", "bound_digits", "check",
-           "dumps", "loads", "number"]
+__all__ = ["DEFAULT", "Limits", "MAX_DEPTH", "MAX_DIGITS", "MAX_MAGNITUDE", "NotJSON", "Refused", "bound_digits",
+           "check", "dumps", "loads", "number"]
 
 #: levels of nesting (a message nests five: messages, message, tool_calls, call, function)
 MAX_DEPTH = 32
@@ -55,7 +55,6 @@ MAX_MAGNITUDE = 1e6
 _TEN_TO_MAX = 10 ** MAX_DIGITS
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _DIGIT_RUN = re.compile(r"\d{%d,}" % (MAX_DIGITS + 1))
-_JSON_SCALARS = (str, int, float, type(None))
 
 
 class Refused(ValueError):
@@ -83,7 +82,7 @@ class Limits:
     max_chars: int = 32 * 2**20
     #: refuse NaN and ±infinity (``NaN``, ``Infinity``, ``1e999`` in JSON)
     finite: bool = True
-    #: accept lone surrogates (``"\\ud800"``); refused by default: no UTF-8 file, socket or tokenizer takes them
+    #: accept lone surrogates (``"\\ud800"``); refused by default (no UTF-8 file, socket or tokenizer takes them)
     surrogates: bool = False
 
 

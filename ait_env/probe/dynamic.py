@@ -87,7 +87,7 @@ def probe_sandbox(settings: SandboxSettings | None = None) -> Sandbox:
 
 _STAGE_TEXT = {"start": "starting", "import": "importing your module", "load_environment": "running load_environment",
                "dataset": "reading the dataset", "rubric": "running your rubric on the dev examples",
-               "rollout": "running scripted rollouts of the dev examples"}
+               "rollout": "running scripted rollouts of the dev examples", "result": "returning what it found"}
 
 #: the scripted rollouts of one dev example of a stateful family, run concurrently in one group: two correct
 #: ones (a world shared between rollouts shows in their tool results), a correct one with a wrong answer,

@@ -39,6 +39,7 @@ import itertools
 import json
 import os
 import queue
+import re
 import shutil
 import stat
 import subprocess
@@ -335,7 +336,8 @@ class Sandbox:
 
     def _readline(self, timeout: float) -> dict[str, Any] | None:
         """Next JSON line from the zygote (a persistent reader thread feeds a queue, so a timed-out
-        wait never loses a later line)."""
+        wait never loses a later line); an answer too deep or too large to parse here is an error answer to its
+        request (:func:`unreadable_answer`)."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -346,8 +348,8 @@ class Sandbox:
                 return None
             try:
                 obj = json.loads(line)
-            except ValueError:
-                obj = None
+            except (ValueError, RecursionError):
+                obj = unreadable_answer(line)
             if isinstance(obj, dict):
                 return obj
             sys.stderr.write(f"ait sandbox: ignored a non-protocol line: {line[:200]!r}\n")
@@ -502,6 +504,20 @@ class Sandbox:
     def release(self, workdir: Path) -> None:
         """Delete a request's folder (never raises, bounded in time, any tree the request left)."""
         remove_tree(workdir)
+
+
+def unreadable_answer(line: str) -> dict[str, Any] | None:
+    """An answer line of the zygote (``{"id": N, "response": ...}``) that this process cannot parse: what the
+    request's code returned nests deeper than this thread's stack allows (the zygote parsed it higher up its
+    own stack) or is otherwise past the parser. Its request gets an error response that says so (the code's
+    fault, reported by the request's caller) instead of no answer (which would be the sandbox's failure)."""
+    m = re.match(r'\{"id": (\d{1,18}), "response": ', line)
+    if m is None:
+        return None
+    return {"id": int(m.group(1)), "response": {
+        "status": "error", "stage": "result", "kind": "exception",
+        "error": "what your code returned cannot be read: lists or objects nested hundreds of levels deep, or "
+                 "numbers past Python's limits; return plain strings, small numbers and flat lists"}}
 
 
 _SHARED: dict[str, Sandbox] = {}
