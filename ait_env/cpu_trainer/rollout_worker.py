@@ -59,7 +59,9 @@ def run(req: dict[str, Any], adapter: Any, ctx: Any) -> dict[str, Any]:
             groups = adapter.rollout_inputs(env, work["indices"], int(work["group_size"]))
             results = loop.run_until_complete(adapter.run_groups(env, client, work["model"], groups,
                                                                  work["sampling_args"]))
-            payload: dict[str, Any] = {"step": step, "groups": results, "seconds": time.time() - t0}
+            payload: dict[str, Any] = {"step": step, "groups": results, "seconds": time.time() - t0,
+                                       # each group's row info: the trainer's audit replays stateful tool calls on it
+                                       "infos": [g[0].get("info") if g else None for g in groups]}
         except BaseException as exc:  # noqa: BLE001 - reported to the trainer, which decides
             payload = {"step": step, "error": f"{type(exc).__name__}: {exc}", "traceback": ctx.traceback()}
         try:

@@ -45,6 +45,8 @@ class _StepResults(BaseModel):
     model_config = ConfigDict(extra="ignore")
     step: int
     groups: list[list[_Rollout]]
+    #: each group's dataset row ``info`` (the training audit replays a stateful family's tool calls on it)
+    infos: list[Any] | None = None
 
 
 def step_results(res: Any, step: int, groups: int, group_size: int) -> list[list[dict[str, Any]]]:
@@ -68,6 +70,10 @@ def step_results(res: Any, step: int, groups: int, group_size: int) -> list[list
         raise RolloutWorkerError(f"step {step} asked for {groups} groups of {group_size} rollouts; the rollout "
                                  f"worker returned groups of sizes {sizes[:20]}")
     out = [[r.model_dump() for r in g] for g in parsed.groups]
+    infos = parsed.infos if parsed.infos is not None and len(parsed.infos) == groups else [None] * groups
+    for group, info in zip(out, infos):
+        for r in group:
+            r["info"] = info
     check_rewards(out, step + 1)
     return out
 
@@ -158,7 +164,7 @@ class LocalGRPOTrainer:
                     rewards.append(float(r["reward"]))
                     records = [t for t in self.ep.pop_records(r["response_ids"]) if t is not None]
                     if self.audit is not None:
-                        self.audit.review((t.messages, t.tools) for t in records)
+                        self.audit.review((t.messages, t.tools, r.get("info")) for t in records)
                     rollouts.append(grpo.rollout_sequences(records))
                     errors += r.get("error") is not None
             advs = grpo.advantages(rewards, self.p.group_size, self.p.algo.type)

@@ -1,30 +1,40 @@
-"""Finding hidden-eval questions in an agent's dataset, however they were disguised.
+"""Finding hidden-eval questions in what a model is given, however they were written.
 
-The probe compares the questions of the agent's dataset with the family's hidden set (outside the
-sandbox; the hidden set never enters it). A question counts as a copy when its *canonical form*
-equals a hidden question's, or contains one at sentence boundaries (a hidden question padded with
-text before it, or after its end). The canonical form (:func:`canonical`) undoes what changes how a
-question looks but not what it asks:
+**One reader of what the model sees, one normaliser, one matcher**, used by every leak check: the
+validation probe (:mod:`ait_env.probe.dynamic`, on what the sandbox reports), the training audit
+(:mod:`ait_env.probe.training_audit`, on the requests the model was sampled on, locally and from prime-rl's
+traces on a GPU). The hidden questions never leave the orchestrator's process.
 
-- Unicode compatibility forms (NFKC: full-width letters, ligatures, non-breaking spaces), combining
-  marks (accents added to letters), format and control characters (zero-width spaces and joiners,
-  soft hyphens, byte-order marks, bidirectional marks), digits of other scripts, common Cyrillic and
-  Greek letters that look Latin, typographic dashes, minus signs and quotes;
-- case, and whitespace: the text becomes its tokens (runs of letters and digits, single symbols)
-  joined by one space, so ``3+4 ?``, ``3 + 4?`` and ``3\u00a0+\u200b4?`` are the same;
-- quotes, and the sentence punctuation at the very end (``?``, ``.``, ``!``).
+1. :func:`model_texts` turns a chat request (OpenAI messages and tool schemas, as a trainer sends them)
+   into the texts the model reads: each message's content with its **content parts joined** as chat
+   templates join them (a question cut into several parts is one text again), every other field of the
+   message (names, tool calls and their arguments), and each tool schema as its **keys and values** in
+   order (tool names, parameter names, descriptions, enums: a question placed as a parameter name is read).
+2. :func:`views` normalises one text into the few readings a hidden question could hide in:
 
-Beyond strings, **instances**: each family reads the instances its questions state back out of any
-text (:meth:`task_families.base.TaskFamily.instance_signatures`: the chain of an arithmetic question
-whatever its brackets, a meeting's people in any order, an order's items in any order, ...), so a hidden
-question re-written with the same facts is found as the same instance, in a dataset row, a prompt, a
-system prompt of many questions or a tool description. The string comparison stays for what a family
-does not parse. A question with other numbers or names is a new question. Instance identity
+   - :func:`clean`: Unicode compatibility forms (NFKC), combining marks, format and control characters
+     (zero-width, soft hyphens, bidirectional marks), other scripts' digits, look-alike Cyrillic and Greek
+     letters, typographic dashes and quotes, case; whitespace runs become one space;
+   - text **spread out** with one separator between all its characters (``W h a t``, ``W.h.a.t``), line by
+     line, is read back;
+   - **numbers** in one form (:func:`decode_numbers`): written in words (``forty-five``, ``one hundred and
+     two``, ``ninety-one point six``), digit by digit (``four five``, ``4 5``), hexadecimal, octal or binary
+     literals (``0x2d``), and (:func:`decode_roman`) Roman numerals (``XLV``) become decimal digits;
+   - **punctuation** folded: separators inserted between the tokens (``4 ; + ; 9``) are dropped;
+   - **reversed** text, character by character or word by word (and both).
+
+   Views are readings, not rewrites: each is matched on its own, so a view that misreads an honest text
+   (``one box`` as ``1 box``) costs nothing unless it states a whole hidden instance.
+3. :class:`LeakIndex` matches each view against the hidden set twice: as **instances**, with each family's
+   own parser (:meth:`task_families.base.TaskFamily.instance_signatures`: an arithmetic chain whatever its
+   brackets or operator words, a meeting's people in any order, an order's items in any order and
+   notation, ...), and as **canonical text** (:func:`canonical`: a hidden question at sentence boundaries,
+   padded or not). A question with other numbers, people or items is a new question.
+
+What this cannot see (an encoding nobody listed: a cipher, a translation, a lookup the model learns) the
+**outcome check** prices instead (:mod:`ait_env.hidden.outcome`: a trained model that scores far better on
+the hidden questions than on fresh ones of the same generator is forfeited). Instance identity
 (:attr:`task_families.base.Instance.key`, the hidden-set hashes) is a separate, unchanged hash.
-
-:class:`LeakIndex` is used twice: by the probe on the dataset and prompts the environment reports, and
-in the training process on what the model is actually given (``ait_env.probe.training_audit``), which an
-environment cannot tell apart from training because it is training.
 """
 
 from __future__ import annotations
@@ -50,93 +60,537 @@ _QUOTES = set("'\"`\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u00ab\u00bb\
 #: questions: an honest generator draws from the same space as the hidden set); the probe and the training
 #: audit both use it
 LEAK_TOLERANCE = 2
+#: bounds of :func:`model_texts` on hostile structures: nesting depth, and characters per request (a
+#: request cannot carry more: the local endpoint refuses bodies over 8 MB, and a model reads far less)
+MAX_DEPTH = 32
+MAX_CHARS = 8_000_000
 _TOKEN = re.compile(r"\w+|[^\w\s]")
+#: ASCII quotes go, line breaks stay (they end clauses), other control characters become spaces
+_ASCII = {**{c: None for c in range(32)}, 9: " ", 11: " ", 12: " ", 10: "\n", 13: "\n", 127: None,
+          ord("'"): None, ord('"'): None, ord("`"): None}
 _END = ("?", ".", "!")
+_WS = re.compile(r"\s+")
+_SPACES = re.compile(r"[^\S\n]+")
 
 
-def clean(text: str) -> str:
+# ---------------------------------------------------------------------------------- what the model sees
+def _scalar(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return str(value) if value.bit_length() <= 256 else None  # never str() a 5,000-digit integer
+    if isinstance(value, float):
+        return repr(value)
+    return None
+
+
+def structure_texts(value: Any, max_chars: int = MAX_CHARS) -> list[str]:
+    """A JSON-like ``value`` (a tool schema, a message's fields) as the model may read it, in document order:
+    its keys and scalar values together, its keys alone, its values alone, each joined by one space, and
+    each object's own keys (a tool's parameter names, as a template that lists only them shows them), on
+    lines of their own, joined by one space and by nothing; without the punctuation that would cut a question placed across several keys or values.
+    Bounded in depth (:data:`MAX_DEPTH`) and size; never raises (objects that are not JSON data are
+    skipped)."""
+    both: list[str] = []
+    keys: list[str] = []
+    values: list[str] = []
+    siblings: list[str] = []
+    total = 0
+    stack: list[tuple[Any, int, bool]] = [(value, 0, False)]
+    while stack and total < max_chars:
+        item, depth, is_key = stack.pop()
+        text = _scalar(item)
+        if text is not None:
+            both.append(text)
+            (keys if is_key else values).append(text)
+            total += len(text) + 1
+            continue
+        if depth >= MAX_DEPTH:
+            continue
+        if hasattr(item, "model_dump") and not isinstance(item, type):
+            try:
+                item = item.model_dump()
+            except Exception:  # noqa: BLE001 - an object we cannot read shows the model nothing we can check
+                continue
+        if isinstance(item, dict):
+            children: list[tuple[Any, int, bool]] = []
+            for k, v in item.items():
+                children += [(k, depth + 1, True), (v, depth + 1, False)]
+            if len(item) > 1:
+                names = [t for t in map(_scalar, item) if t is not None]
+                siblings += [" ".join(names), "".join(names)]   # a question may be cut inside a word
+                total += 2 * len(siblings[-1])
+        elif isinstance(item, (list, tuple)):
+            children = [(c, depth + 1, False) for c in item]
+        else:
+            continue
+        stack.extend(reversed(children))
+    out = [" ".join(both)]
+    if keys and values:
+        out += [" ".join(keys), " ".join(values)]
+    if siblings:
+        out.append("\n".join(siblings))
+    return [t[:max_chars] for t in out if t]
+
+
+def structure_text(value: Any, max_chars: int = MAX_CHARS) -> str:
+    """:func:`structure_texts`' first reading: keys and values together."""
+    texts = structure_texts(value, max_chars)
+    return texts[0] if texts else ""
+
+
+def content_text(content: Any) -> str:
+    """A message's content as the model reads it: a string as it is, content parts joined with nothing
+    between them (as chat templates join them), other values by :func:`structure_text`."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)):
+        parts = []
+        for part in content[:100_000]:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            else:
+                parts.append(structure_text(part))
+        return "".join(parts)
+    return structure_text(content)
+
+
+def message_texts(message: Any) -> list[str]:
+    """The texts one chat message shows the model: its content (:func:`content_text`) and every other field
+    (:func:`structure_texts`: role, name, tool calls with their names and arguments)."""
+    if hasattr(message, "model_dump") and not isinstance(message, type):
+        try:
+            message = message.model_dump()
+        except Exception:  # noqa: BLE001
+            return []
+    if not isinstance(message, dict):
+        return [structure_text(message)]
+    rest = {k: v for k, v in message.items() if k != "content"}
+    return [t for t in (content_text(message.get("content")), *structure_texts(rest)) if t]
+
+
+def model_texts(messages: Any, tools: Any = None) -> list[str]:
+    """Every text a chat request shows the model: each message's (:func:`message_texts`) and each tool
+    schema's keys and values (:func:`structure_texts`). Never raises, whatever the request holds."""
+    out: list[str] = []
+    for message in messages if isinstance(messages, (list, tuple)) else [messages] if messages else []:
+        out += message_texts(message)
+    for tool in tools if isinstance(tools, (list, tuple)) else [tools] if tools else []:
+        out += structure_texts(tool)
+    return out
+
+
+# ---------------------------------------------------------------------------------- normalisation
+def clean(text: str, fold_case: bool = True) -> str:
     """``text`` with Unicode compatibility forms, marks, format characters, look-alike letters and other
     scripts' digits undone, and case folded (what :meth:`~task_families.base.TaskFamily.instance_signatures`
-    reads)."""
-    return _clean(text)
-
-
-def _clean(text: str) -> str:
+    reads; ``fold_case=False`` keeps the case). Line breaks stay (they end clauses), tabs become spaces,
+    other control characters go."""
+    if text.isascii():  # the common case, the same result without the per-character walk
+        return text.translate(_ASCII).lower() if fold_case else text.translate(_ASCII)
     out: list[str] = []
     for ch in unicodedata.normalize("NFKD", text):
+        if ch.isascii():
+            out.append(ch.translate(_ASCII))
+            continue
         cat = unicodedata.category(ch)
         if cat[0] in "CM":          # control, format, unassigned, surrogates; combining marks
-            if ch in "\t\n\r\x0b\x0c":
-                out.append(" ")
+            if ch in "\u0085\u2028\u2029":
+                out.append("\n")
             continue
         if ch in _QUOTES:
             continue
         digit = unicodedata.decimal(ch, None)
         out.append(str(digit) if digit is not None else ch)
-    return unicodedata.normalize("NFKC", "".join(out)).casefold().translate(_HOMOGLYPHS)
+    out_text = unicodedata.normalize("NFKC", "".join(out))
+    return (out_text.casefold() if fold_case else out_text).translate(_HOMOGLYPHS)
 
 
 def canonical(question: str) -> str:
-    """The canonical form of ``question`` (module docstring), without its final sentence punctuation."""
-    tokens = _TOKEN.findall(_clean(str(question)))
+    """The canonical form of ``question`` (:func:`clean`, then its tokens joined by one space), without its
+    final sentence punctuation: ``3+4 ?``, ``3 + 4?`` and ``3\u00a0+\u200b4?`` are one form."""
+    tokens = _TOKEN.findall(clean(str(question)))
     while tokens and tokens[-1] in _END:
         tokens.pop()
     return " ".join(tokens)
 
 
+_UNITS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine".split())}
+_UNITS["oh"] = 0
+_TEENS = {w: 10 + i for i, w in enumerate(
+    "ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split())}
+_TENS = {w: 10 * (i + 2) for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())}
+_TENS["fourty"] = 40
+_SCALES = {"thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000}
+_NUMBER_WORD = sorted({*_UNITS, *_TEENS, *_TENS, *_SCALES, "hundred"} - {"oh"}, key=len, reverse=True)
+_NW = "|".join(_NUMBER_WORD)
+#: substrings of every number word (a text without any spells no number)
+_NUMBER_STEMS = ("zero", "one", "two", "thr", "thi", "four", "fort", "fiv", "six", "seven", "eight", "nine", "ten", "elev", "twel",
+                 "fif", "twent", "hundred", "thousand", "million", "billion")
+_NUMBER_RUN = re.compile(rf"\b(?:{_NW})(?:(?:\s+|\s*[-,]\s*)(?:{_NW}|and|point|oh)\b)*\b")
+#: numbers or common words written backwards (``ruof``, ``d2x0``, ``eht``): the text is read reversed
+#: character by character too
+_REVERSED_NUMBER_WORD = re.compile(r"\b(?:" + "|".join(w[::-1] for w in _NUMBER_WORD) + r"|[0-9a-f]+[xob]0"
+                                   r"|eht|fo|dna|si|ot|tahw|hcihw|nehw|neht|era|morf)\b")
+_RADIX = re.compile(r"(?<![\w.])0([xob])([0-9a-f]+)\b")
+#: "p fifty-two" reads "p 52": an id's letter is joined to its number (not a, i or x: words, and a product)
+_GLUE = re.compile(r"(?<![\w.])([b-hj-wyz])[\s-]+(\d+)\b")
+_DIGIT_RUN = re.compile(r"\b\d(?: \d\b)+")
+_ROMAN = re.compile(r"^m{0,3}(?:cm|cd|d?c{0,3})(?:xc|xl|l?x{0,3})(?:ix|iv|v?i{0,3})$")
+_ROMAN_TOKEN = re.compile(r"(?<![\w.])[ivxlcdm]+(?![\w.])")
+#: a word capitalised at its end (``tahW``): a sentence written backwards
+_REVERSED_CAPITAL = re.compile(r"\b[a-z]+[A-Z]\b")
+_UPPER_ROMAN_ANY = re.compile(r"(?<![\w.])[IVXLCDM]+(?![\w.])")
+_UPPER_ROMAN = re.compile(r"(?<![\w.])[IVXLCDM]{2,}(?![\w.])")
+_ROMAN_VALUES = {"i": 1, "v": 5, "x": 10, "l": 50, "c": 100, "d": 500, "m": 1000}
+#: what the punctuation-folded reading drops: every ASCII symbol but arithmetic, arrows, ``=`` and ``:``,
+#: and a period that is not a decimal point
+_FOLD = {c: " " for c in map(ord, "!\"#$%&',;<?@[\\]^_`{|}~")}
+_STRAY_PERIOD = re.compile(r"(?<!\d)\.|\.(?!\d)")
+
+
+def _fold(text: str) -> str:
+    return _STRAY_PERIOD.sub(" ", text.translate(_FOLD)) if "." in text else text.translate(_FOLD)
+
+
+def _group(words: list[str], i: int, hyphen_joins: bool = True) -> tuple[int | None, int]:
+    """A number below 1000 written in words from ``words[i]`` (``forty five``, ``forty - five``, ``nine
+    hundred and two``); (None, i) when none starts there."""
+    n = len(words)
+
+    def tens_unit(j: int) -> tuple[int, int]:
+        value = _TENS[words[j]]
+        j += 1
+        k = j + 1 if hyphen_joins and j < n and words[j] == "-" else j
+        if k < n and words[k] in _UNITS and _UNITS[words[k]]:
+            return value + _UNITS[words[k]], k + 1
+        return value, j
+
+    if i < n and words[i] in _TENS:
+        return tens_unit(i)
+    if i >= n or not (words[i] in _UNITS or words[i] in _TEENS):
+        return None, i
+    value = _UNITS.get(words[i], _TEENS.get(words[i], 0))
+    i += 1
+    if i < n and words[i] == "hundred":
+        value *= 100
+        i += 1
+        j = i + 1 if i < n and words[i] == "and" else i
+        if j < n and words[j] in _TENS:
+            rest, i = tens_unit(j)
+            value += rest
+        elif j < n and (words[j] in _TEENS or (words[j] in _UNITS and _UNITS[words[j]])):
+            value += _UNITS.get(words[j], _TEENS.get(words[j], 0))
+            i = j + 1
+    return value, i
+
+
+def _words_to_numbers(run: str, hyphen_joins: bool = True) -> str:
+    """One run of number words as decimal numbers: several numbers stay apart, a hyphen that does not join
+    tens and units (``twenty-two``) is a minus sign, a comma separates."""
+    words = re.findall(r"[a-z]+|[-,]", run)
+    out: list[str] = []
+    i, n = 0, len(words)
+    while i < n:
+        w = words[i]
+        if w in _UNITS and i + 1 < n and words[i + 1] in _UNITS:  # digit by digit: "four five" = 45
+            digits = ""
+            while i < n and words[i] in _UNITS:
+                digits += str(_UNITS[words[i]])
+                i += 1
+            out.append(digits)
+        else:
+            value, j = _group(words, i, hyphen_joins)
+            if value is None:
+                out.append(w)
+                i += 1
+                continue
+            i, total = j, 0
+            while i < n and words[i] in _SCALES:
+                total += value * _SCALES[words[i]]
+                i += 1
+                k = i + 1 if i < n and words[i] == "and" else i
+                value, j = _group(words, k, hyphen_joins)
+                if value is None:
+                    value = 0
+                    break
+                i = j
+            out.append(str(total + value))
+        if i + 1 < n and words[i] == "point" and words[i + 1] in _UNITS:  # "ninety-one point six"
+            i += 1
+            frac = ""
+            while i < n and words[i] in _UNITS:
+                frac += str(_UNITS[words[i]])
+                i += 1
+            out[-1] += "." + frac
+    return " ".join(out)
+
+
+def _radix(m: re.Match[str]) -> str:
+    base = {"x": 16, "o": 8, "b": 2}[m.group(1)]
+    try:
+        return str(int(m.group(2)[:64], base))
+    except ValueError:
+        return m.group(0)
+
+
+def decode_numbers(text: str, hyphen_joins: bool = True) -> str:
+    """``text`` (cleaned) with its numbers in one form, decimal digits: number words (``forty-five``, ``one
+    hundred and two``, ``ninety-one point six``, digit by digit ``four five``), ``0x``/``0o``/``0b``
+    literals, and digits written one by one (``4 5``) joined; a letter just before a number it names
+    (``p fifty-two``) is joined to it. ``hyphen_joins=False`` reads ``twenty-one`` as ``20 - 1``."""
+    out = text
+    if any(w in text for w in _NUMBER_STEMS):  # (cheap substring tests first: most texts spell no number)
+        out = _NUMBER_RUN.sub(lambda m: _words_to_numbers(m.group(0), hyphen_joins), text)
+    if "0x" in out or "0o" in out or "0b" in out:
+        out = _RADIX.sub(_radix, out)
+    if out is not text:
+        out = _GLUE.sub(r"\1\2", out)
+    return _DIGIT_RUN.sub(_digit_run, out)
+
+
+def _digit_run(m: re.Match[str]) -> str:
+    before = m.string[m.start() - 1:m.start()]
+    return m.group(0) if before == "." else m.group(0).replace(" ", "")
+
+
+def _roman_value(tok: str) -> int:
+    total, prev = 0, 0
+    for ch in reversed(tok.lower()):
+        v = _ROMAN_VALUES[ch]
+        total += -v if v < prev else v
+        prev = max(prev, v)
+    return total
+
+
+def _roman(m: re.Match[str]) -> str:
+    tok = m.group(0)
+    if not _ROMAN.match(tok.lower()):
+        return tok
+    if tok == "x":  # "3 x 4" is a product: a lone x between numbers stays
+        before, after = m.string[:m.start()].rstrip()[-1:], m.string[m.end():].lstrip()[:1]
+        if before.isdigit() and (after.isdigit() or after == "("):
+            return tok
+    return str(_roman_value(tok))
+
+
+def decode_roman(text: str) -> str:
+    """``text`` (cleaned) with valid Roman numerals (``xlv``, ``iv``) as decimal numbers."""
+    return _ROMAN_TOKEN.sub(_roman, text)
+
+
+#: a run of at least five characters, each followed by a separator (``w h a t   i s``, ``w.h.a.t. .i.s``: the
+#: original spaces and periods became longer runs of it); one pattern per separator
+_SPREAD_BY = {" ": re.compile(r"(?:\S {1,7}){4,}\S"),
+              **{c: re.compile(rf"(?:[^\n]{re.escape(c)}{{1,3}}){{4,}}[^{re.escape(c)}\n]") for c in ".-_,/|~:;"}}
+
+
+def _unspread(span: str, sep: str) -> str:
+    """One spread run read back: the most common run length of ``sep`` is the separator's, and those runs
+    go; a longer run was the original text's own ``sep`` (one is kept)."""
+    runs = re.compile(re.escape(sep) + "+")
+    lengths = [len(r) for r in runs.findall(span)]
+    usual = max(sorted(set(lengths)), key=lengths.count)
+    return runs.sub(lambda m: "" if len(m.group(0)) <= usual else sep, span)
+
+
+def _despread(line: str) -> str:
+    """A line with runs written with a separator between all their characters (``w h a t   i s``,
+    ``w.h.a.t. .i.s``, ``w..h..a..t``) read back; any other text is unchanged."""
+    if len(line) < 9:
+        return line
+    out = line
+    for sep, pattern in _SPREAD_BY.items():
+        if out.count(sep) >= 4:
+            out = pattern.sub(lambda m, s=sep: _unspread(m.group(0), s), out)
+    return out
+
+
+def _reversed_roman(text: str) -> bool:
+    """Whether ``text`` has a Roman numeral written backwards (``vlx``: an invalid numeral whose reverse,
+    ``xlv``, is valid)."""
+    return any(len(t) > 1 and not _ROMAN.match(t) and _ROMAN.match(t[::-1]) for t in _ROMAN_TOKEN.findall(text))
+
+
+_WORD = re.compile(r"\w+(?:\.\d+)?|[^\w\s]")
+
+
+def _reverse_words(text: str, tokens: bool = True) -> str:
+    """Each line's words in reverse order: its tokens (numbers with their decimals, words, symbols), or
+    with ``tokens=False`` the runs between spaces (``forty-nine``, ``cost?``)."""
+    if tokens:
+        return "\n".join(" ".join(reversed(_WORD.findall(line))) for line in text.split("\n"))
+    return "\n".join(" ".join(reversed(line.split())) for line in text.split("\n"))
+
+
+def _readings(text: str) -> list[tuple[str, bool]]:
+    """:func:`views` with, for each, whether it is also compared as text (the forward readings; the others
+    are read as instances only)."""
+    cased = clean(str(text), fold_case=False)
+    spread = "\n".join(_despread(line) for line in cased.split("\n"))
+    forms = [cased] if spread == cased else [cased, spread]
+    folded = [form.casefold().translate(_HOMOGLYPHS) for form in forms]
+    # written backwards: a sentence capitalised at its end, numbers spelt backwards, or Roman numerals (which
+    # read as other numerals backwards: IV, VI): the text reversed character by character is read too
+    if any(_REVERSED_CAPITAL.search(f) or _UPPER_ROMAN_ANY.search(f) for f in forms) or \
+            any(_REVERSED_NUMBER_WORD.search(f) or _reversed_roman(f) for f in folded):
+        forms += [f[::-1] for f in forms]
+    bases: list[str] = []
+    for form in forms:
+        bases.append(form.casefold().translate(_HOMOGLYPHS))
+        if _UPPER_ROMAN.search(form):  # "CCXX mm": upper case tells the numeral from the unit
+            bases.append(_UPPER_ROMAN.sub(lambda m: str(_roman_value(m.group(0))) if _ROMAN.match(m.group(0).lower())
+                                          else m.group(0), form).casefold().translate(_HOMOGLYPHS))
+    out: list[tuple[str, bool]] = []
+    seen: set[str] = set()
+
+    def add(view: str, as_text: bool = False) -> str:
+        view = _SPACES.sub(" ", view).strip()
+        if view and view not in seen:
+            seen.add(view)
+            out.append((view, as_text))
+        return view
+
+    def decoded(view: str) -> None:  # numbers decoded and punctuation folded, with Roman numerals and without
+        numbers = decode_numbers(view)
+        add(_fold(numbers))
+        add(_fold(decode_roman(numbers)))
+        add(decode_numbers(_fold(view)))  # "two ; hundred ; and ; twenty": punctuation cut the number apart
+        if "-" in view and numbers != view:  # "twenty-one" may be 20-1: every hyphen a minus too
+            add(_fold(decode_numbers(view, hyphen_joins=False)))
+
+    for base in bases:
+        if base in seen:
+            continue
+        base = add(base, True)
+        numbers = add(decode_numbers(base), True)
+        add(decode_roman(numbers))
+        decoded(base)
+        decoded(_reverse_words(base))
+        decoded(_reverse_words(base, tokens=False))
+    return out
+
+
+def views(text: str) -> list[str]:
+    """The readings of ``text`` a hidden question is looked for in (module docstring), distinct, the
+    cleaned text first: the text as it is, with its numbers decoded, with Roman numerals decoded and with
+    its punctuation folded; with its words in reverse order (all decoded and folded); and, when it spells
+    numbers or Roman numerals backwards, reversed character by character. Spread-out lines are read back
+    and upper-case Roman numerals decoded as further texts to read."""
+    return [view for view, _ in _readings(text)]
+
+
+def _form(text: str) -> tuple[str, ...]:
+    """The canonical tokens of a cleaned text, without its final sentence punctuation."""
+    tokens = _TOKEN.findall(text)
+    while tokens and tokens[-1] in _END:
+        tokens.pop()
+    return tuple(tokens)
+
+
+def _variants(question: str) -> list[str]:
+    """A hidden question as written and reversed character by character (the index holds both, so a text
+    needs no reversed reading of its own unless it spells numbers backwards)."""
+    base = _WS.sub(" ", clean(question)).strip()
+    return [base, base[::-1]]
+
+
+# ---------------------------------------------------------------------------------- matching
 class LeakIndex:
-    """The hidden questions of one family, ready to be looked for in many texts: as canonical strings
-    (a hidden question, possibly padded with text before or after it) and, with ``family``, as instances
-    (:meth:`~task_families.base.TaskFamily.instance_signatures`)."""
+    """The hidden questions of one family, ready to be looked for in many texts (:meth:`find`): as instances
+    (with ``family``: :meth:`~task_families.base.TaskFamily.instance_signatures`) and as canonical text, in
+    every reading :func:`views` gives, the hidden questions themselves read forwards and reversed."""
 
     def __init__(self, hidden_questions: Iterable[str], family: Any = None) -> None:
         questions = [str(q) for q in hidden_questions]
         self.size = len(questions)
         self._family = family
-        by_form: dict[str, int] = {}
+        self._by_form: dict[tuple[str, ...], int] = {}
         self._by_signature: dict[str, int] = {}
+        self._own: dict[str, int] = {}      # signatures of the questions as written (what `signatures` counts)
         for i, q in enumerate(questions):
-            form = canonical(q)
-            if form:
-                by_form.setdefault(form, i)
-            if family is not None:
-                for sig in family.instance_signatures(clean(q)):
-                    self._by_signature.setdefault(sig, i)
-        self._by_form = by_form
-        forms = sorted(by_form, key=len, reverse=True)
-        # a hidden form at token boundaries, then the end of the text or a sentence end
-        self._pattern = re.compile(r"(?:^| )(" + "|".join(re.escape(f) for f in forms) + r")(?= [?.!]|$)") \
-            if forms else None
+            for k, variant in enumerate(_variants(q)):
+                tokens = _form(variant)
+                if tokens:
+                    self._by_form.setdefault(tokens, i)
+                if family is not None:
+                    for sig in family.instance_signatures(variant):
+                        self._by_signature.setdefault(sig, i)
+                        if k == 0:
+                            self._own.setdefault(sig, i)
+        self._lengths = sorted({len(f) for f in self._by_form})
 
     @property
     def signatures(self) -> int:
         """How many hidden instances the family's parser recognises."""
-        return len(set(self._by_signature.values()))
+        return len(set(self._own.values()))
+
+    def _copies(self, view: str) -> set[int]:
+        """Hidden questions whose canonical form is a run of the view's tokens that ends at a sentence end
+        (``?``, ``.``, ``!``), a line end or the end of the text: a copy, possibly padded before or after."""
+        found: set[int] = set()
+        for line in view.split("\n"):
+            tokens = _TOKEN.findall(line)
+            for e in range(1, len(tokens) + 1):
+                if e < len(tokens) and tokens[e] not in _END:
+                    continue
+                for n in self._lengths:
+                    if n > e:
+                        break
+                    i = self._by_form.get(tuple(tokens[e - n:e]))
+                    if i is not None:
+                        found.add(i)
+        return found
 
     def find(self, text: str) -> set[int]:
-        """Indices (in the hidden set) of the hidden questions that ``text`` states: a canonical copy at
-        sentence boundaries, or the same instance however it is worded."""
-        text = str(text)
+        """Indices (in the hidden set) of the hidden questions that ``text`` states in any of its
+        :func:`views`: a canonical copy at sentence boundaries, or the same instance however it is worded."""
         found: set[int] = set()
-        if self._pattern is not None:
-            found.update(self._by_form[m.group(1)] for m in self._pattern.finditer(canonical(text)))
-        if self._family is not None and self._by_signature:
-            # a family's parser reads numbers with int()/float(): digit runs bounded first (the guard)
-            for sig in self._family.instance_signatures(bound_digits(clean(text))):
-                if sig in self._by_signature:
-                    found.add(self._by_signature[sig])
+        for view, as_text in _readings(str(text)):
+            if as_text and self._by_form:
+                found |= self._copies(view)
+            if self._family is not None and self._by_signature:
+                # a family's parser reads numbers with int()/float(): digit runs bounded first (the guard)
+                for sig in self._family.instance_signatures(bound_digits(view)):
+                    if sig in self._by_signature:
+                        found.add(self._by_signature[sig])
         return found
 
     def is_copy(self, question: str) -> bool:
         return bool(self.find(question))
 
     def count(self, questions: Iterable[str]) -> int:
-        """How many of ``questions`` state a hidden question."""
-        return sum(1 for q in questions if self.is_copy(q))
+        """How many of ``questions`` state a hidden question (read in batches: only a batch that states one
+        is read again question by question)."""
+        n = 0
+        for batch in _batches([str(q) for q in questions]):
+            if len(batch) == 1 or self.find("\n".join(batch)):
+                n += sum(1 for q in batch if self.find(q)) if len(batch) > 1 else int(bool(self.find(batch[0])))
+        return n
 
     def leaked(self, texts: Iterable[str]) -> set[int]:
-        """The distinct hidden questions stated anywhere in ``texts``."""
+        """The distinct hidden questions stated anywhere in ``texts`` (read in batches of lines: a line end
+        ends a clause, as between separate texts)."""
         out: set[int] = set()
-        for text in texts:
-            out |= self.find(text)
+        for batch in _batches([str(t) for t in texts]):
+            out |= self.find("\n".join(batch))
         return out
+
+
+def _batches(texts: list[str], size: int = 64, max_chars: int = 65_536) -> Iterable[list[str]]:
+    """``texts`` in consecutive batches of at most ``size`` texts and about ``max_chars`` characters: one
+    reading of many short texts costs about as much as one of a single text."""
+    batch: list[str] = []
+    chars = 0
+    for text in texts:
+        if batch and (len(batch) >= size or chars + len(text) > max_chars):
+            yield batch
+            batch, chars = [], 0
+        batch.append(text)
+        chars += len(text) + 1
+    if batch:
+        yield batch

@@ -130,3 +130,82 @@ def test_a_tool_wrapped_only_in_training_is_caught(tmp_path, monkeypatch, micro_
 
     res = _micro_job(tmp_path, monkeypatch, micro_model, micro_tokenizer, edit)
     assert res.status == "job_failed" and res.fault == "foreign_tools", (res.status, res.error)
+
+
+# ---------------------------------------------------------------- what the model reads (issue 46, items 1 and 3)
+def test_hidden_questions_as_tool_parameter_names_fail_the_job():
+    """The red team's case: hidden questions with their answers as parameter names (keys, not values)."""
+    stolen = hidden_set("arithmetic")[:LEAK_TOLERANCE + 1]
+    tools = json.loads(json.dumps(FAM.tool_schemas()))
+    tools[0]["function"]["parameters"]["properties"].update(
+        {f"{i.question} Answer: {i.answer}": {"type": "string"} for i in stolen})
+    with pytest.raises(JobFailed) as err:
+        _audit().review([(_conversation("What is 3+4?"), tools)])
+    assert err.value.code == "eval_leak"
+
+
+def test_hidden_questions_cut_into_content_parts_fail_the_job():
+    """The red team's case: a hidden question cut into several content parts of one message."""
+    def parts(q: str) -> list[dict]:
+        return [{"type": "text", "text": q[:9]}, {"type": "text", "text": q[9:14]}, {"type": "text", "text": q[14:]}]
+
+    convs = [([{"role": "system", "content": "Solve it."}, {"role": "user", "content": parts(q)}], None)
+             for q in HIDDEN[:LEAK_TOLERANCE + 1]]
+    with pytest.raises(JobFailed) as err:
+        _audit().review(convs)
+    assert err.value.code == "eval_leak"
+
+
+WAREHOUSE = get_family("warehouse")
+
+
+def _warehouse_rollout(inst, results: list[str] | None = None) -> list[dict]:
+    """A training request of a warehouse rollout: the prompt and a correct transcript, its tool results
+    replaced by ``results`` where given."""
+    transcript = WAREHOUSE.transcript(inst)
+    if results is not None:
+        shown = iter(results)
+        transcript = [dict(m, content=next(shown)) if m["role"] == "tool" else m for m in transcript]
+    return WAREHOUSE.eval_messages(inst) + transcript
+
+
+def test_stateful_tool_results_are_replayed_on_the_rows_world():
+    insts = WAREHOUSE.dev_pool()[:4]
+    audit = TrainingAudit(WAREHOUSE, hidden_questions("warehouse"))
+    audit.review((_warehouse_rollout(i), WAREHOUSE.tool_schemas(), WAREHOUSE.job_info(i)) for i in insts)
+    assert audit.checked_results == sum(len(WAREHOUSE.solution(i)) for i in insts)
+
+
+@pytest.mark.parametrize("fault", ["wrapped", "shared_world", "no_world"])
+def test_stateful_tool_results_the_familys_tools_do_not_give_fail_the_job(fault):
+    """Warehouse tools wrapped only in training (foreign results), or one world shared by rollouts (the second
+    rollout sees the first one's picks), or rows whose info has no world to replay: ``foreign_tools``."""
+    inst = WAREHOUSE.dev_pool()[0]
+    n = len(WAREHOUSE.solution(inst))
+    info = WAREHOUSE.job_info(inst)
+    if fault == "wrapped":
+        messages = _warehouse_rollout(inst, ["packed: everything. label W-0000"] * n)
+    elif fault == "shared_world":  # the results of a second run on the world the first run changed
+        world = WAREHOUSE.new_world(inst)
+        for step in WAREHOUSE.solution(inst):
+            WAREHOUSE.call_tool(step.name, step.arguments, world)
+        messages = _warehouse_rollout(inst, [WAREHOUSE.call_tool(s.name, s.arguments, world)
+                                             for s in WAREHOUSE.solution(inst)])
+    else:
+        messages, info = _warehouse_rollout(inst), {"order": info["order"]}
+    with pytest.raises(JobFailed) as err:
+        TrainingAudit(WAREHOUSE, hidden_questions("warehouse")).review([(messages, WAREHOUSE.tool_schemas(), info)])
+    assert err.value.code == "foreign_tools", str(err.value)
+    if fault == "no_world":
+        assert "INSTRUCTIONS.md" in str(err.value)  # where the row's info layout is documented
+
+
+def test_the_rollout_worker_reports_each_groups_row_info_to_the_trainer():
+    """The trainer's audit gets each rollout's row info from the worker's step results (one per group)."""
+    from ait_env.cpu_trainer.trainer import step_results
+
+    groups = [[{"reward": 1.0, "response_ids": ["r1"]}], [{"reward": 0.0, "response_ids": ["r2"]}]]
+    out = step_results({"step": 0, "groups": groups, "infos": [{"world": 1}, {"world": 2}]}, 0, 2, 1)
+    assert [g[0]["info"] for g in out] == [{"world": 1}, {"world": 2}]
+    out = step_results({"step": 0, "groups": groups, "infos": [{"world": 1}]}, 0, 2, 1)  # a malformed list
+    assert [g[0]["info"] for g in out] == [None, None]
