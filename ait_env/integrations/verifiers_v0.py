@@ -10,12 +10,15 @@ adapter can be added beside it. Contract:
 - :func:`dataset_len`, :func:`dataset_columns`, :func:`dataset_column`, :func:`tool_functions`,
   :func:`max_turns`, :func:`system_prompt` read what the probe and the rollout worker need from the
   environment;
+- :func:`run_groups` rolls groups out and scores them with verifiers' own rollout code: the call the local
+  trainer's rollout worker makes, and the one the validation probe makes (against its scripted model, served
+  outside the sandbox: :mod:`ait_env.probe.scripted_model`), so the probe runs no code of its own here;
 - :func:`score_completion` scores one completion (OpenAI-style message dicts) with the
   environment's own rubric, exactly as a rollout would be scored, and reports reward-function
-  errors that verifiers would otherwise swallow;
+  errors that verifiers would otherwise swallow (tests);
 - :func:`run_scripted` runs whole rollouts with verifiers' own rollout code (``setup_state``, the env's tool
   calls and ``update_tool_args``, the rubric on the final state) where the model's replies come from a
-  script (:func:`scripted_client`): how the probe checks a stateful environment without a model.
+  script (:func:`scripted_client`), in process (tests).
 """
 
 from __future__ import annotations
@@ -110,50 +113,6 @@ def tool_functions(env: Any) -> dict[str, Any]:
 
 def max_turns(env: Any) -> int:
     return int(getattr(env, "max_turns", 1) or 1)
-
-
-def _strings(value: Any, out: list[str], depth: int = 0) -> None:
-    """Every string inside a message (content, content parts, names, tool calls), depth-first."""
-    if depth > 8:
-        return
-    if isinstance(value, str):
-        out.append(value)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _strings(v, out, depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _strings(v, out, depth + 1)
-    elif hasattr(value, "model_dump"):
-        _strings(value.model_dump(), out, depth + 1)
-
-
-def prompt_texts(env: Any, skip: set[str], max_chars: int) -> tuple[list[str], bool]:
-    """The distinct texts a rollout's prompt is built from, row by row: every string in every message of
-    the dataset's ``prompt`` column (verifiers uses a supplied prompt as is; otherwise it holds the system
-    prompt, few-shot messages and the question), less those in ``skip``; plus the environment's system
-    prompt and few-shot messages. Returns (texts, whether ``max_chars`` cut them short)."""
-    seen: set[str] = set(skip)
-    out: list[str] = []
-    total = 0
-    pool: list[str] = []
-    _strings(getattr(env, "system_prompt", None), pool)
-    _strings(getattr(env, "few_shot", None), pool)
-    ds = getattr(env, "dataset", None)
-    rows = ds["prompt"] if ds is not None and "prompt" in ds.column_names else []
-    for chunk in ([pool], rows):
-        for item in chunk:
-            texts: list[str] = []
-            _strings(item, texts)
-            for t in texts:
-                if t in seen:
-                    continue
-                seen.add(t)
-                total += len(t)
-                if total > max_chars:
-                    return out, True
-                out.append(t)
-    return out, False
 
 
 def system_prompt(env: Any) -> str:

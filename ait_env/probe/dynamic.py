@@ -7,18 +7,25 @@ is called. Checks (each failure says what, where and how to fix it):
 - it returns a classic verifiers ``ToolEnv`` (verifiers 0.2.0);
 - the dataset has ``question`` and ``answer`` columns, between the task's min and max rows, no empty
   answers, and at most ``leak_tolerance_rows`` hidden-eval questions in its questions or in any other
-  text its prompts are built from (a prompt column, the system prompt, few-shot messages, tool
-  descriptions), compared outside the sandbox as instances and in a canonical form that undoes disguises
-  (:mod:`ait_env.probe.leak`; a few accidental collisions of short questions are tolerated). The same
-  check runs again where the job trains, on what the model is given (:mod:`ait_env.probe.training_audit`);
+  text its prompts are built from (a prompt column, the system prompt, few-shot messages, tool schemas),
+  read outside the sandbox as the model reads them (:func:`ait_env.probe.leak.model_texts`: content parts
+  joined, schemas' keys and values) in every normalised reading (:mod:`ait_env.probe.leak`; a few
+  accidental collisions of short questions are tolerated). The same check runs again where the job
+  trains, on what the model is given (:mod:`ait_env.probe.training_audit`);
 - the tools are exactly the family's (same names, defined in ``family_tools``);
-- the rubric runs on the dev examples with a correct and a wrong transcript, returns finite numbers
-  without errors, and does not give both the same reward on every example;
-- for a stateful family (tools that change a per-rollout world), whole rollouts of each dev example run in
-  the sandbox with verifiers' own rollout code and scripted replies, several concurrently: they must run,
-  each must be shown the tool results of its own fresh world (``world_per_rollout``: no world shared between
-  rollouts or kept in a module global), and the rubric must reward a correct episode over the right answer
-  given without any tool call (``state_ignored``: it must read the state);
+- **the rollouts** (:meth:`DynamicProbe._rollout_checks`): each dev example is rolled out in the sandbox
+  with the call training makes (``run_groups``: verifiers' rollouts and the rubric) against the probe's
+  scripted model, served here, outside the sandbox (:mod:`ait_env.probe.scripted_model`), which deals each
+  example's scripts (:data:`STATELESS_SCRIPTS`, :data:`STATEFUL_SCRIPTS`) to its concurrent rollouts in an
+  order the sandbox cannot know, with nonce ids. Every decision is made here: the rollouts ran and their
+  results name the model's own replies; the environment offered exactly the family's tools and showed the
+  family's own results (on a fresh world of the example: ``world_per_rollout`` for a stateful family,
+  whose world must be per rollout); the rubric returns finite numbers without errors, never rewards a
+  wrong answer over a correct episode (``rubric_order``) and tells them apart somewhere
+  (``constant_reward``); a stateful rubric must also reward a correct episode over the right answer given
+  without a tool call (``state_ignored``: it must read the state). Nothing the sandbox computes on its own
+  decides: patching the probe's code there changes nothing, patching the shared rollout code changes
+  training the same way;
 - the longest prompt plus ``max_turns × max_tokens`` fits in ``seq_len`` (token counts use the model's
   tokenizer when one is registered, else a conservative estimate of one token per 3 UTF-8 bytes);
 - exceptions, ``sys.exit``, hangs, memory blow-ups and resource-limit kills come back as failures
@@ -44,7 +51,8 @@ from ait_env.jobs.settings import TokenCounter
 from ait_env.jobs.bundle import write_env_package
 from ait_env.jobs.primerl import token_budget_rule
 from ait_env.jobs.schema import Job
-from ait_env.probe.leak import LEAK_TOLERANCE, LeakIndex
+from ait_env.probe.leak import LEAK_TOLERANCE, LeakIndex, model_texts
+from ait_env.probe.scripted_model import ScriptedModel
 from ait_env.probe.report import ProbeFailure
 from ait_env.sandbox import Sandbox, SandboxSettings, shared_sandbox
 from ait_env.hidden.redact import for_agent
@@ -61,8 +69,9 @@ REPORT_LIMITS = guard.Limits(finite=False)
 #: the JSON type of each field of a sandbox report that the checks read (as ``inspect_job`` writes them)
 REPORT_TYPES: dict[str, type] = {
     "stage": str, "kind": str, "error": str, "traceback": str, "signal": str, "exit_code": int, "columns": list,
-    "rows": int, "empty_answers": int, "questions": list, "prompt_texts": list, "max_turns": int,
-    "system_prompt": str, "longest_prompt": str, "tools": dict, "tool_defs": str, "scores": list, "rollouts": list}
+    "rows": int, "empty_answers": int, "questions": list, "prompt_messages": list, "max_turns": int,
+    "system_prompt": str, "longest_prompt": str, "tools": dict, "tool_defs": str, "rollouts": list,
+    "rollout_error": str, "rubric_errors": list}
 
 
 def report_problem(resp: Any) -> str | None:
@@ -89,10 +98,15 @@ _STAGE_TEXT = {"start": "starting", "import": "importing your module", "load_env
                "dataset": "reading the dataset", "rubric": "running your rubric on the dev examples",
                "rollout": "running scripted rollouts of the dev examples", "result": "returning what it found"}
 
-#: the scripted rollouts of one dev example of a stateful family, run concurrently in one group: two correct
-#: ones (a world shared between rollouts shows in their tool results), a correct one with a wrong answer,
-#: and the right answer with no tool call at all (a rubric that ignores the state rewards it)
+#: the scripted rollouts of one dev example, run concurrently in one group: two correct episodes and two with
+#: a wrong answer (the rubric must rank every correct one at least as high as every wrong one)
+STATELESS_SCRIPTS = ("good", "good_again", "bad", "bad_again")
+#: those of a stateful family: two correct ones (a world shared between rollouts shows in their tool
+#: results), a correct one with a wrong answer, and the right answer with no tool call at all (a rubric that
+#: ignores the state rewards it)
 STATEFUL_SCRIPTS = ("good", "good_again", "bad", "answer_only")
+#: the probe's scripted model's socket, in the request's folder
+MODEL_SOCKET = "model.sock"
 
 
 class DynamicSettings(BaseModel):
@@ -171,25 +185,30 @@ class DynamicProbe:
     def warm(self) -> None:
         self.sandbox.warm()
 
-    def _request(self, job: Job, task: TaskSpec, family: TaskFamily, inside_dir: str) -> dict[str, Any]:
+    @staticmethod
+    def scripts(task: TaskSpec, family: TaskFamily) -> list[tuple[str, dict[str, list[dict[str, Any]]]]]:
+        """What the probe's scripted model replies in the rollouts of each dev example: per example, its
+        question and its scripts (:data:`STATELESS_SCRIPTS` or :data:`STATEFUL_SCRIPTS`, label -> the
+        assistant messages of that episode, from :meth:`~task_families.base.TaskFamily.transcript`)."""
         import random
 
         rng = random.Random(0)
-        dev, rollouts = [], []
+        out = []
         for inst in task.dev_examples:
-            row = {"prompt": family.eval_messages(inst), "answer": inst.answer, "info": family.job_info(inst),
-                   "example_id": 0}
             good, bad = family.transcript(inst), family.transcript(inst, correct=False, rng=rng)
-            if family.state_args:  # the world exists only inside a rollout: run whole scripted ones
-                said = {"good": good, "good_again": good, "bad": bad,
-                        "answer_only": [{"role": "assistant", "content": family.final_answer(inst)}]}
-                rollouts.append({"row": row, "scripts": [[m for m in said[k] if m["role"] == "assistant"]
-                                                         for k in STATEFUL_SCRIPTS]})
-            else:
-                dev.append({"row": row, "good": good, "bad": bad})
-        return {"job": "inspect", "dir": inside_dir, "package": PROBE_ENV_ID, "args": job.env, "dev": dev,
-                "rollouts": rollouts,
-                "tools_module": TOOLS_MODULE_NAME,
+            said = {"good": good, "good_again": good, "bad": bad,
+                    "bad_again": family.transcript(inst, correct=False, rng=rng),
+                    "answer_only": [{"role": "assistant", "content": family.final_answer(inst)}]}
+            labels = STATEFUL_SCRIPTS if family.state_args else STATELESS_SCRIPTS
+            out.append((inst.question, {k: [m for m in said[k] if m["role"] == "assistant"] for k in labels}))
+        return out
+
+    def _request(self, job: Job, task: TaskSpec, family: TaskFamily, inside_dir: str) -> dict[str, Any]:
+        rows = [{"prompt": family.eval_messages(inst), "answer": inst.answer, "info": family.job_info(inst)}
+                for inst in task.dev_examples]
+        return {"job": "inspect", "dir": inside_dir, "package": PROBE_ENV_ID, "args": job.env, "rows": rows,
+                "group_size": len(STATEFUL_SCRIPTS if family.state_args else STATELESS_SCRIPTS),
+                "uds": f"{inside_dir}/{MODEL_SOCKET}", "model": job.job.base_model, "tools_module": TOOLS_MODULE_NAME,
                 "max_rows": task.bounds.max_examples + 1, "limits": self.settings.sandbox.limits.model_dump()}
 
     def __call__(self, root: Path, job: Job, task: TaskSpec, family: TaskFamily) -> tuple[list[ProbeFailure], str]:
@@ -197,13 +216,18 @@ class DynamicProbe:
         outside, inside = sb.new_workdir()
         try:
             write_env_package(Path(root), job, family, outside, PROBE_ENV_ID)  # laid out as the bundle will be
-            resp = sb.run(self._request(job, task, family, inside), outside)
+            with ScriptedModel(outside / MODEL_SOCKET, self.scripts(task, family), job.job.base_model) as model:
+                sb.share_socket(outside / MODEL_SOCKET)
+                resp = sb.run(self._request(job, task, family, inside), outside)
         finally:
             sb.release(outside)
-        return self.interpret(resp, job, task, family), sb.description
+        return self.interpret(resp, job, task, family, model), sb.description
 
     # ------------------------------------------------------------------ interpretation
-    def interpret(self, resp: dict[str, Any], job: Job, task: TaskSpec, family: TaskFamily) -> list[ProbeFailure]:
+    def interpret(self, resp: dict[str, Any], job: Job, task: TaskSpec, family: TaskFamily,
+                  model: ScriptedModel | None = None) -> list[ProbeFailure]:
+        """The probe's failures from the sandbox's report ``resp`` and what the scripted ``model`` saw of the
+        rollouts (None: no rollout reached a model, which fails the rollout checks)."""
         env_file = job.job.environment
         limits = self.settings.sandbox.limits
         try:
@@ -254,9 +278,10 @@ class DynamicProbe:
                           "Fix the exception (the traceback tail above points at your code).")]
         if status != "ok":
             return [_fail("sandbox", env_file, f"unexpected sandbox answer {resp!r}")]
-        return self._checks(resp, job, task, family)
+        return self._checks(resp, job, task, family, model)
 
-    def _checks(self, r: dict[str, Any], job: Job, task: TaskSpec, family: TaskFamily) -> list[ProbeFailure]:
+    def _checks(self, r: dict[str, Any], job: Job, task: TaskSpec, family: TaskFamily,
+                model: ScriptedModel | None = None) -> list[ProbeFailure]:
         out: list[ProbeFailure] = []
         env_file = job.job.environment
         b = task.bounds
@@ -290,12 +315,7 @@ class DynamicProbe:
                 out.append(_fail("wrong_tools", f"{env_file}: tools", f"tool(s) {sorted(foreign)} are not the "
                                  f"family's own functions ({why})", f"Pass them unchanged: `from {TOOLS_MODULE_NAME} "
                                  "import TOOLS`, then tools=TOOLS (no wrappers, copies or replacements)."))
-        if family.state_args:
-            rollouts = r.get("rollouts")
-            out.extend(self._stateful_checks(rollouts if isinstance(rollouts, list) else [], task, family, env_file))
-        else:
-            scores = r.get("scores")
-            out.extend(self._rubric_checks(scores if isinstance(scores, list) else [], env_file))
+        out.extend(self._rollout_checks(r, model, task, family, env_file))
         try:
             messages = guard.loads(str(r.get("longest_prompt") or "[]"), REPORT_LIMITS, what="the longest prompt")
             tools = guard.loads(str(r.get("tool_defs") or "[]"), REPORT_LIMITS, what="the tool definitions")
@@ -321,58 +341,98 @@ class DynamicProbe:
         collisions of short questions)."""
         index = self.leak_index(family.name)
         tol = self.settings.leak_tolerance_rows
-        questions = [str(q) for q in r.get("questions") or []]
+        questions = [str(q) for q in r.get("questions") or []] if isinstance(r.get("questions"), list) else []
         rows = index.count(questions)
-        others = [str(t) for t in r.get("prompt_texts") or []]
-        others += [str(r.get("system_prompt") or ""), str(r.get("tool_defs") or "")]
+        try:
+            tool_defs = guard.loads(str(r.get("tool_defs") or "[]"), REPORT_LIMITS, what="the tool definitions")
+        except guard.Refused:
+            tool_defs = str(r.get("tool_defs"))  # read as text (the seq_len check names the problem)
+        # every text the model reads, as it reads it: content parts joined, tool schemas' keys and values
+        others = model_texts(r.get("prompt_messages"), tool_defs if isinstance(tool_defs, list) else [tool_defs])
+        others.append(str(r.get("system_prompt") or ""))
         distinct = index.leaked(questions) | index.leaked(others)
         if rows <= tol and len(distinct) <= tol:
             return []
-        where = "dataset questions" if rows > tol else "prompts (system prompt, prompt column or tool descriptions)"
+        where = "dataset questions" if rows > tol else "prompts (system prompt, prompt column or tool schemas)"
         return [_fail("eval_leak", f"{env_file}: {where}", f"{max(rows, len(distinct))} hidden-eval questions "
                       f"appear in your {where} ({rows} question rows; {len(distinct)} distinct hidden questions "
                       "in all texts of the prompts), compared as instances (the same numbers, people or items "
-                      "however worded) and as text after normalising case, spacing, punctuation and Unicode "
-                      "look-alikes", "Generate fresh questions; do not copy or re-word evaluation data.")]
+                      "however worded) and as text, after normalising what the model reads (content parts "
+                      "joined, tool schemas' keys and values; case, spacing, punctuation, Unicode look-alikes, "
+                      "numbers in words, hex or Roman numerals, reversed text)",
+                      "Generate fresh questions; do not copy, re-word or encode evaluation data.")]
 
-    def _stateful_checks(self, rollouts: list[Any], task: TaskSpec, family: TaskFamily,
-                         env_file: str) -> list[ProbeFailure]:
-        """A stateful family's environment, judged by its scripted rollouts (:data:`STATEFUL_SCRIPTS`): they
-        run without errors; the two correct rollouts of an example, run concurrently, are shown exactly the
-        tool results a fresh world of that example gives (else the world is shared between rollouts, or not
-        the one the tools act on); the rubric tells a correct episode from a wrong answer (the usual rubric
-        checks) and from the right answer with no tool calls (else it ignores the state)."""
+    def _rollout_checks(self, r: dict[str, Any], model: ScriptedModel | None, task: TaskSpec, family: TaskFamily,
+                        env_file: str) -> list[ProbeFailure]:
+        """The environment judged by its rollouts of the dev examples (the sandbox ran them with the call
+        training makes, against the scripted ``model`` outside it): every decision is made here, from what the
+        model saw and from the rewards the sandbox reports for the replies it gave (matched by their response
+        ids: which rollout had the correct script, the sandbox could only learn from the replies).
+
+        - the rollouts ran, each reached the model, and the results name the model's own replies;
+        - the environment offered exactly the family's tools, and every tool result it showed is what the
+          family's tool returns on a fresh world of that example (a stateless family's: the same call); for a
+          stateful family, two correct rollouts run concurrently, so a world shared between rollouts shows
+          (``world_per_rollout``);
+        - the rubric returns finite rewards without errors and tells a correct episode from a wrong answer
+          (:meth:`_rubric_checks`), and, for a stateful family, from the right answer with no tool call
+          (``state_ignored``)."""
+        stateful = bool(family.state_args)
+        code = "stateful_rollout" if stateful else "rollout"
         layout = sorted(family.job_info(task.dev_examples[0])) if task.dev_examples else []
-        where_rows = (f"The probe's rollouts use the dev examples, with each row's info laid out as the "
-                      f"family's INSTRUCTIONS.md says ({', '.join(layout)})")
-        out: list[ProbeFailure] = []
-        if len(rollouts) != len(task.dev_examples):
-            return [_fail("stateful_rollout", f"{env_file}: rollout", f"{len(rollouts)} of "
-                          f"{len(task.dev_examples)} scripted rollouts of the dev examples came back",
-                          where_rows + "; keep load_environment and the rollouts fast and free of side effects.")]
-        pairs, answer_only_wins, n_examples = [], 0, 0
-        for k, (inst, runs) in enumerate(zip(task.dev_examples, rollouts)):
-            runs = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
-            if len(runs) != len(STATEFUL_SCRIPTS):
-                err = next((r.get("error") for r in runs if r.get("error")), "no result")
-                return [_fail("stateful_rollout", f"{env_file}: rollout", f"a scripted rollout of dev example {k + 1} "
-                              f"failed: {str(err)[:500]}", where_rows + "; build the world in setup_state from "
-                              "state['info'] and make every tool call work on it.")]
-            by = dict(zip(STATEFUL_SCRIPTS, runs))
-            broken = next((r for r in runs if r.get("error")), None)
-            if broken is not None:
-                return [_fail("stateful_rollout", f"{env_file}: rollout", f"a scripted rollout of dev example {k + 1} "
-                              f"failed: {str(broken['error'])[:500]}", where_rows + "; build the world in setup_state from "
-                              "state['info'] and make every tool call work on it.")]
+        where_rows = ("The probe's rollouts use the dev examples as rows (prompt: the question; answer; info"
+                      + (f" laid out as the family's INSTRUCTIONS.md says: {', '.join(layout)}" if layout else "")
+                      + ")")
+        fix_rollout = where_rows + ("; build the world in setup_state from state['info'] and make every tool call "
+                                    "work on it." if stateful else "; keep the row's prompt, call the family's "
+                                    "tools and let the rollout end when the model answers.")
+        if r.get("rollout_error"):
+            return [_fail(code, f"{env_file}: rollout", f"the rollouts of the dev examples raised "
+                          f"{str(r.get('rollout_error'))[:600]}\n{_clean_tb(str(r.get('traceback') or ''))}",
+                          fix_rollout)]
+        groups = r.get("rollouts") if isinstance(r.get("rollouts"), list) else []
+        reported = [x for g in groups if isinstance(g, list) for x in g if isinstance(x, dict)]
+        broken = next((x for x in reported if x.get("error")), None)
+        if broken is not None:
+            return [_fail(code, f"{env_file}: rollout", f"a rollout of a dev example failed: "
+                          f"{str(broken.get('error'))[:500]}", fix_rollout)]
+        scripts = self.scripts(task, family)
+        conversations = model.conversations if model is not None else []
+        wanted = sum(len(s) for _, s in scripts)
+        by: dict[tuple[int, str], tuple[dict[str, Any], Any]] = {}
+        for x in reported:
+            conv = model.conversation_of(x.get("response_ids")) if model is not None else None
+            if conv is None or (conv.example, conv.label) in by:
+                return [_fail(code, f"{env_file}: rollout", "the rollout results name replies the probe's model "
+                              "did not give (or one conversation twice): the results of a rollout must be the "
+                              "ones verifiers computed for it", fix_rollout)]
+            by[(conv.example, conv.label)] = (x, conv)
+        if len(by) != wanted or len(conversations) != wanted:
+            refused = "; ".join(dict.fromkeys(model.refused)) if model is not None else ""
+            return [_fail(code, f"{env_file}: rollout", f"{len(by)} of the {wanted} rollouts of the dev examples "
+                          f"came back from the probe's model ({len(conversations)} reached it)"
+                          + (f"; it refused requests: {refused[:400]}" if refused else ""), fix_rollout)]
+        want_tools = set(family.tool_names)
+        offered = set().union(*(c.tools for c in conversations))
+        if offered != want_tools:
+            return [_fail("wrong_tools", f"{env_file}: tools", f"the environment offered the model the tools "
+                          f"{sorted(offered)}; they must be exactly the family's {sorted(want_tools)}",
+                          f"Pass tools=TOOLS from {TOOLS_MODULE_NAME} (no extra or renamed tools).")]
+        for k, inst in enumerate(task.dev_examples):
             expected = [str(m.get("content")) for m in family.transcript(inst) if m.get("role") == "tool"]
-            for name in ("good", "good_again"):
-                shown_results = by[name].get("tool_results")
-                got = [str(x) for x in shown_results] if isinstance(shown_results, list) else []
-                if got != expected:
-                    i = next((j for j, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
-                    shown = got[i] if i < len(got) else "(no result)"
-                    want = expected[i] if i < len(expected) else "(no result)"
-                    return [_fail("world_per_rollout", f"{env_file}: tools", "in concurrent scripted rollouts of dev "
+            plan = family.solution(inst)
+            for label in scripts[k][1]:
+                conv = by[(k, label)][1]
+                if not conv.call_ids:
+                    continue
+                got = conv.shown_results()
+                if got == expected:
+                    continue
+                i = next((j for j, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+                shown = str(got[i]) if i < len(got) else "(no result)"
+                want = expected[i] if i < len(expected) else "(no result)"
+                if stateful:
+                    return [_fail("world_per_rollout", f"{env_file}: tools", "in concurrent rollouts of dev "
                                   f"example {k + 1}, tool call {i + 1} was answered {shown[:160]!r} where a fresh world "
                                   f"of that example answers {want[:160]!r}: the world is shared between rollouts "
                                   "(a module global, one object for the whole environment) or the tools do not act "
@@ -381,25 +441,70 @@ class DynamicProbe:
                                   "(state['world'] = new_world(state['info']['world'])) and return "
                                   "{**tool_args, 'world': state['world']} from update_tool_args; add each tool "
                                   "with add_tool(tool, args_to_skip=['world']).")]
-            pairs.append({"good": by["good"], "bad": by["bad"]})
-            g, a = by["good"].get("reward"), by["answer_only"].get("reward")
-            n_examples += 1
-            if isinstance(g, (int, float)) and isinstance(a, (int, float)) and a >= g:
-                answer_only_wins += 1
-        out.extend(self._rubric_checks(pairs, env_file))
-        if n_examples and answer_only_wins == n_examples and not out:
-            out.append(_fail("state_ignored", f"{env_file}: rubric", "your rubric gives the right answer with no "
-                             "tool call at all as much reward as a correct episode on every dev example: it reads "
-                             "the answer text but not the world the tools changed (the hidden eval scores the "
-                             "final state)", "Read state['world'] in a reward function (what the episode left "
-                             "there), not only the answer text."))
+                call = f"{plan[i].name}({json.dumps(plan[i].arguments)[:120]})" if i < len(plan) else "a tool call"
+                return [_fail("wrong_tools", f"{env_file}: tools", f"in the probe's rollout of dev example {k + 1}, "
+                              f"{call} was answered {shown[:160]!r}; the family's tool answers {want[:160]!r}",
+                              f"Pass the family's tools unchanged: `from {TOOLS_MODULE_NAME} import TOOLS`, then "
+                              "tools=TOOLS (no wrappers, copies or post-processing of their results).")]
+        rewards = {key: x.get("reward") for key, (x, _) in by.items()}
+        errors = [str(e) for e in r.get("rubric_errors") or []] if isinstance(r.get("rubric_errors"), list) else []
+        out = self._rubric_checks([{label: rewards[(k, label)] for label in s} for k, (_, s) in enumerate(scripts)],
+                                  errors, env_file)
+        if stateful and scripts and not out:
+            ignored = [k for k in range(len(scripts)) if isinstance(rewards[(k, "good")], (int, float))
+                       and isinstance(rewards[(k, "answer_only")], (int, float))
+                       and rewards[(k, "answer_only")] >= rewards[(k, "good")]]
+            if len(ignored) == len(scripts):
+                out.append(_fail("state_ignored", f"{env_file}: rubric", "your rubric gives the right answer with no "
+                                 "tool call at all as much reward as a correct episode on every dev example: it reads "
+                                 "the answer text but not the world the tools changed (the hidden eval scores the "
+                                 "final state)", "Read state['world'] in a reward function (what the episode left "
+                                 "there), not only the answer text."))
         return out
 
     @staticmethod
-    def _rubric_checks(scores: list[dict[str, Any]], env_file: str) -> list[ProbeFailure]:
+    def _rubric_checks(examples: list[dict[str, Any]], errors: list[str], env_file: str) -> list[ProbeFailure]:
+        """The rubric, from its rewards per dev example (script label -> reward, as the sandbox reported
+        them: untrusted) and the reward-function errors verifiers logged: no errors, finite numbers, and a
+        correct episode (``good*``) never rewarded less than a wrong answer (``bad*``) on any example, and more
+        on at least one. (A rubric that scores without reading the episode passes the order by chance with
+        probability 1/6 per example: each example has two rollouts of each kind, dealt in an order the
+        sandbox cannot know.)"""
         out: list[ProbeFailure] = []
-        if not scores:
+        if not examples:
             return out
+        if errors:
+            uniq = list(dict.fromkeys(errors))[:3]
+            out.append(_fail("rubric_error", f"{env_file}: rubric", "reward functions raised: " + " | ".join(uniq),
+                             "Reward functions get completion (messages), answer, info, state...; make them "
+                             "robust to any completion and return a float."))
+        values = [guard.number(v) for ex in examples for v in ex.values()]
+        if any(v is None for v in values):
+            out.append(_fail("rubric_nonfinite", f"{env_file}: rubric", "the rubric returned NaN, inf, a number "
+                             f"beyond ±{guard.MAX_MAGNITUDE:g} or no number",
+                             f"Return finite floats within ±{guard.MAX_MAGNITUDE:g} (e.g. 0.0 or 1.0)."))
+            return out
+        apart = 0
+        for k, ex in enumerate(examples):
+            good = [float(v) for label, v in ex.items() if label.startswith("good")]
+            bad = [float(v) for label, v in ex.items() if label.startswith("bad")]
+            if not good or not bad:
+                continue
+            if max(bad) > min(good):
+                out.append(_fail("rubric_order", f"{env_file}: rubric", f"on dev example {k + 1} the rubric gave a "
+                                 f"wrong final answer {max(bad):g} and a correct episode {min(good):g}: it must never "
+                                 "reward a wrong answer more than a correct one",
+                                 "Reward correct final answers more than wrong ones (compare with `answer`), the "
+                                 "same way for every rollout."))
+                return out
+            apart += min(good) > max(bad)
+        if not apart:
+            vals = sorted({f"{v:g}" for v in values if v is not None})
+            out.append(_fail("constant_reward", f"{env_file}: rubric",
+                             f"the rubric gives a correct and a wrong answer the same reward on every dev example "
+                             f"({', '.join(vals)}); a constant reward cannot train anything",
+                             "Reward correct final answers more than wrong ones (compare with `answer`)."))
+        return out
         errors: list[str] = []
         nonfinite = False
         same = 0

@@ -2,17 +2,23 @@
 :mod:`ait_env.sandbox.zygote` from a copy of this file; standard library and the adapter only, never
 ``ait_env``.
 
-:func:`run` imports the job's package the way prime-rl does, calls ``load_environment(**args)``,
-describes the dataset, tools and rubric, and scores a correct and a wrong transcript of each dev
-example with the environment's own rubric; for a stateful family it runs whole scripted rollouts of each
-dev example instead (``req["rollouts"]``: verifiers' own rollout code, the replies from scripts, several
-rollouts of one example concurrently), reporting each rollout's reward and the tool results it was shown. The orchestrator side (:mod:`ait_env.probe.dynamic`)
-turns the answer into probe failures.
+:func:`run` imports the job's package the way prime-rl does, calls ``load_environment(**args)``, describes
+the dataset (its questions, and every message its prompts are built from, raw), the tools and the system
+prompt, then rolls the dev examples out (``req["rows"]``, ``req["group_size"]`` rollouts each, concurrently)
+with the adapter's ``run_groups``, the call the local trainer's rollout worker makes, against the probe's
+scripted model on the Unix socket ``req["uds"]`` (:mod:`ait_env.probe.scripted_model`, outside the sandbox).
+It returns raw results only (rewards, response ids, errors, what verifiers logged): which rollout had which
+script, what the tools answered and whether the rubric tells them apart is decided by the orchestrator
+(:mod:`ait_env.probe.dynamic`). The one in-process check left (:func:`_not_the_familys`, a friendlier
+message for a wrapped tool) is advisory: code in this process can defeat it, the parent's comparison of the
+tool results cannot be.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from typing import Any
 
 
@@ -85,10 +91,10 @@ def run(req: dict[str, Any], adapter: Any, ctx: Any) -> dict[str, Any]:
     out["questions"] = [str(q) for q in adapter.dataset_column(env, "question", limit=min(n, cap))]
     answers = adapter.dataset_column(env, "answer", limit=min(n, cap))
     out["empty_answers"] = sum(1 for a in answers if not str(a if a is not None else "").strip())
-    # every other text the prompts are built from (a supplied prompt column, system prompt, few-shot): the
-    # leak check reads them all, outside the sandbox
-    out["prompt_texts"], out["prompt_texts_cut"] = adapter.prompt_texts(
-        env, set(out["questions"]), int(req.get("max_prompt_chars", 4_000_000)))
+    # every message the prompts are built from (a supplied prompt column, system prompt, few-shot), as raw
+    # messages: the leak check reads them as the model would, outside the sandbox
+    out["prompt_messages"], out["prompt_messages_cut"] = _prompt_messages(
+        env, adapter, set(out["questions"]), int(req.get("max_prompt_chars", 4_000_000)))
     out["max_turns"] = adapter.max_turns(env)
     out["system_prompt"] = adapter.system_prompt(env)
     prompts = adapter.dataset_column(env, "prompt", limit=min(n, 2000))
@@ -100,29 +106,72 @@ def run(req: dict[str, Any], adapter: Any, ctx: Any) -> dict[str, Any]:
                            "not_own": _not_the_familys(name, fn, tools_file, req.get("tools_module", "family_tools"))}
                     for name, fn in tools.items()}
     out["tool_defs"] = json.dumps([_openai_tool(t) for t in getattr(env, "tool_defs", []) or []], default=str)
-    ctx.send({"stage": "rubric"})
-    scores = []
-    for ex in req.get("dev", []):
-        pair: dict[str, Any] = {}
-        for label in ("good", "bad"):
-            try:
-                reward, metrics, errors = adapter.score_completion(env, ex["row"], ex[label])
-                pair[label] = {"reward": reward, "metrics": metrics, "errors": errors}
-            except MemoryError:
-                return {"status": "error", "stage": "rubric", "kind": "memory", "error": "MemoryError in the rubric"}
-            except BaseException as exc:  # noqa: BLE001
-                pair[label] = {"reward": None, "metrics": {}, "errors": [f"{type(exc).__name__}: {exc}"],
-                               "traceback": ctx.traceback()}
-        scores.append(pair)
-    out["scores"] = scores
-    rollouts = []
-    for ex in req.get("rollouts", []):
+    ctx.send({"stage": "rollout"})
+    # the dev examples rolled out with the call training makes (run_groups), against the probe's scripted model
+    # outside the sandbox: only raw results go back, every decision is the orchestrator's
+    capture = _Capture()
+    logger = logging.getLogger("verifiers")
+    logger.addHandler(capture)
+    try:
+        client = adapter.make_client(uds=req["uds"], timeout=float(req.get("request_timeout", 60)))
+        groups = [[{"prompt": row.get("prompt") or [], "example_id": k, "answer": row.get("answer", ""),
+                    "info": row.get("info") or {}} for _ in range(int(req.get("group_size", 2)))]
+                  for k, row in enumerate(req.get("rows") or [])]
+        loop = asyncio.new_event_loop()  # (asyncio.run would start a thread to shut its executor down)
         try:
-            rollouts.append(adapter.run_scripted(env, ex["row"], ex["scripts"]))
-        except MemoryError:
-            return {"status": "error", "stage": "rollout", "kind": "memory", "error": "MemoryError in a rollout"}
-        except BaseException as exc:  # noqa: BLE001
-            rollouts.append([{"reward": None, "tool_results": [], "errors": [],
-                              "error": f"{type(exc).__name__}: {exc}", "traceback": ctx.traceback()}])
-    out["rollouts"] = rollouts
+            out["rollouts"] = loop.run_until_complete(adapter.run_groups(env, client, req.get("model", "probe"),
+                                                                         groups, {}))
+        finally:
+            loop.close()
+    except MemoryError:
+        return {"status": "error", "stage": "rollout", "kind": "memory", "error": "MemoryError in a rollout"}
+    except BaseException as exc:  # noqa: BLE001
+        out["rollouts"] = []
+        out["rollout_error"] = f"{type(exc).__name__}: {exc}"[:1500]
+        out["traceback"] = ctx.traceback()
+    finally:
+        logger.removeHandler(capture)
+    out["rubric_errors"] = list(dict.fromkeys(m for m in capture.messages if "reward function" in m.lower()))[:20]
     return out
+
+
+class _Capture(logging.Handler):
+    """The errors verifiers logs (a reward function that raised is scored 0.0 and only logged)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.messages) < 200:
+            self.messages.append(record.getMessage()[:500])
+
+
+def _prompt_messages(env: Any, adapter: Any, skip: set[str], max_chars: int) -> tuple[list[Any], bool]:
+    """The distinct messages a rollout's prompt is built from: every message of the dataset's ``prompt``
+    column (verifiers uses a supplied prompt as is; otherwise it holds the system prompt, few-shot messages
+    and the question), the environment's system prompt and few-shot messages; a message whose content is
+    one of the questions in ``skip`` (read already) is left out. Returns (messages, whether ``max_chars``
+    cut them short)."""
+    pool: list[Any] = []
+    if getattr(env, "system_prompt", None):
+        pool.append({"role": "system", "content": env.system_prompt})
+    few_shot = getattr(env, "few_shot", None)
+    pool += list(few_shot) if isinstance(few_shot, list) else []
+    seen: set[str] = set()
+    out: list[Any] = []
+    total = 0
+    rows = adapter.dataset_column(env, "prompt")
+    for item in [pool, *rows]:
+        for message in item if isinstance(item, list) else [item]:
+            if isinstance(message, dict) and isinstance(message.get("content"), str) and message["content"] in skip:
+                continue
+            key = json.dumps(message, default=str, sort_keys=True)
+            if key in seen:
+                continue
+            seen.add(key)
+            total += len(key)
+            if total > max_chars:
+                return out, True
+            out.append(json.loads(key))
+    return out, False

@@ -4,6 +4,8 @@ code in the sandbox (issue: stateful inner tasks)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("verifiers")
@@ -63,7 +65,8 @@ def test_the_reference_passes_and_each_stateful_mistake_is_refused_with_a_fix(ma
 
 
 def test_whatever_the_sandbox_sends_back_the_checks_do_not_raise():
-    """The rollout results come from the agent's process: any shape is read as a failure, never an exception."""
+    """The rollout results come from the agent's process: any shape is read as a failure, never an exception,
+    and results that name no reply of the probe's model never pass."""
     from ait_env.probe.dynamic import DynamicProbe
     from ait_env.jobs.schema import parse_job
     from task_families import get_family
@@ -73,9 +76,13 @@ def test_whatever_the_sandbox_sends_back_the_checks_do_not_raise():
     task = fam.make_task(0, Bounds(base_models=[MODEL], max_steps=10, max_batch_size=8, max_group_size=4,
                                    max_seq_len=4096, max_tokens=256))
     job, _ = parse_job(reference_files("warehouse", MODEL)["job.toml"])
+    from ait_env.probe.scripted_model import ScriptedModel
+
     probe = DynamicProbe.__new__(DynamicProbe)
-    junk = [None, 5, "x", [], [None], [[1, 2]], [[{"error": 7}] * 4] * 3, [[{"tool_results": 5, "reward": "x"}] * 4] * 3,
-            [[{"tool_results": [{"a": 1}], "reward": float("nan"), "errors": 3}] * 4] * 3]
+    junk = [None, 5, "x", [], [None], [[1, 2]], [[{"error": 7}] * 4] * 3, [[{"response_ids": 5, "reward": "x"}] * 4] * 3,
+            [[{"response_ids": ["probe-0"], "reward": float("nan"), "errors": 3}] * 4] * 3]
     for rollouts in junk:
-        out = probe._stateful_checks(rollouts if isinstance(rollouts, list) else [], task, fam, "environment.py")
-        assert out and all(f.code in {"stateful_rollout", "world_per_rollout", "rubric_nonfinite"} for f in out), out
+        for model in (None, ScriptedModel(Path("/nonexistent.sock"), DynamicProbe.scripts(task, fam))):
+            out = probe._rollout_checks({"rollouts": rollouts, "rubric_errors": rollouts}, model, task, fam,
+                                        "environment.py")
+            assert out and all(f.code == "stateful_rollout" for f in out), out
