@@ -9,7 +9,9 @@ Checks, in order, collecting every failure (not only the first):
 5. file sizes and counts are within the workspace quotas;
 6. no top-level module or package of the workspace is named like an importable module (the standard
    library, installed packages, prime-rl's dependencies): the code prime-rl imports must be the code
-   that was validated.
+   that was validated; and no module or folder name changes under Unicode NFKC normalisation (Python
+   normalises identifiers, so ``ｆamily_tools`` is imported as ``family_tools``: a name that aliases the
+   family's module, an installed one or another file).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import importlib.machinery
 import os
 import sys
 import threading
+import unicodedata
 from pathlib import Path
 
 from ait_env.jobs.bundle import shadows_tools
@@ -120,8 +123,17 @@ def _shadowing(rel: dict[str, Path]) -> list[ProbeFailure]:
                          f"the family's own {TOOLS_MODULE_NAME}.py (the inner model's tools must be the family's, "
                          "unchanged in training and in the hidden eval)",
                          f"Remove or rename it; import the tools with `from {TOOLS_MODULE_NAME} import TOOLS`."))
+    aliases = sorted({part for name in rel if name.endswith(".py") or "/" in name
+                      for part in name.split("/")[:-1] + [name.split("/")[-1].removesuffix(".py")]
+                      if unicodedata.normalize("NFKC", part) != part})
+    for part in aliases:
+        out.append(_fail("module_name", part, f"{part!r} is not in Unicode normal form NFKC: Python imports it as "
+                         f"{unicodedata.normalize('NFKC', part)!r} (it normalises identifiers), so the name can "
+                         f"alias another module ({TOOLS_MODULE_NAME!r}, an installed package or another file)",
+                         "Rename it with plain ASCII letters, digits and underscores, and update job.environment "
+                         "and your imports."))
     for module, where in sorted(tops.items()):
-        if module == TOOLS_MODULE_NAME or not module.isidentifier():
+        if module == TOOLS_MODULE_NAME or not module.isidentifier() or module in aliases:
             continue
         if _importable(module):
             out.append(_fail("module_name", where, f"{module!r} is also the name of an installed module; an "

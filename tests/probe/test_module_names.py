@@ -78,3 +78,18 @@ def test_the_probe_and_the_bundle_lay_out_the_same_package(tmp_path):
     for rel in listing(probe_pkg):
         if rel != "__init__.py":  # the package's own name appears in its docstring
             assert (probe_pkg / rel).read_bytes() == (bundle.package_dir / rel).read_bytes()
+
+
+@pytest.mark.parametrize("path", ["\uff46amily_tools.py", "\uff56erifiers/__init__.py", "helpers/\ufb01le.py"])
+def test_a_name_that_aliases_another_module_under_nfkc_is_refused(make_env, path):
+    """Python normalises identifiers (NFKC): a file named with a full-width letter or a ligature is imported
+    under another name, the family's tool module's, an installed package's or another file's (issue 46)."""
+    files = reference()
+    files[path] = "from family_tools import TOOLS\n"
+    obs, info = submit(make_env(family="arithmetic"), files)
+    assert "[module_name]" in obs and "NFKC" in obs, obs
+
+
+def test_an_environment_named_to_alias_the_tool_module_is_refused(make_env):
+    obs, info = submit(make_env(family="arithmetic"), _as("\uff46amily_tools.py"))
+    assert "[module_name]" in obs and "'family_tools'" in obs, obs
