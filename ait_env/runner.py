@@ -11,7 +11,10 @@ Generic phases (this module), the same whatever trains the model:
    full-set measurement is recorded in the user store (pinned for this build from then on);
 3. **train** with the executor; every ``eval_every`` steps an **eval point** scores the served
    model on the first ``eval_subset`` hidden questions;
-4. **post eval** of the trained model on the whole hidden set;
+4. **post eval** of the trained model on the whole hidden set, then the **outcome check**
+   (:func:`outcome_check`): the trained model on as many fresh questions of the family's generator (at most
+   ``outcome_fresh``, default 150); a model that knows the hidden questions far better than fresh ones was
+   trained on them, and the job fails with the fault ``eval_leak`` (forfeited, the agent's fault);
 5. **result.json**, written atomically (:meth:`JobResult.save`), with curves, timings and a log tail.
 
 The hidden-eval harness (:mod:`ait_env.hidden.evaluation`) runs in a child process against an
@@ -154,6 +157,32 @@ def hidden_evaluator(family: str, settings: RunnerSettings) -> Callable[[Served,
     return evaluate
 
 
+def outcome_check(family: Any, hidden: list[Any], hidden_score: float, settings: RunnerSettings, served: Served,
+                  log: Log) -> None:
+    """The outcome check of a trained model (:mod:`ait_env.hidden.outcome`): its post-eval score on the
+    ``hidden`` instances against its score on as many fresh ones (at most ``settings.outcome_fresh``), scored by
+    the same harness; raises :class:`JobFailed` (``eval_leak``) when it knows the hidden set far better."""
+    import secrets
+
+    from ait_env.hidden import outcome
+    from ait_env.hidden.evaluation import evaluate_subprocess
+
+    n = min(settings.outcome_fresh, len(hidden))
+    if n < outcome.MIN_FRESH:
+        log(f"outcome check skipped: {n} instances would say nothing (it needs {outcome.MIN_FRESH}; eval_limit "
+            "or outcome_fresh is set lower)")
+        return
+    fresh = outcome.fresh_instances(family, hidden, n, secrets.randbits(63))
+    res = evaluate_subprocess(family.name, base_url=served.base_url, model=served.model, instances=fresh,
+                              concurrency=settings.eval_concurrency,
+                              max_tokens=min(family.eval_max_tokens, settings.eval_max_tokens))
+    res.raise_if_failed()
+    v = outcome.verdict(hidden_score, len(hidden), res.score, res.n)
+    log(v.summary())
+    if v.forfeit:
+        raise JobFailed(v.failure(), code="eval_leak")
+
+
 def _phases(bundle: JobBundle, backend: BackendSettings, store: BaselineStore, record: bool, log: Log,
             progress: bool, factory: Callable[..., TrainerExecutor], known: dict[str, float]) -> JobResult:
     """The phases; ``known`` receives the base scores as soon as they are known (a job that fails in
@@ -226,6 +255,10 @@ def _phases(bundle: JobBundle, backend: BackendSettings, store: BaselineStore, r
                        curve_evals=round(sum(point_seconds), 2))
         log(f"post-eval {post.score:.3f} ± {post.ci95:.3f} (pre {pre:.3f})"
             + (f"; weights in {trained.weights}" if trained.weights else ""))
+        if settings.outcome_fresh:
+            t0 = time.time()
+            outcome_check(fam, hidden, post.score, settings, executor.serve_trained(), log)
+            timings["outcome_check"] = round(time.time() - t0, 2)
         curves = {"train_reward": trained.curves.get("train_reward", []),
                   "eval_step": [float(k) for k in sorted(points)] + [float(job.prime_rl.max_steps)],
                   "eval_score": [points[k] for k in sorted(points)] + [post.score],

@@ -500,14 +500,15 @@ def evaluate(family: str | TaskFamily, **kwargs: Any) -> EvalResult:
 
 def evaluate_subprocess(family: str, *, base_url: str, model: str, limit: int | None = None,
                         concurrency: int = 32, max_tokens: int | None = None, timeout_s: float = 1800.0,
-                        keep: str | Path | None = None) -> EvalResult:
+                        keep: str | Path | None = None, instances: list[Instance] | None = None) -> EvalResult:
     """:func:`evaluate` in a child process (this module's CLI), for a caller that serves the model itself.
 
     The local backend's endpoint samples in the caller's process; the harness's own work (HTTP client,
     tool calls, rendering replies) then competes with it for one interpreter lock. In a child it runs
     on its own core: 9.9 s vs 17.0 s in a thread for the 300-instance arithmetic set at concurrency 300
     on 2 cores (``python benchmarks/bench_local_endpoint.py``). The child gets this process's environment and import path;
-    ``keep`` keeps its per-instance records (JSONL) there. Raises :class:`EvalInfraError` when the child
+    ``keep`` keeps its per-instance records (JSONL) there; ``instances`` replaces the hidden set (the outcome
+    check's fresh questions, :mod:`ait_env.hidden.outcome`). Raises :class:`EvalInfraError` when the child
     cannot produce a result (its eval may still have ``failed``, which the caller checks)."""
     import subprocess
     import tempfile
@@ -523,6 +524,10 @@ def evaluate_subprocess(family: str, *, base_url: str, model: str, limit: int | 
             cmd += ["--limit", str(limit)]
         if max_tokens is not None:
             cmd += ["--max-tokens", str(max_tokens)]
+        if instances is not None:
+            rows = Path(tmp) / "instances.jsonl"
+            rows.write_text("".join(i.model_dump_json() + "\n" for i in instances), encoding="utf-8")
+            cmd += ["--instances", str(rows)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s, cwd=root, check=False)
         except subprocess.TimeoutExpired:
@@ -541,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base-url", required=True, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     ap.add_argument("--model", default=None, help="served model name (default: the first one the server lists)")
     ap.add_argument("--limit", type=int, default=None, help="score only the first N hidden instances")
+    ap.add_argument("--instances", default=None, help="score these instances (JSONL of Instance) instead of the "
+                                                      "hidden set")
     ap.add_argument("--out", default=None, help="write per-instance records as JSONL here")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=None, help="per-turn cap (default: the family's eval_max_tokens)")
@@ -561,8 +568,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[eval] {done[0]} done; #{rec.index} score={rec.score} error={rec.error}", file=sys.stderr)
 
     try:
+        instances = None if args.instances is None else [
+            Instance.model_validate_json(line) for line in Path(args.instances).read_text(encoding="utf-8").splitlines()
+            if line.strip()]
         result = evaluate(args.family, base_url=args.base_url, model=args.model, api_key=args.api_key,
-                          limit=args.limit, concurrency=args.concurrency, max_tokens=args.max_tokens, request_timeout=args.timeout,
+                          instances=instances, limit=args.limit, concurrency=args.concurrency, max_tokens=args.max_tokens, request_timeout=args.timeout,
                           max_retries=args.retries, max_error_rate=args.max_error_rate,
                           extra_body=json.loads(args.extra_body) if args.extra_body else None,
                           tool_choice=args.tool_choice, out=args.out, on_record=progress)

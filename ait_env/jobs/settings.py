@@ -66,6 +66,10 @@ class RunnerSettings(BaseModel):
     eval_concurrency: int = 300     # the harness runs in its own process; the server batches continuously
     eval_max_tokens: int = 160      # per-turn cap of the hidden eval (tiny models stop at <|im_end|> anyway)
     eval_limit: int | None = None   # tests only: score the first N hidden instances instead of all
+    #: fresh questions the trained model is also scored on (the outcome check, ait_env/hidden/outcome.py: a
+    #: model far better on the hidden set than on these was trained on it); at most as many as the hidden
+    #: instances scored; 0 turns the check off
+    outcome_fresh: int = Field(150, ge=0)
     measure_pre: bool = False       # measure the job's base model even when a pin holds
 
     @classmethod
