@@ -38,7 +38,7 @@ EXTRA_OF: dict[str, str] = {
     "verifiers": "inner", "openai": "inner", "httpx": "inner", "aiohttp": "inner",
     "tinker_cookbook": "tinker", "tinker": "tinker",
     "trl": "trl", "transformers": "trl",
-    "runpod": "runpod", "sky": "skypilot",
+    "runpod": "runpod", "sky": "skypilot", "gguf": "agent", "accelerate": "agent",
     "pytest": "test", "hypothesis": "test",
 }
 

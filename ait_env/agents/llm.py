@@ -114,6 +114,7 @@ class EpisodeRecord(BaseModel):
     seconds: float = 0.0
     error: str = ""
     metrics: dict[str, float] = Field(default_factory=dict)
+    transcript: str = ""             # the episode's transcript, relative to the run's folder
 
 
 class EndpointFailed(Exception):
@@ -253,10 +254,15 @@ def _submitted_job(env: Any, info: dict[str, Any]) -> Job | None:
     return job
 
 
-def play_episode(env: Any, client: Any, agent: AgentSettings, family: str, seed: int) -> EpisodeRecord:
-    """One episode on ``env`` (a gym env of the run); never raises for endpoint or agent failures."""
+def play_episode(env: Any, client: Any, agent: AgentSettings, family: str, seed: int,
+                 log: dict[str, Any] | None = None) -> EpisodeRecord:
+    """One episode on ``env`` (a gym env of the run); never raises for endpoint or agent failures.
+    ``log``, when given, receives the episode's ``opening`` (the first messages, as the model saw them) and
+    its ``turns`` (one entry per model turn: reply, tool calls, the env's action and observation, tokens)."""
     from openai import APIError, BadRequestError
 
+    log = {} if log is None else log
+    turns: list[dict[str, Any]] = log.setdefault("turns", [])
     t0 = time.time()
     redact = redactor(agent.api_key)
     rec = EpisodeRecord(family=family, seed=seed)
@@ -268,13 +274,17 @@ def play_episode(env: Any, client: Any, agent: AgentSettings, family: str, seed:
     done = False
     while not done:
         messages = _native_messages(info) if mode == "native" else text_msgs
+        if not turns:
+            log["opening"] = [dict(m) for m in messages[:2]]
         kwargs: dict[str, Any] = {"model": agent.model, "messages": messages, "temperature": agent.temperature,
                                   "max_tokens": agent.max_tokens}
         if mode == "native":
             kwargs["tools"] = info["tools"]
         try:
             resp = client.chat.completions.create(**kwargs)
-            content, calls, tin, tout = read_reply(resp, native=mode == "native")
+            # text mode reads structured calls too: an endpoint with a tool parser (vLLM's, the tiny models')
+            # takes the model's <tool_call> blocks out of the content even when no tools were sent
+            content, calls, tin, tout = read_reply(resp, native=True)
         except BadRequestError as exc:
             if mode == "native" and agent.tool_mode == "auto" and rec.turns == 0:
                 mode = "text"  # the endpoint refuses tools: the model writes <tool_call> blocks itself
@@ -294,10 +304,14 @@ def play_episode(env: Any, client: Any, agent: AgentSettings, family: str, seed:
                                        "prices_as_of": agent.prices.as_of}))
         content = redact(content)
         action = action_text(content, [(name, redact(args)) for name, args in calls])
-        text_msgs.append({"role": "assistant", "content": content or ""})
+        # the model's own text goes back unchanged (its calls written in, when the endpoint parsed them out)
+        text_msgs.append({"role": "assistant", "content": action if calls else (content or "")})
         obs, _, terminated, truncated, info = env.step(action)
         text_msgs.append({"role": "user", "content": obs})
         rec.turns += 1
+        turns.append({"turn": rec.turns, "tool_mode": mode, "content": content or "",
+                      "tool_calls": [{"name": n, "arguments": redact(a) if isinstance(a, str) else a} for n, a in calls],
+                      "action": action, "observation": obs, "tokens_in": tin, "tokens_out": tout})
         done = terminated or truncated
     rec.tool_mode = mode
     rec.seconds = round(time.time() - t0, 2)
@@ -316,6 +330,25 @@ def play_episode(env: Any, client: Any, agent: AgentSettings, family: str, seed:
 
 
 # ------------------------------------------------------------------------------------------ statistics
+def transcript(rec: EpisodeRecord, log: dict[str, Any], model: str, backend: str) -> dict[str, Any]:
+    """An episode's transcript: what the model saw and wrote, what the env answered, and the reward."""
+    return {"family": rec.family, "seed": rec.seed, "episode_id": rec.episode_id, "model": model,
+            "backend": backend, "status": rec.status, "reward": rec.reward, "breakdown": rec.breakdown,
+            "error": rec.error, "opening": log.get("opening", []), "turns": log.get("turns", [])}
+
+
+def transcript_markdown(t: dict[str, Any]) -> str:
+    """:func:`transcript` as text a person reads top to bottom."""
+    out = [f"# {t['model']} on {t['family']} (seed {t['seed']}, episode {t['episode_id']}, {t['backend']} backend)",
+           "", f"status **{t['status']}**, reward {t['reward']}" + (f" — {t['error']}" if t.get("error") else ""), ""]
+    for m in t.get("opening", []):
+        out += [f"## {m.get('role')}", "", "```text", str(m.get("content") or ""), "```", ""]
+    for turn in t.get("turns", []):
+        out += [f"## turn {turn['turn']}: the agent ({turn['tokens_out']} tokens)", "", "```text", turn["action"], "```",
+                "", "### the env's answer", "", "```text", str(turn["observation"]), "```", ""]
+    return "\n".join(out) + "\n"
+
+
 def mean_ci(values: list[float], z: float = 1.96) -> tuple[float | None, float | None]:
     """Mean and the half-width of its normal-approximation 95% interval (None without values)."""
     n = len(values)
@@ -451,11 +484,17 @@ def run(agent: AgentSettings, families: list[str], episodes: int, *, backend: st
     def one(item: tuple[str, int]) -> EpisodeRecord:
         fam, s = item
         env = gym.make("AIT/JobWriting-v0", family=fam, backend=shared, overrides=overrides)
+        episode_log: dict[str, Any] = {}
         try:
-            rec = play_episode(env, client, agent, fam, s)
+            rec = play_episode(env, client, agent, fam, s, episode_log)
         finally:
             env.close()
         with lock:
+            t = transcript(rec, episode_log, agent.model, shared.name)
+            stem = f"transcripts/{fam}-{s}-{rec.episode_id or 'none'}"
+            (out / f"{stem}.json").write_text(redact(json.dumps(t, indent=1, default=str)) + "\n")
+            (out / f"{stem}.md").write_text(redact(transcript_markdown(t)))
+            rec.transcript = f"{stem}.md"
             records.append(rec)
             with open(out / "episodes.jsonl", "a") as f:
                 f.write(redact(rec.model_dump_json()) + "\n")
@@ -466,6 +505,8 @@ def run(agent: AgentSettings, families: list[str], episodes: int, *, backend: st
         return rec
 
     (out / "episodes.jsonl").write_text("")
+    (out / "transcripts").mkdir(exist_ok=True)
+    served = served_model(client, agent.model)
     try:
         with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="ait-llm") as pool:
             list(pool.map(one, plan))
@@ -479,11 +520,24 @@ def run(agent: AgentSettings, families: list[str], episodes: int, *, backend: st
             "tool_mode": agent.tool_mode, "temperature": agent.temperature, "episodes_per_family": episodes,
             "prices": {"as_of": agent.prices.as_of, "source": agent.prices.source, "in": agent.prices.prefill,
                        "out": agent.prices.sample}, "seconds": round(time.time() - t0, 1),
-            "date": time.strftime("%Y-%m-%d")}
+            "date": time.strftime("%Y-%m-%d"), "served_model": served}
     (out / "results.json").write_text(redact(json.dumps({"meta": meta, "rows": rows}, indent=1)) + "\n")
     (out / "results.md").write_text(redact(markdown(rows, title)))
     chart(rows, out / "results.png", title)
     return rows
+
+
+def served_model(client: Any, model: str) -> dict[str, Any]:
+    """The endpoint's ``/v1/models`` entry for ``model`` (e.g. the project's endpoints add the weights hash,
+    ``ait_weights_hash``), recorded with the results; ``{}`` when the endpoint does not list it."""
+    try:
+        for m in client.models.list().data:
+            entry = m.model_dump() if hasattr(m, "model_dump") else dict(m)
+            if entry.get("id") == model:
+                return {k: v for k, v in entry.items() if isinstance(v, (str, int, float, bool)) and k != "object"}
+    except Exception:  # noqa: BLE001 - a hosted API may not list models; nothing depends on it
+        pass
+    return {}
 
 
 def family_list(spec: str) -> list[str]:

@@ -43,7 +43,7 @@ import torch
 from aiohttp import web
 
 from ait_env.jobs import guard
-from ait_env.tiny_models.chat import parse_output
+from ait_env.tiny_models.chat import IM_END, parse_output
 from ait_env.tiny_models.engine import Engine, EngineRequest
 from ait_env.tiny_models.kv_reuse import PrefixStore
 from ait_env.tiny_models.model import Generation, TinyLM, generate
@@ -194,7 +194,15 @@ class StepChannel:
 class LocalEndpoint:
     def __init__(self, model: TinyLM, tokenizer: ChatTokenizer, model_name: str, *, host: str | None = "127.0.0.1",
                  port: int = 0, uds: str | Path | None = None, max_batch: int = 512, batch_window_s: float = 0.004, admit_wait_s: float = 0.02,
-                 seed: int = 0, max_model_len: int | None = None, reuse_kv: bool = True) -> None:
+                 seed: int = 0, max_model_len: int | None = None, reuse_kv: bool = True,
+                 parse_tool_calls: bool = True, engine_slots: int = 64, held_tokens: int | None = None) -> None:
+        """``parse_tool_calls``: split ``<tool_call>`` blocks out of the reply into ``tool_calls`` (the tiny
+        models' format); ``False`` returns the reply's text unchanged as ``content`` (a model whose chat
+        template has no tool calls: clients run it in text tool mode and parse the calls themselves).
+        ``engine_slots``: decode rows allocated up front (they grow when needed); ``held_tokens``: a bound on
+        the tokens whose keys/values are kept for the next turns (both matter for a model whose keys/values
+        take tens of KB per token)."""
+        self.parse_tool_calls = parse_tool_calls
         self.model = model
         self.tok = tokenizer
         self.model_name = model_name
@@ -213,8 +221,8 @@ class LocalEndpoint:
         self.stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "gen_seconds": 0.0}
         #: keys/values of finished turns, reused when the conversation continues (top_p 1 requests)
         self.reuse_kv = reuse_kv
-        self.prefix_store = PrefixStore(tokenizer.im_end_id)
-        self.engine = Engine(model, tokenizer.im_end_id, self.prefix_store if reuse_kv else None)
+        self.prefix_store = PrefixStore(tokenizer.im_end_id, max_tokens=held_tokens)
+        self.engine = Engine(model, tokenizer.im_end_id, self.prefix_store if reuse_kv else None, slots=engine_slots)
         self._q: queue.Queue[_Req | None] = queue.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -298,7 +306,7 @@ class LocalEndpoint:
             return self._error(400, "only n=1 is supported")
         try:
             prompt_ids = self.tok.encode_chat(messages, body.get("tools") or None, add_generation_prompt=True)
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
             return self._error(400, f"could not render messages: {exc}")
         want = body.get("max_completion_tokens") or body.get("max_tokens") or 256
         room = self.max_model_len - len(prompt_ids)
@@ -314,7 +322,7 @@ class LocalEndpoint:
                          loop, fut))
         gen = await fut
         text = self.tok.decode(gen.tokens)
-        content, calls = parse_output(text)
+        content, calls = parse_output(text) if self.parse_tool_calls else (text.split(IM_END, 1)[0], [])
         finish = gen.finish_reason
         if calls and finish == "stop":
             finish = "tool_calls"

@@ -168,9 +168,13 @@ def generate_cached(model: TinyLM, tc: TurnCache, convs: list[int], prompts: lis
 class PrefixStore:
     """Finished generations' keys/values keyed by their token ids (see the module docstring)."""
 
-    def __init__(self, boundary_id: int, max_entries: int = 1024) -> None:
+    def __init__(self, boundary_id: int, max_entries: int = 1024, max_tokens: int | None = None) -> None:
+        """``max_tokens`` bounds the tokens held in all (the oldest entries go first): a model with large
+        keys/values per token (a real LLM: ~46 KB per token for SmolLM2-135M) needs it, the tiny models do not."""
         self.boundary_id = boundary_id
         self.max_entries = max_entries
+        self.max_tokens = max_tokens
+        self.tokens = 0
         self.rows: OrderedDict[tuple[int, ...], Held] = OrderedDict()
         self.hits = 0
         self.misses = 0
@@ -182,15 +186,24 @@ class PrefixStore:
                 if prompt[p] == self.boundary_id:
                     held = self.rows.pop(tuple(prompt[:p]), None)
                     if held is not None:
+                        self.tokens -= len(held[0])
                         self.hits += 1
                         return held
         self.misses += 1
         return None
 
     def put(self, held: Held) -> None:
-        self.rows[tuple(held[0])] = held
-        while len(self.rows) > self.max_entries:
-            self.rows.popitem(last=False)
+        key = tuple(held[0])
+        old = self.rows.pop(key, None)
+        if old is not None:
+            self.tokens -= len(old[0])
+        self.rows[key] = held
+        self.tokens += len(key)
+        while len(self.rows) > self.max_entries or (self.max_tokens is not None and self.tokens > self.max_tokens
+                                                    and self.rows):
+            _, dropped = self.rows.popitem(last=False)
+            self.tokens -= len(dropped[0])
 
     def clear(self) -> None:
         self.rows.clear()
+        self.tokens = 0

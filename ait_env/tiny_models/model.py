@@ -61,7 +61,13 @@ class TinyConfig:
     @classmethod
     def from_hf(cls, d: dict[str, Any]) -> "TinyConfig":
         names = {f for f in cls.__dataclass_fields__ if f != "extra"}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        fields = {k: v for k, v in d.items() if k in names}
+        rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+        if "rope_theta" not in fields and isinstance(rope, dict) and "rope_theta" in rope:
+            fields["rope_theta"] = rope["rope_theta"]   # transformers >= 5 writes it under rope_parameters
+        if rope and rope.get("rope_type", "default") != "default":
+            raise ValueError(f"rope_type {rope.get('rope_type')!r} is not supported (only the default RoPE)")
+        return cls(**fields)
 
     def n_params(self) -> int:
         h, i, v, L = self.hidden_size, self.intermediate_size, self.vocab_size, self.num_hidden_layers

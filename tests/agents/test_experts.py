@@ -1,0 +1,53 @@
+"""Expert demonstrations: every strategy plays through the env's public actions and its job validates."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+from ait_env.agents.experts import STRATEGIES, ExpertError, demonstrate, dev_examples, eval_system_prompt, generic_files
+
+
+@pytest.fixture
+def env(runs_dir: Any) -> Any:
+    e = gym.make("AIT/JobWriting-v0", backend="stub", overrides={"env": {"runs_dir": str(runs_dir)}})
+    yield e
+    e.close()
+
+
+def test_the_task_text_gives_the_dev_examples_and_the_eval_prompt(env: Any) -> None:
+    _, info = env.reset(seed=3, options={"family": "triage"})
+    task = info["messages"][1]["content"]
+    examples = dev_examples(task)
+    assert len(examples) == 3 and all(e["question"].startswith("Incident inc-") for e in examples)
+    assert all(e["answer"].startswith("service=") for e in examples)
+    assert eval_system_prompt(task).startswith("Triage the incident")
+    files = generic_files("triage", "Qwen/Qwen3-1.7B", "stub", task)
+    assert examples[0]["answer"] in files["environment.py"] and 'family = "triage"' in files["job.toml"]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_each_strategy_validates_and_trains_only_its_own_turns(env: Any, strategy: str) -> None:
+    family = "units" if strategy != "reference" else "persona"
+    demo = demonstrate(env, family, 5, strategy, random.Random(1))
+    roles = [m["role"] for m in demo.messages]
+    assert roles[:2] == ["system", "user"] and roles[-1] == "assistant"
+    assert demo.messages[-1]["content"].strip().endswith("</tool_call>") and "submit_job" in demo.messages[-1]["content"]
+    assert all(not t or r == "assistant" for t, r in zip(demo.trained, roles))
+    assert 'read_file' in demo.messages[2]["content"] and "get_baseline_scores" in demo.messages[2]["content"]
+    if strategy == "recover":   # the refused attempt is shown, not trained
+        assert len(demo.messages) == 11 and demo.trained[4:8] == [False, False, False, False]
+        assert "attempt" in demo.messages[7]["content"] and demo.trained[8] is True
+        assert demo.messages[8]["content"].startswith("That submission was refused.")
+    else:
+        assert len(demo.messages) == 7 and demo.trained == [False, False, True, False, True, False, True]
+    # the episode is still open: the last submit_job was checked by the probe but never dispatched
+    assert env.unwrapped.backend.name == "stub" and not list((env.unwrapped.runs_dir / "jobs").glob("*"))
+
+
+def test_a_stateful_family_has_no_generic_job(env: Any) -> None:
+    with pytest.raises(ExpertError, match="did not validate"):
+        demonstrate(env, "warehouse", 0, "generic", random.Random(0))
