@@ -10,7 +10,8 @@ the bundle, the backend, the cost ledger, the reward of :mod:`ait_env.episode.re
 
 Observations and actions are strings. ``info`` always carries the whole conversation as
 OpenAI-style ``messages``, the agent ``tools`` as JSON schemas, ``family``, ``instance_id``,
-``turn``, ``attempts_left`` and ``episode_id``; at the end also ``reward`` (the full breakdown)
+``turn``, ``attempts_left``, ``episode_id`` and ``hidden_seeds`` (``published`` or ``private:<hash>``: which
+hidden-eval seeds score the episode, :mod:`ait_env.hidden.secrets`); at the end also ``reward`` (the full breakdown)
 and ``job`` (the backend's result of the job the reward counts); ``jobs`` lists every job's result.
 
 Research episodes (``env.max_jobs_per_episode > 1``): after each job the agent reads its result (pre and
@@ -100,6 +101,7 @@ class JobWritingEnv(gym.Env[str, str]):
         self.episode_id = ""
         self.turn = 0
         self._jobs: EpisodeJobs | None = None        # this episode's submissions and jobs
+        self._hidden_seeds = ""                       # which hidden-eval seeds score this episode (at reset)
 
     def _default_probe(self) -> ValidationProbe:
         ps = self.settings.env.probe
@@ -130,6 +132,9 @@ class JobWritingEnv(gym.Env[str, str]):
                                            read_only=extra)
         self._ws.root.joinpath("INSTRUCTIONS.md").write_text(self._family.instructions_text(), encoding="utf-8")
         self.probe.warm()  # start the validation sandbox while the agent works
+        from ait_env.hidden.secrets import hidden_seeds_label
+
+        self._hidden_seeds = hidden_seeds_label()   # private per installation unless chosen (first use creates them)
         self.episode_id = options.get("episode_id") or uuid.uuid4().hex[:12]
         self.turn = 0
         self._jobs = EpisodeJobs(self.settings, self.backend, self.ledger, self.probe, self.runs_dir, self.episode_id,
@@ -287,6 +292,7 @@ class JobWritingEnv(gym.Env[str, str]):
             "attempts_left": jobs.attempts_left if jobs else self.settings.env.max_attempts,
             "backend": self.backend.name,
             "surrogate": self.backend.surrogate,
+            "hidden_seeds": self._hidden_seeds,
             "base_models": [m.model_dump() for m in self.backend.catalog()
                             if self._spec is None or m.name in self._spec.bounds.base_models],
         }

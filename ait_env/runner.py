@@ -15,7 +15,8 @@ Generic phases (this module), the same whatever trains the model:
    (:func:`outcome_check`): the trained model on as many fresh questions of the family's generator (at most
    ``outcome_fresh``, default 150); a model that knows the hidden questions far better than fresh ones was
    trained on them, and the job fails with the fault ``eval_leak`` (forfeited, the agent's fault);
-5. **result.json**, written atomically (:meth:`JobResult.save`), with curves, timings and a log tail.
+5. **result.json**, written atomically (:meth:`JobResult.save`), with curves, timings, a log tail and which
+   hidden-eval seeds scored it (``hidden_seeds``: this process's choice, :mod:`ait_env.hidden.secrets`).
 
 The hidden-eval harness (:mod:`ait_env.hidden.evaluation`) runs in a child process against an
 OpenAI-compatible base URL (vLLM on a GPU, the local endpoint here): nothing in these phases depends
@@ -184,11 +185,13 @@ def outcome_check(family: Any, hidden: list[Any], hidden_score: float, settings:
 
 
 def _phases(bundle: JobBundle, backend: BackendSettings, store: BaselineStore, record: bool, log: Log,
-            progress: bool, factory: Callable[..., TrainerExecutor], known: dict[str, float]) -> JobResult:
+            progress: bool, factory: Callable[..., TrainerExecutor], known: dict[str, float],
+            hidden_seeds: str) -> JobResult:
     """The phases; ``known`` receives the base scores as soon as they are known (a job that fails in
     training still reports what it was compared with)."""
     from ait_env.hidden.secrets import hidden_set, hidden_set_hash
 
+    log(f"hidden-eval seeds: {hidden_seeds}")
     settings = RunnerSettings.of(backend.options)
     job = bundle.job
     fam = get_family(bundle.manifest.family)
@@ -265,7 +268,8 @@ def _phases(bundle: JobBundle, backend: BackendSettings, store: BaselineStore, r
                   **{k: v for k, v in trained.curves.items() if k != "train_reward"}}
         return JobResult(job_id=bundle.job_id, backend=backend.name, status="succeeded", post_score=post.score,
                          post_ci95=post.ci95, baselines=baselines, wall_seconds=time.time() - t_start,
-                         train_seconds=trained.train_seconds, cost_usd=0.0, curves=curves, timings=timings)
+                         train_seconds=trained.train_seconds, cost_usd=0.0, curves=curves, timings=timings,
+                         hidden_seeds=hidden_seeds)
     finally:
         executor.close()
 
@@ -282,13 +286,17 @@ def run(bundle_dir: Path, backend: BackendSettings, progress: bool = True,
     t0 = time.time()
     job_id = bundle_dir.name
     known: dict[str, float] = {}
+    seeds = ""
     try:
+        from ait_env.hidden.secrets import hidden_seeds_label
+
+        seeds = hidden_seeds_label()   # which hidden sets score this job (every result says so)
         bundle = JobBundle.load(bundle_dir)
         bundle.verify()
         job_id = bundle.job_id
         store = BaselineStore(backend.name, user_dir=baselines_dir)
         factory = executor or executor_factory(backend.name)
-        result = _phases(bundle, backend, store, baselines_dir is not None, tee, progress, factory, known)
+        result = _phases(bundle, backend, store, baselines_dir is not None, tee, progress, factory, known, seeds)
     except JobFailed as exc:
         tee(f"job failed: {exc}")
         result = JobResult(job_id=job_id, backend=backend.name, status="job_failed", error=str(exc)[:2000],
@@ -302,6 +310,7 @@ def run(bundle_dir: Path, backend: BackendSettings, progress: bool = True,
         result = JobResult(job_id=job_id, backend=backend.name, status="infra_failed",
                            error=f"{type(exc).__name__}: {exc}"[:2000], wall_seconds=time.time() - t0)
     result.log_tail = tee.tail()[-4000:]
+    result.hidden_seeds = seeds
     result.save(bundle_dir / "result.json")
     return result
 

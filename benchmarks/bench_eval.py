@@ -47,6 +47,10 @@ def main() -> None:
     ap.add_argument("--server", choices=["thread", "process"], default="thread")
     ap.add_argument("--limit", type=int, default=None, help="default: the whole hidden set")
     args = ap.parse_args()
+    from ait_env.hidden.secrets import default_hidden_seeds
+
+    seeds = default_hidden_seeds("published")   # the docs' figures; AIT_HIDDEN_SEEDS=private for your own sets
+    print(f"hidden-eval seeds: {seeds.label}", file=sys.stderr)
 
     n = len(hidden_set(args.family)[: args.limit])
     proc = server = parent = None

@@ -40,6 +40,10 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[64, 300])
     ap.add_argument("--limit", type=int, default=None, help="default: the whole hidden set")
     args = ap.parse_args()
+    from ait_env.hidden.secrets import default_hidden_seeds
+
+    seeds = default_hidden_seeds("published")   # the docs' figures; AIT_HIDDEN_SEEDS=private for your own sets
+    print(f"hidden-eval seeds: {seeds.label}", file=sys.stderr)
     opts = LocalOptions()
     torch.set_num_threads(opts.torch_threads)
     fam = get_family(args.family)

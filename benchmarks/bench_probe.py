@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +26,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
+    from ait_env.hidden.secrets import default_hidden_seeds
+
+    seeds = default_hidden_seeds("published")   # the docs' figures; AIT_HIDDEN_SEEDS=private for your own sets
+    print(f"hidden-eval seeds: {seeds.label}", file=sys.stderr)
     bounds = Bounds(base_models=MODELS, max_steps=200, max_batch_size=512, max_group_size=32, max_seq_len=8192,
                     max_tokens=2048)
     settings = DynamicSettings()

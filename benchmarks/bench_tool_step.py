@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 
@@ -26,6 +27,10 @@ def main() -> None:
     ap.add_argument("--episode-turns", type=int, default=25,
                     help="reset after this many steps (a realistic episode length; info carries the transcript)")
     args = ap.parse_args()
+    from ait_env.hidden.secrets import default_hidden_seeds
+
+    seeds = default_hidden_seeds("published")   # the docs' figures; AIT_HIDDEN_SEEDS=private for your own sets
+    print(f"hidden-eval seeds: {seeds.label}", file=sys.stderr)
     runs = tempfile.mkdtemp(prefix="ait-bench-")
     env = gym.make("AIT/JobWriting-v0", family="arithmetic", backend="stub",
                    overrides={"env": {"runs_dir": runs, "max_turns": 10**6}})

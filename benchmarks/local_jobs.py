@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -168,6 +169,10 @@ def main() -> None:
     ap.add_argument("--device", default=None,
                     help="where the jobs sample and train: cpu (the backend's default), cuda, or auto")
     args = ap.parse_args()
+    from ait_env.hidden.secrets import default_hidden_seeds
+
+    seeds = default_hidden_seeds("published")   # the docs' figures; AIT_HIDDEN_SEEDS=private for your own sets
+    print(f"hidden-eval seeds: {seeds.label}", file=sys.stderr)
     backend = BackendSettings.model_validate(load_group("backend", "local"))
     if args.device:
         backend.options["device"] = args.device

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel", type=int, default=3)
     ap.add_argument("--runs", type=Path, default=Path("runs/benchmarks/research_batch"))
     args = ap.parse_args(argv)
+    from ait_env.hidden.secrets import default_hidden_seeds
+
+    seeds = default_hidden_seeds("published")   # the docs' figures; AIT_HIDDEN_SEEDS=private for your own sets
+    print(f"hidden-eval seeds: {seeds.label}", file=sys.stderr)
     overrides = {"env": {"runs_dir": str(args.runs), "max_jobs_per_episode": 3},
                  "backend": {"options": {"max_parallel_jobs": args.parallel, "eval_every": 0}}}
     settings = compose(backend="local", overrides=overrides)

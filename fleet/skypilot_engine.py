@@ -15,7 +15,8 @@ and ``sky.get(request_id)`` waits for its result (``sky/client/sdk.py`` ``get``)
 Why: SkyPilot uploads local file mounts of a managed job to a bucket (its jobs config ``jobs.bucket`` or a
 new one per job), which needs cloud storage credentials on top of the GPU infra; the envs and the log need
 nothing but the pool. The hidden eval's seeds go as the task's ``secrets`` (``AIT_SECRETS_JSON`` from the
-orchestrator's environment; SkyPilot redacts secret values in what it shows). Limits: an environment variable passed to a process is at most ``MAX_ARG_STRLEN`` =
+orchestrator's environment, else its private seeds, :func:`ait_env.hidden.secrets.worker_secrets_json`;
+SkyPilot redacts secret values in what it shows). Limits: an environment variable passed to a process is at most ``MAX_ARG_STRLEN`` =
 131,072 bytes on Linux (``execve(2)``), so the encoded request is capped at ``max_request_bytes`` (100,000
 by default; a job's bundle is a few KB packed: ``ait_env.jobs.wire.pack_bundle``); a bigger one is refused
 (:class:`~fleet.dispatch.SendRefused`) with how to fix it. The result travels through the log, which has no
@@ -340,7 +341,9 @@ class SkypilotEngine:
         gpus = int(body.pop("_gpus", 0) or self.options.gpus_per_job or 1)
         tag = str(body.get("tag") or "")
         name = f"ait-{tag}" if tag else "ait-job"
-        seeds = os.environ.get(SECRETS_ENV)
+        from ait_env.hidden.secrets import worker_secrets_json
+
+        seeds = os.environ.get(SECRETS_ENV) or worker_secrets_json()   # set explicitly, else this run's private seeds
         config = job_yaml(body, name=name, pool=self.pool, gpus=gpus, secrets={SECRETS_ENV: seeds} if seeds else None)
         size = len(config["envs"][REQUEST_ENV])
         if size > self.options.max_request_bytes:

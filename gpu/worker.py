@@ -135,16 +135,17 @@ class Scrubber:
 
 
 def _private_secrets(private: Path) -> tuple[Path | None, set[str]]:
-    """A private copy (0600) of the secret seeds (``$AIT_SECRETS_JSON``, a Runpod secret, or the file
-    :func:`ait_env.hidden.secrets.secrets_path` names) and the seed values to scrub (6 digits or more)."""
-    from ait_env.hidden.secrets import secrets_path
-
+    """A private copy (0600) of the seeds the worker was given (``$AIT_SECRETS_JSON``: the orchestrator's
+    private seeds, :func:`ait_env.hidden.secrets.worker_secrets_json`, or a Runpod secret; else an existing
+    file named by ``$AIT_SECRETS_FILE``) and the seed values to scrub (6 digits or more); ``(None, set())``
+    when it was given none: the job is scored with the published seeds, and its result says so
+    (``hidden_seeds``), so an orchestrator with private seeds refuses it. A worker never makes seeds."""
     raw = os.environ.get("AIT_SECRETS_JSON")
+    named = Path(os.environ.get("AIT_SECRETS_FILE") or "/nonexistent")
+    if not raw and named.is_file():
+        raw = named.read_text()
     if not raw:
-        path = secrets_path()
-        if path is None:
-            return None, set()  # the published default seeds (public by design: ait_env/hidden/secrets.py)
-        raw = path.read_text()
+        return None, set()  # the published seeds (public by design: ait_env/hidden/secrets.py)
     seeds = json.loads(raw)
     if not isinstance(seeds, dict):
         raise ValueError("the secret seeds must be a JSON object {\"<family>\": <int>, ...}")
@@ -384,8 +385,10 @@ class Worker:
             path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
             extra_env = {"TMPDIR": str(private / "tmp"), isolation.JAIL_ENV: jail.model_dump_json(),
                          "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
-            if secrets_file:
-                extra_env["AIT_SECRETS_FILE"] = str(secrets_file)
+            if secrets_file:   # the runner child scores with these seeds, and labels its result so
+                extra_env.update(AIT_SECRETS_FILE=str(secrets_file), AIT_HIDDEN_SEEDS="private")
+            else:
+                extra_env["AIT_HIDDEN_SEEDS"] = "published"
             proc = subprocess.Popen([sys.executable, "-m", "gpu.worker", "--child",
                                      str(private / "request.json")],
                                     env=isolation.runner_env(**extra_env), cwd=private,
@@ -455,20 +458,13 @@ def _family_of(bundle_dir: Path) -> str | None:
 
 def _hidden_questions(family: str, secrets_file: Path | None) -> set[str]:
     """The hidden questions of ``family`` under the worker's seeds (scrubbed from text that leaves)."""
-    from ait_env.hidden.secrets import hidden_questions
+    from ait_env.hidden.secrets import PUBLISHED, SecretsError, hidden_questions, private_seeds
 
-    saved = os.environ.get("AIT_SECRETS_FILE")
     try:
-        if secrets_file:
-            os.environ["AIT_SECRETS_FILE"] = str(secrets_file)
-        return {q for q in hidden_questions(family) if len(q) >= 12}
-    except (KeyError, FileNotFoundError):
+        seeds = private_seeds(secrets_file, create=False) if secrets_file else PUBLISHED
+        return {q for q in hidden_questions(family, seeds) if len(q) >= 12}
+    except (KeyError, OSError, SecretsError):
         return set()
-    finally:
-        if saved is None:
-            os.environ.pop("AIT_SECRETS_FILE", None)
-        else:
-            os.environ["AIT_SECRETS_FILE"] = saved
 
 
 # ---------------------------------------------------------------------------------------------- Runpod

@@ -12,6 +12,10 @@ The ``local`` backend trains models built beforehand by ``python -m ait_env.tiny
 runs it first); this script builds nothing. Each turn's tool output is shown clipped to
 :data:`SHOWN_CHARS` characters at a line or word boundary, with a marker saying how much was left out;
 a surrogate backend's reward is labelled as one.
+
+It scores with the published hidden-eval seeds by default (``hidden_seeds=published``: the README's figures
+and the pinned baselines); ``hidden_seeds=private`` (or ``AIT_HIDDEN_SEEDS=private``) scores with this
+installation's own (:mod:`ait_env.hidden.secrets`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from rich.table import Table
 
 from ait_env.agents.reference import ScriptedReferenceAgent, TwoJobReferenceAgent
 from ait_env.config import settings_from_cfg
+from ait_env.hidden.secrets import default_hidden_seeds
 from ait_env.observe.display import clip, no_bars_unless_terminal, status_label
 from ait_env.env import JobWritingEnv
 
@@ -48,13 +53,15 @@ def _main(cfg: DictConfig) -> None:
     console = Console()
     if cfg.agent not in AGENTS:
         raise SystemExit(f"unknown agent {cfg.agent!r}; choose one of: {', '.join(AGENTS)}")
+    seeds = default_hidden_seeds("published", cfg.get("hidden_seeds"))   # the README's figures, unless chosen
     settings = settings_from_cfg(cfg)
     if cfg.agent == "research" and settings.env.max_jobs_per_episode < 2:
         raise SystemExit("agent=research runs two jobs: add env.max_jobs_per_episode=2 to the command line")
     env = JobWritingEnv(settings=settings)
     agent = AGENTS[cfg.agent]()
     obs, info = env.reset(seed=int(cfg.seed))
-    console.rule(f"episode {info['episode_id']}: family={info['family']} backend={info['backend']}")
+    console.rule(f"episode {info['episode_id']}: family={info['family']} backend={info['backend']} "
+                 f"hidden_seeds={seeds.label}")
     if info["surrogate"]:
         console.print("[yellow]backend 'stub' is a SURROGATE: scores are a formula of the job's settings, "
                       "nothing is trained.[/yellow]", soft_wrap=True)

@@ -3,6 +3,9 @@
     python scripts/seed_baselines.py backend=stub            # the per-user store: $AIT_DATA_DIR/baselines/stub.json
     python scripts/seed_baselines.py backend=stub pin=true   # the store shipped with the package
     python scripts/seed_baselines.py backend=local families=calendar            # or families=[units,calendar]
+
+The user store is measured on the hidden sets of this installation's private seeds (``hidden_seeds=published``
+for the published ones); ``pin=true`` always uses the published seeds (:mod:`ait_env.hidden.secrets`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from rich.progress import track
 from ait_env.backends import make_backend
 from ait_env.jobs.settings import BackendSettings
 from ait_env.config import EnvSettings
+from ait_env.hidden.secrets import default_hidden_seeds
 from task_families import FAMILY_NAMES
 
 PINNED_DIR = Path(__file__).resolve().parents[1] / "ait_env" / "data" / "baselines"
@@ -32,6 +36,12 @@ def main(cfg: DictConfig) -> None:
 
 def _main(cfg: DictConfig) -> None:
     console = Console()
+    chosen = cfg.get("hidden_seeds")
+    if cfg.pin and (chosen or "published") != "published":
+        raise SystemExit("pin=true writes the baselines shipped with the package, measured on the published "
+                         "hidden-eval seeds: drop hidden_seeds, or pin=false for your own seeds' user store")
+    seeds = default_hidden_seeds("published" if cfg.pin else "private", "published" if cfg.pin else chosen)
+    console.print(f"hidden-eval seeds: {seeds.label}")
     env = EnvSettings.model_validate(dict(cfg.env))
     backend = make_backend(BackendSettings.model_validate(dict(cfg.backend)), env.runs_path)
     chosen = cfg.families

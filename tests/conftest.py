@@ -6,6 +6,7 @@ request, so two workers (or two suites side by side) on one uid would kill each 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,6 +24,11 @@ from task_families import get_family
 from tests.helpers import worker_training_uid  # noqa: E402
 
 worker_training_uid()  # before any test module reads training_uid() at import
+
+# The suite is deterministic: it scores with the published hidden-eval seeds (ait_env/hidden/secrets.py), chosen
+# explicitly here for this process and every process it starts, whatever the shell says; a test of the private
+# seeds sets its own (and _private_data_dir keeps their file out of the user's ~/.config).
+os.environ["AIT_HIDDEN_SEEDS"] = "published"
 
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -59,10 +65,13 @@ def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def _private_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """Every test has its own per-user data folder ($AIT_DATA_DIR: default runs, measured baselines), so no
-    test reads or writes the user's own (~/.local/share/ai-trains-ai)."""
+    """Every test has its own per-user data folder ($AIT_DATA_DIR: default runs, measured baselines) and
+    private hidden-eval seeds file ($AIT_SECRETS_FILE, made only if a test chooses private seeds), so no test
+    reads or writes the user's own (~/.local/share/ai-trains-ai, ~/.config/ai-trains-ai)."""
     path = tmp_path / "ait-data"
     monkeypatch.setenv("AIT_DATA_DIR", str(path))
+    monkeypatch.setenv("AIT_SECRETS_FILE", str(tmp_path / "ait-config" / "secrets.json"))   # never ~/.config
+    monkeypatch.setenv("AIT_HIDDEN_SEEDS", "published")   # restored after a test that chose otherwise
     return path
 
 

@@ -132,10 +132,31 @@ def test_each_build_takes_its_own_pin_and_a_pin_of_another_hidden_set_is_missing
                              model_hash=h, n=300, hidden_set_hash=now) for h, s in (("intel", 0.44), ("amd", 0.43))])
     for built, want in (("intel", 0.44), ("amd", 0.43)):
         assert store.for_job("arithmetic", ["large"], {"large": built})[0] == {"large": want}
+    # a measurement on another hidden set (another installation's private seeds) sits beside it, never over it
     store.put([BaselineEntry(backend="unit-test-backend", family="arithmetic", model="large", score=0.5,
                              model_hash="amd", n=300, hidden_set_hash="an-old-set")])
-    holding, missing = store.for_job("arithmetic", ["large"], {"large": "amd"})
+    assert store.for_job("arithmetic", ["large"], {"large": "amd"})[0] == {"large": 0.43}
+    other = BaselineStore("unit-test-backend", user_dir=tmp_path / "other")
+    other.put([BaselineEntry(backend="unit-test-backend", family="arithmetic", model="large", score=0.5,
+                             model_hash="amd", n=300, hidden_set_hash="an-old-set")])
+    holding, missing = other.for_job("arithmetic", ["large"], {"large": "amd"})
     assert holding == {} and missing == {"large": f"measured on another hidden set (an-old-set, now: {now})"}
+
+
+def test_published_and_private_measurements_of_one_build_live_side_by_side(tmp_path: Path, monkeypatch) -> None:
+    """Issue 46: a run on the private seeds records its own base scores; the published pins keep holding for
+    a run on the published seeds (the main job), and each run reads its own set's."""
+    from ait_env.hidden.secrets import PUBLISHED, hidden_set_hash, private_seeds
+
+    private = private_seeds()
+    pub_hash, priv_hash = hidden_set_hash("arithmetic", PUBLISHED), hidden_set_hash("arithmetic", private)
+    assert pub_hash != priv_hash
+    store = BaselineStore("unit-test-backend", user_dir=tmp_path)
+    store.put([BaselineEntry(backend="unit-test-backend", family="arithmetic", model="m", score=s, model_hash="w",
+                             n=300, hidden_set_hash=h) for h, s in ((pub_hash, 0.4), (priv_hash, 0.3))])
+    assert store.for_job("arithmetic", ["m"], {"m": "w"})[0] == {"m": 0.4}          # the suite: published
+    monkeypatch.setenv("AIT_HIDDEN_SEEDS", "private")
+    assert store.for_job("arithmetic", ["m"], {"m": "w"})[0] == {"m": 0.3}
 
 
 def test_a_measured_base_is_recorded_and_then_holds(tmp_path: Path) -> None:

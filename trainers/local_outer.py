@@ -48,6 +48,7 @@ from ait_env.backends import make_backend
 from ait_env.config import compose
 from ait_env.observe.metrics import episode_metrics, fill_model_share, model_key
 from ait_env.jobs.schema import parse_job
+from ait_env.hidden.secrets import default_hidden_seeds
 from ait_env.observe.plots import run_label, write_run_label
 
 
@@ -92,9 +93,11 @@ def run(cfg: DictConfig) -> Path:
     assert isinstance(backend_over, dict)
     name = str(backend_over.pop("name"))
     overrides = {"env": env_cfg, "reward": OmegaConf.to_container(cfg.reward, resolve=True), "backend": backend_over}
+    seeds = default_hidden_seeds("private", cfg.get("hidden_seeds"))   # before any job runner starts: inherited
     settings = compose(backend=name, overrides=overrides)
     backend = make_backend(settings.backend, settings.env.runs_path)
-    write_run_label(out, run_label(surrogate=backend.surrogate, backend=name))  # every chart carries it
+    write_run_label(out, run_label(surrogate=backend.surrogate, backend=name,  # every chart carries it
+                                   hidden_seeds=seeds.label))
     catalog = [m.name for m in backend.catalog()]
     stronger = next((m.name for m in backend.catalog() if m.role == "larger"), catalog[-1])
     research = settings.env.max_jobs_per_episode > 1
@@ -110,7 +113,7 @@ def run(cfg: DictConfig) -> Path:
     t_run = time.time()
     print(f"local outer loop {p.name}: {p.steps} steps x {p.groups_per_step} groups x {p.group_size} episodes "
           f"on {name}{' (SURROGATE scores)' if backend.surrogate else ''}, families {families}, "
-          f"policy lr {p.policy_lr}; logging to {out}", flush=True)
+          f"policy lr {p.policy_lr}, hidden_seeds {seeds.label}; logging to {out}", flush=True)
 
     def episode(step: int, g: int, family: str, instance: int, choice: dict[str, int]) -> dict[str, Any]:
         env = gym.make("AIT/JobWriting-v0", family=family, backend=backend, overrides=overrides)

@@ -164,16 +164,21 @@ def build_train_config(cfg: DictConfig) -> Any:
     from ait_env.integrations.tinker import JobWritingDatasetBuilder, drop_infra_strategy
     from ait_env.observe.plots import run_label, write_run_label
 
+    from ait_env.hidden.secrets import default_hidden_seeds
+
     p = cfg.pilot
+    seeds = default_hidden_seeds("private", cfg.get("hidden_seeds"))   # before any job runner starts: inherited
     backend, why = pilot_backend(cfg)
-    print(f"pilot {p.name}: jobs run on backend {backend} ({why})", file=sys.stderr, flush=True)
+    print(f"pilot {p.name}: jobs run on backend {backend} ({why}); hidden_seeds {seeds.label}", file=sys.stderr,
+          flush=True)
     if not (conf_dir() / "backend" / f"{backend}.yaml").is_file():
         raise SystemExit(f"pilot {p.name} runs its jobs on backend {backend!r}, which this checkout does not have "
                          f"(no conf/backend/{backend}.yaml; available: {', '.join(group_options('backend'))}). "
                          "Pick one with pilot.backend.name=<name>.")
     run_log = log_dir(cfg)
     run_log.mkdir(parents=True, exist_ok=True)
-    write_run_label(run_log, run_label(surrogate=backend == "stub", backend=backend, dry_run=bool(cfg.dry_run)))
+    write_run_label(run_log, run_label(surrogate=backend == "stub", backend=backend, dry_run=bool(cfg.dry_run),
+                                       hidden_seeds=seeds.label))
     resuming = (run_log / "checkpoints.jsonl").is_file()
     warm = None if resuming else resolve_warm_start(cfg)
     g = int(p.group_size)

@@ -42,6 +42,9 @@ Contract:
   the cost per episode), and ``results.png``; the
   three and the table printed on stdout carry one title (:func:`results_title`: the model, the backend,
   ``SURROGATE scores`` on the stub backend). The chart draws a CI only where one exists (n ≥ 2).
+- **Hidden eval**: this installation's private seeds unless ``--hidden-seeds published`` (or
+  ``AIT_HIDDEN_SEEDS``) chooses the public ones; ``results.json``'s ``meta.hidden_seeds`` and the last line
+  on stderr say which (:mod:`ait_env.hidden.secrets`).
 - **Exit status**: 0 when at least one episode was kept (has a reward, even 0); 1 when none was (every
   episode ``endpoint_failed`` or ``infra_failed``: nothing measured the agent), with a line saying so;
   3 when an extra is missing (:mod:`ait_env.extras`).
@@ -74,6 +77,7 @@ from ait_env.observe.display import status_label
 from ait_env.jobs.schema import Job, parse_job
 from ait_env.observe.ledger import CostRecord
 from ait_env.episode.spec import strip_tool_sections
+from ait_env.hidden.secrets import default_hidden_seeds, hidden_seeds_label
 from task_families import FAMILY_NAMES
 
 ToolMode = Literal["auto", "native", "text"]
@@ -521,6 +525,7 @@ def run(agent: AgentSettings, families: list[str], episodes: int, *, backend: st
             "prices": {"as_of": agent.prices.as_of, "source": agent.prices.source, "in": agent.prices.prefill,
                        "out": agent.prices.sample}, "seconds": round(time.time() - t0, 1),
             "date": time.strftime("%Y-%m-%d"), "served_model": served}
+    meta["hidden_seeds"] = hidden_seeds_label()   # which hidden-eval seeds scored the run
     (out / "results.json").write_text(redact(json.dumps({"meta": meta, "rows": rows}, indent=1)) + "\n")
     (out / "results.md").write_text(redact(markdown(rows, title)))
     chart(rows, out / "results.png", title)
@@ -576,8 +581,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="jobs per episode (env.max_jobs_per_episode); above 1: research episodes, with the "
                     "submit_jobs and finish tools")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hidden-seeds", choices=["private", "published"],
+                    help="the hidden eval's seeds (default: $AIT_HIDDEN_SEEDS, else private: this installation's "
+                    "own; published: the public ones, to reproduce pinned figures)")
     ap.add_argument("--out", type=Path, help="default: runs/llm/<model>-<backend>")
     args = ap.parse_args(argv)
+    seeds = default_hidden_seeds("private", args.hidden_seeds)   # before any job runner starts: inherited
     if (args.price_in or args.price_out) and not args.prices_as_of:
         raise SystemExit("--prices-as-of is required with --price-in/--price-out (prices change; record when)")
     prices = Prices.from_dict({"prefill": args.price_in, "cached_prefill": args.price_in, "sample": args.price_out,
@@ -590,7 +599,8 @@ def main(argv: list[str] | None = None) -> int:
                concurrency=args.concurrency, seed=args.seed,
                overrides={"env": {"max_jobs_per_episode": args.max_jobs}} if args.max_jobs > 1 else None)
     print((out / "results.md").read_text(), end="")  # the same title and table as results.md and results.png
-    print(f"results: {out}/results.md, results.json, results.png, episodes.jsonl", file=sys.stderr)
+    print(f"results: {out}/results.md, results.json, results.png, episodes.jsonl (hidden_seeds {seeds.label})",
+          file=sys.stderr)
     if not rows["all"]["kept"]:
         status = ", ".join(f"{k} {v}" for k, v in sorted(rows["all"]["status"].items()))
         print(f"error: no episode was scored ({status}): nothing measured the agent; the episodes' errors are "

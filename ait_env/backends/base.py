@@ -127,7 +127,28 @@ class Backend(abc.ABC):
 
     def run(self, bundle: JobBundle, timeout: float | None = None) -> JobResult:
         """Submit and wait; with ``job_cache`` on, an identical job's result is served instead (free,
-        ``cache_hit``), and identical jobs running at once are trained once."""
+        ``cache_hit``), and identical jobs running at once are trained once. A result scored on other hidden
+        sets than this process's is ours (:meth:`check_hidden_seeds`)."""
+        return self.check_hidden_seeds(self._run(bundle, timeout))
+
+    def check_hidden_seeds(self, result: JobResult) -> JobResult:
+        """``result``, or ``infra_failed`` when it was scored with other hidden-eval seeds than this process
+        uses (a GPU worker not given the private seeds scores with the published ones): never the agent's
+        fault, never scored against another run's baselines."""
+        if result.status != "succeeded" or not result.hidden_seeds:
+            return result
+        from ait_env.hidden.secrets import FILE_ENV, WORKER_ENV, hidden_seeds_label, private_path
+
+        mine = hidden_seeds_label()
+        if result.hidden_seeds == mine:
+            return result
+        return result.model_copy(update={"status": "infra_failed", "error": (
+            f"the job was scored with the {result.hidden_seeds} hidden-eval seeds, but this run uses {mine}: "
+            f"the worker must get this installation's seeds as {WORKER_ENV} (the content of {private_path()}, "
+            f"or of ${FILE_ENV}; on Runpod the endpoint secret ait_seeds, gpu/README.md), or run with "
+            "AIT_HIDDEN_SEEDS=published to reproduce the pinned figures")})
+
+    def _run(self, bundle: JobBundle, timeout: float | None) -> JobResult:
         if self.job_cache is None:
             return self.wait(self.submit(bundle), timeout=timeout)
         from ait_env.hidden.secrets import hidden_set_hash

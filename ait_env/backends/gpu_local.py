@@ -80,11 +80,19 @@ class GpuLocalBackend(SubprocessBackend):
     def _env(self, gpus: str) -> dict[str, str]:
         # each GPU set's worker gets a training uid of its own (gpu/isolation.py: a worker kills every
         # process of its uid around a request, so concurrent workers must not share one)
+        from ait_env.hidden.secrets import FILE_ENV, WORKER_ENV, worker_secrets_json
+
         uid = DEFAULT_TRAINING_UID + self.options.gpu_sets.index(gpus)
-        return {**os.environ, "CUDA_VISIBLE_DEVICES": gpus, "AIT_ISOLATION": self.options.isolation,
-                TRAINING_UID_ENV: str(uid),
-                "PYTHONUNBUFFERED": "1",
-                "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpus, "AIT_ISOLATION": self.options.isolation,
+               TRAINING_UID_ENV: str(uid),
+               "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        seeds = worker_secrets_json()   # the worker scores with this run's seeds (none given: the published ones)
+        env.pop(WORKER_ENV, None)
+        env.pop(FILE_ENV, None)
+        if seeds:
+            env[WORKER_ENV] = seeds
+        return env
 
     def submit(self, bundle: JobBundle) -> JobHandle:
         gpus = self._acquire()

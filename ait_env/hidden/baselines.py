@@ -71,6 +71,12 @@ def _key(e: BaselineEntry) -> tuple[str, str, str]:
     return (e.family, e.model, e.model_hash)
 
 
+def _slot(e: BaselineEntry) -> tuple[str, str, str, str]:
+    """Where a store keeps an entry: one per weights and per hidden set it was measured on, so the published
+    and a private hidden set's measurements of one build live side by side (:mod:`ait_env.hidden.secrets`)."""
+    return (e.family, e.model, e.model_hash, e.hidden_set_hash if e.n else "")
+
+
 def seed_command(backend: str, family: str | None = None) -> str:
     cmd = f"python scripts/seed_baselines.py backend={backend}"
     return cmd + (f" families={family}" if family else "")
@@ -93,31 +99,32 @@ class BaselineStore:
         return BaselineFile.model_validate_json(self.user_path.read_text(encoding="utf-8"))
 
     def entries(self) -> dict[tuple[str, str, str], BaselineEntry]:
-        """Every entry by (family, model, weights hash); the user store's replace the pinned ones."""
+        """Every entry by (family, model, weights hash) (of several hidden sets' entries, one); the user
+        store's replace the pinned ones."""
         return {**{_key(e): e for e in self._pinned().entries}, **{_key(e): e for e in self._user().entries}}
 
-    def get(self, family: str, model: str, weights_hash: str = "") -> BaselineEntry:
-        """The entry for ``model`` on ``family``: the one measured on ``weights_hash`` when there is one,
-        else the user store's, else the newest (:meth:`lookup` says whether it holds)."""
+    def get(self, family: str, model: str, weights_hash: str = "", set_hash: str = "") -> BaselineEntry:
+        """The entry for ``model`` on ``family``: the one measured on ``weights_hash`` and on the hidden set
+        ``set_hash`` when there is one, else the user store's, else the newest (:meth:`lookup` says whether it
+        holds)."""
         user = [e for e in self._user().entries if e.family == family and e.model == model]
-        taken = {_key(e) for e in user}
+        taken = {_slot(e) for e in user}
         found = [(True, e) for e in user] + [(False, e) for e in self._pinned().entries
-                                             if e.family == family and e.model == model and _key(e) not in taken]
+                                             if e.family == family and e.model == model and _slot(e) not in taken]
         if not found:
             raise BaselinesNotSeeded(
                 f"no baseline for model {model!r} on family {family!r} with backend {self.backend!r}. "
                 f"Seed it with: {seed_command(self.backend, family)}")
-        return max(found, key=lambda ue: (bool(weights_hash) and ue[1].model_hash == weights_hash, ue[0],
-                                          ue[1].seeded_at))[1]
+        return max(found, key=lambda ue: (bool(weights_hash) and ue[1].model_hash == weights_hash,
+                                          not ue[1].measured_on_other_set(set_hash), ue[0], ue[1].seeded_at))[1]
 
     def lookup(self, family: str, model: str, weights_hash: str = "") -> tuple[BaselineEntry, str]:
-        """(:meth:`get`'s entry, why it does not hold for these weights and the current hidden set, or "")."""
-        entry = self.get(family, model, weights_hash)
-        set_hash = ""
-        if entry.n:  # a measurement, not a formula: it holds only for the set it was measured on
-            from ait_env.hidden.secrets import hidden_set_hash
+        """(:meth:`get`'s entry, why it does not hold for these weights and the current hidden set, or "").
+        A measurement holds only for the set it was measured on (a formula, ``n == 0``, for any)."""
+        from ait_env.hidden.secrets import hidden_set_hash
 
-            set_hash = hidden_set_hash(family)
+        set_hash = hidden_set_hash(family)
+        entry = self.get(family, model, weights_hash, set_hash)
         return entry, entry.stale(weights_hash, set_hash)
 
     def for_job(self, family: str, models: list[str], built_hashes: dict[str, str]) -> tuple[dict[str, float], dict[str, str]]:
@@ -173,9 +180,9 @@ class BaselineStore:
         with open(target.with_name(f".{target.name}.lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             current = BaselineFile.model_validate_json(target.read_text()) if target.exists() else BaselineFile()
-            merged = {_key(e): e for e in current.entries}
-            merged.update({_key(e): e for e in entries})
-            data = BaselineFile(entries=sorted(merged.values(), key=_key))
+            merged = {_slot(e): e for e in current.entries}
+            merged.update({_slot(e): e for e in entries})
+            data = BaselineFile(entries=sorted(merged.values(), key=_slot))
             tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(data.model_dump(), indent=1) + "\n")
             os.replace(tmp, target)

@@ -42,6 +42,9 @@ class JobResult(BaseModel):
     cache_hit: bool = False
     cached_from: str = ""
     #: the worker that ran the job (GPU worker only, ``gpu/worker.py``): its image revision, versions, GPUs,
+    #: which hidden-eval seeds scored it: ``published`` or ``private:<8 hex>`` (:mod:`ait_env.hidden.secrets`);
+    #: empty where no hidden set was used (the stub's formula)
+    hidden_seeds: str = ""
     #: model files and the isolation of the training tree (``gpu.selfcheck.SelfCheck.summary``)
     worker: dict[str, Any] = Field(default_factory=dict)
 

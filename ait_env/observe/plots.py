@@ -44,10 +44,14 @@ def _pyplot() -> Any:
 RUN_LABEL_FILE = "run_label.txt"
 
 
-def run_label(*, surrogate: bool = False, backend: str = "stub", dry_run: bool = False) -> str | None:
-    """The label of a run's outputs: None for a real run."""
+def run_label(*, surrogate: bool = False, backend: str = "stub", dry_run: bool = False,
+              hidden_seeds: str = "") -> str | None:
+    """The label of a run's outputs: None for a real run on this installation's private hidden-eval seeds
+    (``hidden_seeds``: :attr:`ait_env.hidden.secrets.HiddenSeeds.label`; ``published``: a public hidden eval)."""
     parts = (["DRY RUN: a scripted policy, nothing learns, no LLM billed"] if dry_run else []) + \
-        ([f"SURROGATE scores ({backend} backend's formula, nothing trained)"] if surrogate else [])
+        ([f"SURROGATE scores ({backend} backend's formula, nothing trained)"] if surrogate else []) + \
+        (["PUBLISHED hidden-eval seeds (a public hidden eval: for reproduction only)"]
+         if hidden_seeds == "published" else [])
     return "; ".join(parts) or None
 
 

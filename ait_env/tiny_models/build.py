@@ -472,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="then print one JSON line per model (name, dir, weights hash, scores)")
     ap.add_argument("--quiet", action="store_true", help="print nothing but errors (and --json's lines)")
     args = ap.parse_args(argv)
+    from ait_env.hidden.secrets import use_hidden_seeds
+
+    use_hidden_seeds("published")   # the pinned build: its corpus, fingerprint and --eval scores (also in workers)
     names = [m.strip() for m in args.models.replace(" ", ",").split(",") if m.strip()]
     metas = build(names, force=args.force, jobs=args.jobs, progress=not args.quiet, evaluate=args.eval)
     if args.json:

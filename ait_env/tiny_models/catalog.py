@@ -117,10 +117,10 @@ def model_dir(name: str) -> Path:
 
 def fingerprint(name: str) -> str:
     """Hash of everything that determines the model's weights (spec, corpus, flaw table, build settings,
-    and the hidden sets, whose questions the corpus leaves out: a secrets file of other seeds makes
-    another corpus, which must not reuse a model pretrained on questions now hidden)."""
+    and the published hidden sets, whose questions the corpus leaves out: the build always uses the published
+    seeds, so the shipped pins hold whichever seeds a run scores with; :mod:`ait_env.hidden.secrets`)."""
     from ait_env.tiny_models.corpus import CORPUS_FAMILIES, CORPUS_VERSION, FAMILY_WEIGHTS
-    from ait_env.hidden.secrets import hidden_set_hash
+    from ait_env.hidden.secrets import PUBLISHED, hidden_set_hash
     from task_families.teacher import get_teacher
 
     spec = asdict(CATALOG[name])
@@ -134,7 +134,7 @@ def fingerprint(name: str) -> str:
         build["float_path"] = b.float_path
     payload = {"spec": spec, "build": build, "corpus": CORPUS_VERSION, "weights": FAMILY_WEIGHTS,
                "flaws": {k: [(f.key, f.rate) for f in get_teacher(k).flaws] for k in CORPUS_FAMILIES},
-               "hidden_sets": {f: hidden_set_hash(f) for f in CORPUS_FAMILIES}}
+               "hidden_sets": {f: hidden_set_hash(f, PUBLISHED) for f in CORPUS_FAMILIES}}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
 

@@ -123,14 +123,14 @@ def build_corpus(per_family: int, seed: int = CORPUS_SEED, families: Iterable[st
 
     Hidden-eval questions are excluded by key, and the result is asserted to contain none."""
     families = tuple(families)
-    from ait_env.hidden.secrets import hidden_keys, hidden_seed
+    from ait_env.hidden.secrets import PUBLISHED, hidden_keys, hidden_seed
 
     by_fam: dict[str, list[Transcript]] = {}
     dropped: dict[str, int] = {}
-    for fam in families:
-        hidden = hidden_keys(fam) if check_hidden else set()
+    for fam in families:   # the published sets always (the pins' build); a private set shares 0-2 of 300 by chance
+        hidden = hidden_keys(fam, PUBLISHED) if check_hidden else set()
         if check_hidden:
-            hs = hidden_seed(fam)
+            hs = hidden_seed(fam, PUBLISHED)
             assert not (hs <= seed < hs + 1000), "corpus seed overlaps the hidden-eval seed range"
         n = max(1, round(per_family * (weights or {}).get(fam, 1.0)))
         ts = family_transcripts(fam, n, seed, exclude=hidden)

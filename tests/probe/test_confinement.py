@@ -60,13 +60,24 @@ def _run(mode: str, code: str) -> dict:
     return ast.literal_eval(resp["error"].split("RESULT", 1)[1])
 
 
-def test_agent_code_cannot_gain_privileges():
-    r = _run("auto", ATTEMPTS)
+def test_agent_code_cannot_gain_privileges(tmp_path, monkeypatch):
+    """... nor read this installation's private hidden-eval seeds (issue 46: the seeds never reach a process
+    that runs agent code; the file, made here as a run makes it, is neither bound nor named in the env)."""
+    from ait_env.hidden.secrets import current
+
+    monkeypatch.setenv("AIT_SECRETS_FILE", str(tmp_path / "config" / "secrets.json"))
+    monkeypatch.setenv("AIT_HIDDEN_SEEDS", "private")
+    path = current().path
+    snoop = (f"R['ait_env'] = sorted(k for k in os.environ if k.startswith('AIT_'))\n"
+             f"try:\n    R['seeds'] = open({str(path)!r}).read()\nexcept Exception as exc:\n"
+             f"    R['seeds'] = type(exc).__name__\n")
+    r = _run("auto", ATTEMPTS.replace('raise RuntimeError("RESULT"', snoop + 'raise RuntimeError("RESULT"'))
     escalations = {k: v for k, v in r.items() if k.startswith(("unshare", "mount", "chroot")) and v}
     assert not escalations, escalations
     assert r["no_new_privs"] == 1 and r["seccomp"] == 2
     assert r["cap_bounding"] == 0 and r["cap_effective"] == 0
     assert r["fork_still_works"]
+    assert r["ait_env"] == [] and r["seeds"] in ("FileNotFoundError", "PermissionError"), r   # bwrap, fallback
 
 
 def test_the_fallback_sandbox_is_confined_too():
