@@ -304,7 +304,7 @@ def run(bundle_dir: Path, backend: BackendSettings, progress: bool = True,
     except InfraFailed as exc:
         tee(f"cannot run the job: {exc}")
         result = JobResult(job_id=job_id, backend=backend.name, status="infra_failed", error=str(exc)[:2000],
-                           wall_seconds=time.time() - t0)
+                           fault=getattr(exc, "code", ""), baselines=known, wall_seconds=time.time() - t0)
     except Exception as exc:  # noqa: BLE001 - anything else is ours
         tee(f"infrastructure failure: {type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}")
         result = JobResult(job_id=job_id, backend=backend.name, status="infra_failed",

@@ -3,7 +3,9 @@
 :meth:`LocalBackend.submit` starts ``python -m ait_env.runner <bundle>`` (the one job runner, with the
 local trainer executor :mod:`ait_env.cpu_trainer.executor`) in a subprocess; :meth:`LocalBackend.wait` waits
 for it and reads the bundle's ``result.json``. A runner that dies without a result is an
-``infra_failed`` result (its exit code and log tail are reported). The models are built beforehand,
+``infra_failed`` result (its exit code and log tail are reported). A job stopped because the machine was too
+slow (``infra_failed``, fault ``slow_machine``: it kept within its work budget, :mod:`ait_env.cpu_trainer.budget`)
+is run again ``slow_machine_retries`` times (default 1) before it is reported. The models are built beforehand,
 as a step of their own (``python -m ait_env.tiny_models.build``; ``scripts/main.sh`` runs it): a job whose
 model is not built ends at once as ``infra_failed`` naming that command, and never builds inside a job.
 
@@ -29,6 +31,7 @@ from ait_env.jobs.settings import BackendSettings, TokenCounter
 from ait_env.jobs.result import JobResult
 from ait_env.hidden.baselines import BaselineEntry
 from ait_env.jobs.bundle import JobBundle
+from ait_env.cpu_trainer.budget import SLOW_MACHINE
 from ait_env.cpu_trainer.executor import LocalExecutorOptions
 
 
@@ -37,6 +40,9 @@ class LocalOptions(LocalExecutorOptions):
 
     #: jobs that train at the same time (more wait in submit); None = no limit
     max_parallel_jobs: int | None = Field(None, ge=1)
+    #: times a job stopped because the machine was too slow (``infra_failed``, fault ``slow_machine``: past its
+    #: backstop within its work budget, :mod:`ait_env.cpu_trainer.budget`) is run again before it is reported
+    slow_machine_retries: int = Field(1, ge=0)
 
 
 class LocalBackend(SubprocessBackend):
@@ -115,7 +121,17 @@ class LocalBackend(SubprocessBackend):
         if handle.meta.get("refused"):
             return JobResult(job_id=handle.job_id, backend=self.name, status="infra_failed",
                              error=handle.meta["refused"])
-        return super().wait(handle, timeout)
+        result = super().wait(handle, timeout)
+        tries = int(handle.meta.get("slow_machine_retries", 0))
+        if result.status == "infra_failed" and result.fault == SLOW_MACHINE and tries < self.options.slow_machine_retries:
+            sys.stderr.write(f"ait local backend: job {handle.job_id}: {result.error[:300]}; running it again "
+                             f"(retry {tries + 1} of {self.options.slow_machine_retries})\n")
+            again = self.submit(JobBundle.load(Path(handle.meta["root"])))
+            again.meta["slow_machine_retries"] = tries + 1
+            return self.wait(again, timeout)
+        if tries:
+            result.timings["slow_machine_retries"] = float(tries)
+        return result
 
     def measure_baseline(self, family: str, model: str) -> BaselineEntry:
         from ait_env.tiny_models.catalog import weights_hash

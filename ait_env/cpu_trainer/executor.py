@@ -12,7 +12,11 @@ It implements :class:`ait_env.runner.TrainerExecutor` for the generic runner:
   the endpoint serves every weight update at once, so eval points and the post eval score the model
   being trained;
 - the final weights are saved as servable HF files in ``<bundle>/outputs/weights/step_N`` (prime-rl's
-  layout).
+  layout);
+- limits in work, not seconds (:mod:`ait_env.cpu_trainer.budget`): each step's results are awaited by a
+  :class:`~ait_env.cpu_trainer.budget.StepWatch` over the endpoint's counters and the sandbox's CPU seconds
+  (read from outside it); the sandbox's wall clock is the job's backstop (``wall_backstop_s``), whose stop is
+  ours (``infra_failed``, ``slow_machine``), and its CPU rlimit the job's CPU budget.
 
 Progress: a tqdm bar on a terminal; where stderr is a file or a pipe (``bash scripts/main.sh | tee log``)
 one plain line (:func:`progress_line`) about every fifth of the steps, so a log holds no bar redraws.
@@ -32,6 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from ait_env.jobs.settings import BackendSettings, RunnerSettings
 from ait_env.jobs.bundle import JobBundle
 from ait_env.runner import InfraFailed, JobFailed, Log, Served, Trained
@@ -40,14 +46,23 @@ from task_families import get_family
 ROLLOUT_WORKER = Path(__file__).with_name("rollout_worker.py")
 
 
-def worker_stopped(resp: Any, *, steps_done: int, max_steps: int, wall_s: float) -> JobFailed:
+def worker_stopped(resp: Any, *, steps_done: int, max_steps: int, wall_s: float, cpu_s: float) -> Exception:
     """The failure of a job whose sandboxed rollout worker ended during training. The sandbox stops the
-    worker at the job's wall clock (``bounds.wall_clock_minutes``; its answer ``{"status": "timeout"}``):
-    that limit is the job's, said as the GPU executor says it, not blamed on the environment's code."""
+    worker at the job's backstop (``wall_s``; its answer ``{"status": "timeout"}``): on this backend a wall-clock
+    stop measures the machine, not the job, whose work is bounded step by step (:mod:`ait_env.cpu_trainer.budget`),
+    so it is ours (``infra_failed``, ``slow_machine``). The kernel stops a worker process past its CPU rlimit
+    (``cpu_s``, the job's CPU budget; SIGXCPU): the job's. Any other end is the environment's code."""
+    from ait_env.cpu_trainer.budget import SLOW_MACHINE, load_text
+
     if isinstance(resp, dict) and resp.get("status") == "timeout":
-        return JobFailed(f"the job ran past its wall-clock limit of {wall_s / 60:g} min "
-                         f"(bounds.wall_clock_minutes) after {steps_done} of {max_steps} training steps. Lower "
-                         "max_steps, batch_size or sampling.max_tokens so that it fits, or raise the bound.")
+        return InfraFailed(f"the machine was too slow: the job was still training after {wall_s:.0f} s, at "
+                           f"{steps_done} of {max_steps} steps ({load_text()}), within its work budget, so not "
+                           "its fault. Run it on a less busy machine, or raise the local backend's "
+                           "wall_backstop_s", code=SLOW_MACHINE)
+    if isinstance(resp, dict) and resp.get("signal") == "SIGXCPU" and resp.get("status") == "crashed":
+        return JobFailed(f"the rollout worker (your environment's code) was stopped by its CPU limit of "
+                         f"{cpu_s:.0f} CPU seconds for the whole job (SIGXCPU) after {steps_done} of "
+                         f"{max_steps} training steps: make the tools or the rubric cheaper")
     return JobFailed("the rollout worker (your environment's code) stopped during training: "
                      f"{json.dumps(resp or {}, default=str)[:1500]}")
 
@@ -63,9 +78,19 @@ class LocalExecutorOptions(RunnerSettings):
     #: or "auto" (a GPU when torch sees one). Sampling draws stay on the CPU either way (engine docstring).
     device: str = "cpu"
     seed: int = 0
+    #: seconds of a step without results after which :class:`ait_env.cpu_trainer.budget.StepWatch` looks at who
+    #: used them: an idle endpoint and an idle sandbox fail the job (its code waits on itself); else it waits on
     step_timeout_s: float = 600.0
     max_model_len: int | None = None
     sandbox_memory_mb: int = 3072
+    #: the agent's code's CPU budget (the sandbox's CPU seconds, whatever the load): per rollout, and to load
+    #: the environment (:class:`ait_env.cpu_trainer.budget.WorkBudget`)
+    cpu_s_per_rollout: float = Field(1.0, gt=0)
+    load_cpu_s: float = Field(300.0, gt=0)
+    #: a job still training this many seconds after it started is stopped as the machine's fault
+    #: (``infra_failed``, ``slow_machine``): on this backend the wall clock is a backstop, not the job's limit.
+    #: None: 4 x ``bounds.wall_clock_minutes``
+    wall_backstop_s: float | None = Field(None, gt=0)
 
 
 def _is_terminal(stream: Any) -> bool:
@@ -94,6 +119,18 @@ def load_base_model(name: str) -> tuple[Any, Any]:
         raise InfraFailed(str(exc)) from None
 
 
+def work_budget(job: Any, backend: BackendSettings, opts: LocalExecutorOptions) -> Any:
+    """The :class:`~ait_env.cpu_trainer.budget.WorkBudget` of ``job`` on this backend: its rollouts per step and
+    ``seq_len``, the options' CPU budget and idle window, and the backstop (``wall_backstop_s``, by default 4 x
+    ``bounds.wall_clock_minutes``)."""
+    from ait_env.cpu_trainer.budget import WorkBudget
+
+    return WorkBudget(rollouts=job.prime_rl.batch_size, seq_len=job.prime_rl.seq_len,
+                      cpu_s_per_rollout=opts.cpu_s_per_rollout, load_cpu_s=opts.load_cpu_s,
+                      window_s=opts.step_timeout_s,
+                      backstop_s=opts.wall_backstop_s or 4 * backend.bounds.wall_clock_minutes * 60)
+
+
 class LocalExecutor:
     """See the module docstring. Built by the runner per job; :meth:`close` stops everything it started."""
 
@@ -119,10 +156,12 @@ class LocalExecutor:
         log(f"{self.model_name} on {self.device}{gpu}")
         self.max_len = self.opts.max_model_len or min(self.job.prime_rl.seq_len,
                                                       self.model.cfg.max_position_embeddings)
-        wall = backend.bounds.wall_clock_minutes * 60
+        self.budget = work_budget(self.job, backend, self.opts)
         self.sandbox = Sandbox(SandboxSettings(limits=SandboxLimits(
-            cpu_seconds=int(wall * 2), memory_mb=self.opts.sandbox_memory_mb, wall_seconds=wall,
+            cpu_seconds=int(self.budget.job_cpu_s(self.job.prime_rl.max_steps)),
+            memory_mb=self.opts.sandbox_memory_mb, wall_seconds=self.budget.backstop_s + 60,
             max_processes=64, file_size_mb=64)), jobs={"rollout_worker": ROLLOUT_WORKER})
+        self._started = time.monotonic()
         self.ep: Any = None
         self._workdir: tuple[Path, str] | None = None
 
@@ -180,16 +219,16 @@ class LocalExecutor:
                 ep.channel.abort(f"the sandboxed rollout worker ended: {worker_out}")
 
         thread = threading.Thread(target=_worker, name="ait-rollout-worker", daemon=True)
+        watch = self._watch()
         thread.start()
         try:
-            hello = ep.channel.wait_results(-1, opts.step_timeout_s)
+            hello = watch.wait(-1)
         except WorkerGone:
             if "infra" in worker_out:
                 raise RuntimeError(f"the sandbox failed: {worker_out['infra']}") from None
+            if isinstance(worker_out.get("resp"), dict) and worker_out["resp"].get("status") == "timeout":
+                raise self._stopped(worker_out.get("resp"), 0) from None
             raise JobFailed(f"the rollout worker did not start: {json.dumps(worker_out, default=str)[:1500]}") from None
-        except TimeoutError:
-            raise JobFailed(f"your environment did not load within {opts.step_timeout_s:.0f} s in the rollout "
-                            "worker") from None
         # the worker's process runs the agent's code: what it posts is untrusted input
         if not isinstance(hello, dict):
             raise JobFailed("the rollout worker's first message is not a JSON object")
@@ -202,7 +241,7 @@ class LocalExecutor:
         self.log(f"sandboxed rollout worker ready ({self.sandbox.mode}); dataset rows: {rows}; "
                  f"lr {job.prime_rl.optim.lr:g} x lr_scale {opts.lr_scale:g} = {job.prime_rl.optim.lr * opts.lr_scale:g}")
         trainer = LocalGRPOTrainer(ep, job, rows, lr_scale=opts.lr_scale, seed=opts.seed,
-                                   step_timeout_s=opts.step_timeout_s, audit=self._audit())
+                                   step_timeout_s=opts.step_timeout_s, audit=self._audit(), watch=watch)
         bar = None
         plain_every = 0  # progress as plain lines: stderr is a file or a pipe (a tee'd log), no tqdm redraws
         if self.progress and _is_terminal(sys.stderr):
@@ -239,8 +278,7 @@ class LocalExecutor:
         except WorkerGone:
             if "infra" in worker_out:
                 raise RuntimeError(f"the sandbox failed: {worker_out['infra']}") from None
-            raise worker_stopped(worker_out.get("resp"), steps_done=done[0], max_steps=job.prime_rl.max_steps,
-                                 wall_s=self.backend.bounds.wall_clock_minutes * 60) from None
+            raise self._stopped(worker_out.get("resp"), done[0]) from None
         finally:
             if bar is not None:
                 bar.close()
@@ -260,8 +298,30 @@ class LocalExecutor:
                   "step_seconds": [s.seconds for s in logs], "trained_tokens": [float(s.loss_tokens) for s in logs],
                   # the update's health: tokens outside the trust region, ratio to the sampler, gradient
                   **{k: [float(s.metrics.get(k, 0.0)) for s in logs]
-                     for k in ("masked_frac", "ratio_mean", "grad_norm", "rollout_errors")}}
+                     for k in ("masked_frac", "ratio_mean", "grad_norm", "rollout_errors", "agent_cpu_s",
+                               "endpoint_busy_s")}}
         return Trained(train_seconds=train_seconds, curves=curves, timings=timings, weights=weights)
+
+    def _watch(self) -> Any:
+        """The job's :class:`~ait_env.cpu_trainer.budget.StepWatch`: the step channel, the endpoint's counters
+        and the sandbox's CPU seconds (read from outside it), under :attr:`budget`."""
+        from ait_env.cpu_trainer.budget import StepWatch
+        from ait_env.sandbox.processes import tree_cpu_seconds
+
+        ep, sandbox = self.ep, self.sandbox
+        stats = ep.stats
+
+        def cpu() -> float:
+            pid = sandbox.pid
+            return tree_cpu_seconds(pid) if pid is not None else 0.0
+
+        return StepWatch(self.budget, ep.channel.wait_results,
+                         lambda: (float(stats["gen_seconds"]), int(stats["generated_tokens"]), int(stats["requests"])),
+                         cpu, started=self._started)
+
+    def _stopped(self, resp: Any, steps_done: int) -> Exception:
+        return worker_stopped(resp, steps_done=steps_done, max_steps=self.job.prime_rl.max_steps,
+                              wall_s=self.budget.backstop_s, cpu_s=self.budget.job_cpu_s(self.job.prime_rl.max_steps))
 
     def _audit(self) -> Any:
         """The training audit of this job: the hidden set's questions stay in this process (outside the

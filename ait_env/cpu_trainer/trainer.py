@@ -121,10 +121,12 @@ class StepLog:
 
 class LocalGRPOTrainer:
     def __init__(self, endpoint: LocalEndpoint, job: Job, dataset_size: int, *, lr_scale: float, seed: int = 0,
-                 step_timeout_s: float = 600.0, micro_batch: int = 32, audit: Any = None) -> None:
+                 step_timeout_s: float = 600.0, micro_batch: int = 32, audit: Any = None, watch: Any = None) -> None:
         """``audit``: a :class:`ait_env.probe.training_audit.TrainingAudit` that reviews every recorded turn before
-        it is trained on (it raises the job's failure)."""
+        it is trained on (it raises the job's failure). ``watch``: a :class:`ait_env.cpu_trainer.budget.StepWatch`
+        that waits for each step's results under the job's work budget (None: ``step_timeout_s`` of wall clock)."""
         self.audit = audit
+        self.watch = watch
         self.ep = endpoint
         self.job = job
         self.p = job.prime_rl
@@ -148,8 +150,10 @@ class LocalGRPOTrainer:
             indices = [self.rng.randrange(self.n_rows) for _ in range(prompts_per_step)]
             self.ep.channel.publish({"step": step, "indices": indices, "group_size": self.p.group_size,
                                      "sampling_args": self.sampling_args(), "model": self.ep.model_name})
+            usage = self.watch.usage() if self.watch is not None else None
             try:
-                res = self.ep.channel.wait_results(step, self.step_timeout_s)
+                res = (self.watch.wait(step) if self.watch is not None
+                       else self.ep.channel.wait_results(step, self.step_timeout_s))
             except TimeoutError:
                 raise RolloutWorkerError(f"your environment's rollouts for step {step + 1} did not finish within "
                                          f"{self.step_timeout_s:.0f} s (a hang, or far too slow tools or "
@@ -169,6 +173,9 @@ class LocalGRPOTrainer:
                     errors += r.get("error") is not None
             advs = grpo.advantages(rewards, self.p.group_size, self.p.algo.type)
             metrics: dict[str, float] = {"rollout_errors": float(errors)}
+            if usage is not None and self.watch is not None:   # the step's work: the agent's CPU, the endpoint's
+                used = self.watch.usage().minus(usage)
+                metrics.update(agent_cpu_s=round(used.cpu_s, 2), endpoint_busy_s=round(used.busy_s, 2))
             with self.ep.lock:   # sampling sees whole weight updates
                 lr, trained = grpo.rl_step(self.ep.model, self.opt, rollouts, advs, self.p, step,
                                            self.lr_scale, self.ep.tok.pad_id, self.micro_batch)

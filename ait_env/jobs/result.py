@@ -34,7 +34,8 @@ class JobResult(BaseModel):
     timings: dict[str, float] = Field(default_factory=dict)
     error: str = ""
     #: the class of a ``job_failed`` the reward treats apart (``ait_env.episode.reward.FORFEITING_FAULTS``, e.g.
-    #: ``"eval_leak"``: the job trained on hidden-eval data); empty otherwise
+    #: ``"eval_leak"``: the job trained on hidden-eval data), or of an ``infra_failed`` a backend treats apart
+    #: (``"slow_machine"``: retried by the local backend); empty otherwise
     fault: str = ""
     log_tail: str = ""
     #: served from the job result cache: nothing was trained or paid for this job; ``cached_from`` is the

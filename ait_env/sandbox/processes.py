@@ -2,7 +2,7 @@
 (the sandbox host, the local and gpu-local backends, the worker's training jail and prime-rl executor).
 
 - **The process table** (Linux ``/proc``): :func:`process_table`, :func:`live_descendants`,
-  :func:`processes_of_uid`; zombies count as gone.
+  :func:`processes_of_uid`; zombies count as gone. :func:`tree_cpu_seconds`: the CPU time of a process tree.
 - **Killing**: :func:`kill_all` (pids, a uid, everything below a pid: rescanned until none is left),
   :func:`kill_tree` (a ``Popen``, its group and every process below it; never raises),
   :func:`kill_as_uid`, :func:`become_subreaper`.
@@ -93,6 +93,36 @@ def live_descendants(pid: int, table: dict[int, Proc] | None = None) -> set[int]
                 out.add(k)
                 todo.append(k)
     return {p for p in out if table[p].state != "Z"}
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) the process ``pid`` and every process below it have used, by the kernel's
+    accounting: each one's own time and its reaped children's, zombies included, so a child that exited is
+    not lost. Read from outside a sandbox, nothing inside can lower it. 0.0 when ``pid`` is gone."""
+    stats: dict[int, tuple[int, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            # after the command: state ppid ... utime(11) stime(12) cutime(13) cstime(14)
+            stats[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
+        except (OSError, IndexError, ValueError):
+            continue
+    kids: dict[int, list[int]] = {}
+    for p, (ppid, _) in stats.items():
+        kids.setdefault(ppid, []).append(p)
+    total, todo, seen = 0.0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen or p not in stats:
+            continue
+        seen.add(p)
+        total += stats[p][1]
+        todo.extend(kids.get(p, []))
+    return total
 
 
 def processes_of_uid(uid: int, table: dict[int, Proc] | None = None) -> set[int]:
