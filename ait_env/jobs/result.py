@@ -42,10 +42,10 @@ class JobResult(BaseModel):
     #: job id the result was measured under
     cache_hit: bool = False
     cached_from: str = ""
-    #: the worker that ran the job (GPU worker only, ``gpu/worker.py``): its image revision, versions, GPUs,
     #: which hidden-eval seeds scored it: ``published`` or ``private:<8 hex>`` (:mod:`ait_env.hidden.secrets`);
     #: empty where no hidden set was used (the stub's formula)
     hidden_seeds: str = ""
+    #: the worker that ran the job (GPU worker only, ``gpu/worker.py``): its image revision, versions, GPUs,
     #: model files and the isolation of the training tree (``gpu.selfcheck.SelfCheck.summary``)
     worker: dict[str, Any] = Field(default_factory=dict)
 
