@@ -145,7 +145,7 @@ class ScriptedModel:
         self._by_call: dict[str, Conversation] = {}
         self._by_response: dict[str, Conversation] = {}
         self.refused: list[str] = []     # why requests were answered with an error (for the probe's message)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -239,8 +239,14 @@ class ScriptedModel:
                 cid = call.get("id") if isinstance(call, dict) else None
                 if isinstance(cid, str) and cid in self._by_call:
                     return self._by_call[cid]
-        prompt = "\n".join(content_text(m.get("content")) for m in messages)
-        matches = [k for k, (question, _) in enumerate(self.examples) if question in prompt]
+        # the row's question is in the last user message (few-shot examples before it may quote other dev
+        # questions); else anywhere in the prompt
+        users = [content_text(m.get("content")) for m in messages if m.get("role") == "user"]
+        matches: list[int] = []
+        for text in ([users[-1]] if users else []) + ["\n".join(content_text(m.get("content")) for m in messages)]:
+            matches = [k for k, (question, _) in enumerate(self.examples) if question in text]
+            if len(matches) == 1:
+                break
         if len(matches) != 1:
             return ("a prompt that does not ask exactly one of the dev examples' questions (the probe hands "
                     "the environment rows whose prompt is the question: keep the row's prompt in what you send)")
