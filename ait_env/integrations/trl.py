@@ -32,8 +32,9 @@ the same slot). The contract, and how this module meets it:
   (``GRPOTrainer._calculate_rewards`` and ``_generate_and_score_completions``). Keep the env the only
   reward source, or return ``None`` from every other reward function for such rollouts.
 - **Tokenizers**: :func:`prepare_tokenizer` lets TRL parse the tool calls of the project's own tiny
-  models (their chat format, :mod:`ait_env.tiny_models.chat`); models whose chat template TRL knows (Qwen3,
-  Llama 3, ...) need nothing.
+  models (their chat format, :mod:`ait_env.tiny_models.chat`) and gives a ChatML model whose template has no
+  tools (SmolLM2-135M-Instruct) a ChatML template with Hermes tool calls; models whose chat template TRL knows
+  (Qwen3, Llama 3, ...) need nothing.
 
 Every TRL- and transformers-version-specific detail of the project lives in this module.
 """
@@ -91,12 +92,33 @@ LOCAL_RESPONSE_TEMPLATE: dict[str, Any] = {
 
 
 def prepare_tokenizer(tokenizer: Any) -> Any:
-    """Give a tokenizer of the project's local models (chat template :data:`ait_env.tiny_models.chat.CHAT_TEMPLATE`)
-    the response template TRL needs to parse its tool calls (transformers >= 5.13 reads it; the ``trl`` extra
-    pins 5.24.0); any other tokenizer is returned unchanged (TRL sets one itself for the formats it knows)."""
+    """Make ``tokenizer`` one TRL can train a tool-calling agent with:
+
+    - the project's local models (chat template :data:`ait_env.tiny_models.chat.CHAT_TEMPLATE`) get the response
+      template TRL needs to parse their tool calls (transformers >= 5.13 reads it; the ``trl`` extra pins 5.24.0);
+    - a ChatML model whose own template cannot render tools (SmolLM2-135M-Instruct's: ``GRPOTrainer`` refuses it,
+      "The provided chat template does not support tool calling") gets TRL's Qwen2.5 template, which is ChatML
+      with Hermes tool calls (tools listed in the system message, ``<tool_call>{json}</tool_call>`` in the reply,
+      results as ``<tool_response>`` in a user turn: the env's own text format) and whose replies TRL parses
+      (``trl.chat_template_utils.add_response_schema`` knows it), with a warning in the log. Note its default system
+      message when a conversation has none ("You are Qwen, ..."): the env's prompts always have one;
+    - any other tokenizer is returned unchanged (TRL sets a parser itself for the formats it knows)."""
     if tokenizer.chat_template == CHAT_TEMPLATE and getattr(tokenizer, "response_template", None) is None:
         tokenizer.response_template = LOCAL_RESPONSE_TEMPLATE
+    elif "<|im_start|>" in (tokenizer.chat_template or "") and not _renders_tool_calls(tokenizer):
+        from trl.chat_template_utils import qwen2_5_chat_template
+
+        logger.warning("the tokenizer's ChatML chat template cannot render tool calls: using TRL's Qwen2.5 "
+                       "template (ChatML with Hermes tool calls) so that GRPOTrainer can train it with tools")
+        tokenizer.chat_template = qwen2_5_chat_template
     return tokenizer
+
+
+def _renders_tool_calls(tokenizer: Any) -> bool:
+    """TRL's own check (``supports_tool_calling``): the template renders a call's name, arguments and result."""
+    from trl.chat_template_utils import supports_tool_calling
+
+    return bool(supports_tool_calling(tokenizer))
 
 
 def _docstring(name: str, research: bool = False) -> str:

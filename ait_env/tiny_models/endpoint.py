@@ -35,6 +35,8 @@ import queue
 import threading
 import time
 import uuid
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -191,6 +193,34 @@ class StepChannel:
             return self._results.pop(step)
 
 
+class SpokenTokens:
+    """The model's own tokens for the conversations it took part in (token in, token out).
+
+    A client sends a conversation back as text; re-tokenizing the model's earlier replies can give other ids
+    than it sampled (BPE has many spellings of one text). When a rendered prompt starts with the text of a
+    finished reply (its prompt and sampled text up to the end-of-turn token), the prompt's ids reuse that reply's
+    ids and only the rest is tokenized: the model reads its own sampled tokens, the reply's keys/values are
+    reusable, and a training rollout is one sequence whose turns extend each other
+    (:func:`ait_env.cpu_trainer.grpo.rollout_sequences`). Safe where the end-of-turn token is a special token (the
+    text after it tokenizes the same alone as in the whole). Bounded: the oldest replies are forgotten."""
+
+    def __init__(self, max_entries: int = 512) -> None:
+        self.max_entries = max_entries
+        self._by_text: OrderedDict[str, list[int]] = OrderedDict()
+
+    def put(self, text: str, ids: list[int]) -> None:
+        self._by_text[text] = ids
+        self._by_text.move_to_end(text)
+        while len(self._by_text) > self.max_entries:
+            self._by_text.popitem(last=False)
+
+    def encode(self, rendered: str, encode: Callable[[str], list[int]]) -> list[int]:
+        best = max((t for t in self._by_text if rendered.startswith(t)), key=len, default=None)
+        if best is None:
+            return encode(rendered)
+        return self._by_text[best] + encode(rendered[len(best):])
+
+
 class LocalEndpoint:
     def __init__(self, model: TinyLM, tokenizer: ChatTokenizer, model_name: str, *, host: str | None = "127.0.0.1",
                  port: int = 0, uds: str | Path | None = None, max_batch: int = 512, batch_window_s: float = 0.004, admit_wait_s: float = 0.02,
@@ -222,6 +252,7 @@ class LocalEndpoint:
         #: keys/values of finished turns, reused when the conversation continues (top_p 1 requests)
         self.reuse_kv = reuse_kv
         self.prefix_store = PrefixStore(tokenizer.im_end_id, max_tokens=held_tokens)
+        self._spoken = SpokenTokens()
         self.engine = Engine(model, tokenizer.im_end_id, self.prefix_store if reuse_kv else None, slots=engine_slots)
         self._q: queue.Queue[_Req | None] = queue.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -305,7 +336,8 @@ class LocalEndpoint:
         if int(body.get("n", 1) or 1) != 1:
             return self._error(400, "only n=1 is supported")
         try:
-            prompt_ids = self.tok.encode_chat(messages, body.get("tools") or None, add_generation_prompt=True)
+            rendered = self.tok.render(messages, body.get("tools") or None, add_generation_prompt=True)
+            prompt_ids = self._spoken.encode(rendered, self.tok.encode)
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             return self._error(400, f"could not render messages: {exc}")
         want = body.get("max_completion_tokens") or body.get("max_tokens") or 256
@@ -344,6 +376,8 @@ class LocalEndpoint:
         if body.get("ait_record"):
             self.records[rid] = Record(prompt_ids, gen.tokens, gen.logprobs, gen.finish_reason, messages,
                                        body.get("tools") or None)
+        if gen.finish_reason == "stop" and not self.parse_tool_calls:
+            self._spoken.put(rendered + text, prompt_ids + gen.tokens)
         return web.json_response(resp)
 
     async def _work(self, request: web.Request) -> web.Response:

@@ -72,3 +72,23 @@ def test_the_schedule_warms_up_then_decays_to_its_floor() -> None:
     lrs = [lr_at(k, 20, s) for k in range(20)]
     assert lrs[0] < lrs[3] < lrs[4] == pytest.approx(1e-4) and lrs[-1] == pytest.approx(1e-5, rel=0.1)
     assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))
+
+
+def test_the_agent_endpoint_reads_back_its_own_sampled_tokens(tok: TemplateTokenizer) -> None:
+    """A reply sampled in a spelling the tokenizer would not choose comes back, in the next turn's prompt, as
+    the ids the model sampled (token in, token out), so a rollout's turns extend each other."""
+    from ait_env.tiny_models.endpoint import SpokenTokens
+
+    spoken = SpokenTokens(max_entries=2)
+    prompt = tok.render(CONV[:2], add_generation_prompt=True)
+    odd = tok.encode("Rea") + tok.encode("ding.") + [tok.im_end_id]   # not how "Reading." tokenizes
+    assert tok.encode("Reading.") != odd[:-1] and tok.decode(odd) == "Reading.<|im_end|>"
+    spoken.put(prompt + tok.decode(odd), tok.encode(prompt) + odd)
+    nxt = tok.render(CONV[:2] + [{"role": "assistant", "content": "Reading."}, CONV[3]], add_generation_prompt=True)
+    ids = spoken.encode(nxt, tok.encode)
+    assert ids[:len(tok.encode(prompt)) + len(odd)] == tok.encode(prompt) + odd
+    assert tok.decode(ids) == nxt and ids != tok.encode(nxt)
+    assert spoken.encode("unrelated", tok.encode) == tok.encode("unrelated")
+    spoken.put("a", [1])
+    spoken.put("b", [2])
+    assert spoken.encode(prompt + "Reading.<|im_end|>\nx", tok.encode) == tok.encode(prompt + "Reading.<|im_end|>\nx")

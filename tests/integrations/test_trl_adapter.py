@@ -153,3 +153,31 @@ def test_a_venv_without_verifiers_gets_the_static_probe_without_a_warning_per_en
         assert "SURROGATE" in env.submit_job()  # the static stage validated it; the stub scored it
     backend.close()
     assert not [w for w in caught if "verifiers is not installed" in str(w.message)], [str(w.message) for w in caught]
+
+
+def test_a_chatml_template_without_tools_gets_one_trl_can_train_and_parse() -> None:
+    """SmolLM2-135M-Instruct's template renders no tools, so GRPOTrainer refuses it; the adapter gives it ChatML
+    with Hermes tool calls, which TRL parses. Needs TRL and the agent model in the model cache (the main suite
+    obtains it: python -m ait_env.agent_models.obtain)."""
+    pytest.importorskip("trl")
+    transformers = pytest.importorskip("transformers")
+    from trl.chat_template_utils import add_response_schema, supports_tool_calling
+
+    from ait_env.agent_models.catalog import model_dir
+
+    folder = model_dir("smollm2-135m")
+    if not (folder / "tokenizer.json").is_file():
+        pytest.skip(f"the agent model is not in the model cache ({folder}): python -m ait_env.agent_models.obtain")
+    tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert not supports_tool_calling(tok)
+    tok = add_response_schema(prepare_tokenizer(tok))
+    assert supports_tool_calling(tok)
+    schema = {"type": "function", "function": {"name": "read_file", "description": "Read a file.", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string", "description": "a path"}}, "required": ["path"]}}}
+    text = tok.apply_chat_template([{"role": "system", "content": "You write jobs."}, {"role": "user", "content": "Go."}],
+                                   tools=[schema], tokenize=False, add_generation_prompt=True)
+    assert text.startswith("<|im_start|>system\nYou write jobs.") and '"name": "read_file"' in text
+    reply = '<tool_call>\n{"name": "read_file", "arguments": {"path": "job.toml"}}\n</tool_call><|im_end|>'
+    parsed = tok.parse_response(reply, prefix=text)
+    assert parsed["tool_calls"][0]["function"] == {"name": "read_file", "arguments": {"path": "job.toml"}}
+    assert prepare_tokenizer(tok).chat_template == tok.chat_template   # idempotent

@@ -138,3 +138,32 @@ def test_example_runs_in_a_micro_configuration(micro_policy: Path, tmp_path: Pat
     assert out.returncode == 0, out.stderr[-3000:]
     assert "step    1  env reward" in out.stdout
     assert (tmp_path / "runs" / "policy" / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_a_grpo_step_on_smollm2_whose_template_the_adapter_fixed(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real instruction-tuned model (SmolLM2-135M-Instruct, from the model cache) in GRPOTrainer with the env:
+    its own template has no tools, which TRL refuses; after :func:`prepare_tokenizer` TRL renders the env's tools,
+    samples, runs the episode and takes a step. About 2 minutes on 2 CPU cores."""
+    from ait_env.agent_models.catalog import model_dir
+
+    folder = model_dir("smollm2-135m")
+    if not (folder / "model.safetensors").is_file():
+        pytest.skip(f"the agent model is not in the model cache ({folder}): python -m ait_env.agent_models.obtain")
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    raw = AutoTokenizer.from_pretrained(folder)
+    with _factory(tmp_path) as factory:
+        config = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, max_steps=1,
+                            per_device_train_batch_size=2, num_generations=2, max_completion_length=48,
+                            learning_rate=1e-6, logging_steps=1, report_to="none", save_strategy="no", seed=0)
+        with pytest.raises(ValueError, match="does not support tool calling"):
+            GRPOTrainer(model=model, processing_class=raw, args=config, train_dataset=factory.dataset(1, seed=0),
+                        environment_factory=factory)
+        trainer = GRPOTrainer(model=model, processing_class=prepare_tokenizer(raw), args=config,
+                              train_dataset=factory.dataset(1, seed=0), environment_factory=factory)
+        trainer.train()
+        factory.backend.close()
+    logs = [h for h in trainer.state.log_history if "rewards/JobWritingToolEnv/mean" in h]
+    assert len(logs) == 1 and math.isfinite(logs[0]["rewards/JobWritingToolEnv/mean"])
