@@ -17,6 +17,7 @@ from ait_env.conf import data_dir, default_runs_dir
 from ait_env.config import compose
 from ait_env.episode.reward import RewardSettings, episode_reward, training_share
 from ait_env.hidden.baselines import BaselineEntry
+from ait_env.hidden.secrets import hidden_set_hash
 from task_families import reference_files
 from tests.helpers import call
 
@@ -56,7 +57,7 @@ def test_a_stale_baseline_is_not_shown_as_the_one_the_reward_uses(tmp_path: Path
     backend = _OtherWeights(compose(backend="stub").backend, tmp_path / "runs")
     backend.baselines.put([BaselineEntry(backend="stub", family="arithmetic", model="Qwen/Qwen3-0.6B",
                                          score=0.777, ci95=0.01, n=300, model_hash="another-machine",
-                                         hidden_set_hash="x")])
+                                         hidden_set_hash=hidden_set_hash("arithmetic"))])
     env = gym.make("AIT/JobWriting-v0", family="arithmetic", backend=backend,
                    overrides=[f"env.runs_dir={tmp_path / 'runs'}"])
     try:

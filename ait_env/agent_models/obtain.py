@@ -223,4 +223,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from ait_env.agent_models.obtain import main as _main
+
+    raise SystemExit(_main())

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 import threading
 from typing import Any
 
@@ -70,4 +69,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ait_env.agent_models.serve import main as _main
+
+    raise SystemExit(_main())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -159,19 +160,26 @@ def test_infra_failed_episodes_are_dropped_not_scored(local_tokenizer, tmp_path)
 def test_research_episodes_through_the_cookbook(local_tokenizer, tmp_path):
     """env.max_jobs_per_episode=2 in the env overrides: the renderer declares the finish tool, both jobs'
     results come back as tool messages, the reward is the best job's less the charge, and the metrics say
-    so; an infrastructure failure in the second job drops the episode."""
+    so; an infrastructure failure in the second job ends its episode scored on the first (no voiding)."""
     cfg = _cfg(tmp_path / "runs", backend_factory="flaky_backend:FlakyStubBackend")
     cfg.env_overrides["env"]["max_jobs_per_episode"] = 2
     builder = JobWritingGroupBuilder(cfg, "arithmetic", 7, 3, "train", ["train"])
     envs = _keep_envs(builder)
     group = _rollout(builder, plans=("research", "reference", "research_infra"), min_group=2, max_retries=0)
-    assert [e.error_type for e in group.rollout_errors] == ["InfraFailedEpisode"]
+    assert group.rollout_errors == []
     done = {e.message_env.info["reward"]["jobs"][0]["job_id"]: e.message_env for e in envs
             if not e.message_env.dropped}
-    assert len(done) == 2
-    by_plan = {("research" if "[plan research]" in json.dumps(me.info["messages"][2]) else "reference"): me
-               for me in done.values()}
-    research, reference = by_plan["research"], by_plan["reference"]
+    assert len(done) == 3
+
+    def plan(me) -> str:
+        return re.search(r"\[plan (\w+)\]", json.dumps(me.info["messages"][2])).group(1)
+
+    by_plan = {plan(me): me for me in done.values()}
+    research, reference, lost = by_plan["research"], by_plan["reference"], by_plan["research_infra"]
+    gone = lost.info["reward"]  # the lost job stays in jobs, dropped alone: never best, never charged
+    assert gone["status"] == "scored" and gone["end"] == "infra_failed" and gone["best_job"] == 0
+    assert [j["status"] for j in gone["jobs"]] == ["scored", "infra_failed"] and gone["jobs"][1]["drop"]
+    assert gone["charge"] == 0 and gone["total"] == pytest.approx(gone["jobs"][0]["total"])
     first = research.history[0]
     assert first["role"] == "system" and '"finish"' in str(first["content"])  # the renderer's tool list
     r = research.info["reward"]
@@ -182,8 +190,9 @@ def test_research_episodes_through_the_cookbook(local_tokenizer, tmp_path):
     # the reference plan submitted the same job twice: the first counts, charged for the second
     ref = reference.info["reward"]
     assert ref["best_job"] == 0 and ref["total"] == pytest.approx(ref["jobs"][0]["total"] - 0.02)
-    m = {"research" if v["ait/later_job_best"] else "reference": v for v in group.metrics_G}
-    assert len(m) == 2
+    m = {("research" if v.get("ait/later_job_best") else "lost" if v.get("ait/end/infra_failed") else "reference"): v
+         for v in group.metrics_G}
+    assert len(m) == 3, group.metrics_G
     assert m["research"]["ait/jobs"] == 2 and m["research"]["ait/later_job_best"] == 1
     assert m["research"]["ait/charge"] == pytest.approx(0.02) and m["research"]["ait/end/job_limit"] == 1
     assert m["research"]["ait/post_gain"] == pytest.approx(r["jobs"][1]["post"] - r["jobs"][0]["post"])

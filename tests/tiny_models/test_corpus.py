@@ -55,7 +55,7 @@ def test_hidden_questions_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     import ait_env.hidden.secrets as secrets
 
     real = secrets.hidden_keys
-    monkeypatch.setattr(secrets, "hidden_keys", lambda f: real(f) | (planted if f == fam else set()))
+    monkeypatch.setattr(secrets, "hidden_keys", lambda f, *a, **k: real(f, *a, **k) | (planted if f == fam else set()))
     c = C.build_corpus(10, families=[fam])
     keys = [t.key for t in c.transcripts]
     assert len(keys) == 10 and not planted & set(keys)
