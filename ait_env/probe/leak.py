@@ -90,7 +90,8 @@ def structure_texts(value: Any, max_chars: int = MAX_CHARS) -> list[str]:
     """A JSON-like ``value`` (a tool schema, a message's fields) as the model may read it, in document order:
     its keys and scalar values together, its keys alone, its values alone, each joined by one space, and
     each object's own keys (a tool's parameter names, as a template that lists only them shows them), on
-    lines of their own, joined by one space and by nothing; without the punctuation that would cut a question placed across several keys or values.
+    lines of their own, joined by one space and by nothing; without the punctuation that would cut a
+    question placed across several keys or values.
     Bounded in depth (:data:`MAX_DEPTH`) and size; never raises (objects that are not JSON data are
     skipped)."""
     both: list[str] = []
@@ -229,7 +230,8 @@ _SCALES = {"thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000}
 _NUMBER_WORD = sorted({*_UNITS, *_TEENS, *_TENS, *_SCALES, "hundred"} - {"oh"}, key=len, reverse=True)
 _NW = "|".join(_NUMBER_WORD)
 #: substrings of every number word (a text without any spells no number)
-_NUMBER_STEMS = ("zero", "one", "two", "thr", "thi", "four", "fort", "fiv", "six", "seven", "eight", "nine", "ten", "elev", "twel",
+_NUMBER_STEMS = ("zero", "one", "two", "thr", "thi", "four", "fort", "fiv", "six", "seven", "eight", "nine", "ten",
+                 "elev", "twel",
                  "fif", "twent", "hundred", "thousand", "million", "billion")
 _NUMBER_RUN = re.compile(rf"\b(?:{_NW})(?:(?:\s+|\s*[-,]\s*)(?:{_NW}|and|point|oh)\b)*\b")
 #: numbers or common words written backwards (``ruof``, ``d2x0``, ``eht``): the text is read reversed
@@ -367,6 +369,10 @@ def _roman_value(tok: str) -> int:
     return total
 
 
+def _upper_roman(m: re.Match[str]) -> str:
+    return str(_roman_value(m.group(0))) if _ROMAN.match(m.group(0).lower()) else m.group(0)
+
+
 def _roman(m: re.Match[str]) -> str:
     tok = m.group(0)
     if not _ROMAN.match(tok.lower()):
@@ -386,7 +392,8 @@ def decode_roman(text: str) -> str:
 #: a run of at least five characters, each followed by a separator (``w h a t   i s``, ``w.h.a.t. .i.s``: the
 #: original spaces and periods became longer runs of it); one pattern per separator
 _SPREAD_BY = {" ": re.compile(r"(?:\S {1,7}){4,}\S"),
-              **{c: re.compile(rf"(?:[^\n]{re.escape(c)}{{1,3}}){{4,}}[^{re.escape(c)}\n]") for c in ".-_,/|~:;"}}
+              **{c: re.compile(rf"(?:[^\n]{re.escape(c)}{{1,3}}){{4,}}[^{re.escape(c)}\n]")
+                 for c in ".-_,/|~:;"}}
 
 
 def _unspread(span: str, sep: str) -> str:
@@ -413,7 +420,8 @@ def _despread(line: str) -> str:
 def _reversed_roman(text: str) -> bool:
     """Whether ``text`` has a Roman numeral written backwards (``vlx``: an invalid numeral whose reverse,
     ``xlv``, is valid)."""
-    return any(len(t) > 1 and not _ROMAN.match(t) and _ROMAN.match(t[::-1]) for t in _ROMAN_TOKEN.findall(text))
+    return any(len(t) > 1 and not _ROMAN.match(t) and _ROMAN.match(t[::-1])
+               for t in _ROMAN_TOKEN.findall(text))
 
 
 _WORD = re.compile(r"\w+(?:\.\d+)?|[^\w\s]")
@@ -443,8 +451,7 @@ def _readings(text: str) -> list[tuple[str, bool]]:
     for form in forms:
         bases.append(form.casefold().translate(_HOMOGLYPHS))
         if _UPPER_ROMAN.search(form):  # "CCXX mm": upper case tells the numeral from the unit
-            bases.append(_UPPER_ROMAN.sub(lambda m: str(_roman_value(m.group(0))) if _ROMAN.match(m.group(0).lower())
-                                          else m.group(0), form).casefold().translate(_HOMOGLYPHS))
+            bases.append(_UPPER_ROMAN.sub(_upper_roman, form).casefold().translate(_HOMOGLYPHS))
     out: list[tuple[str, bool]] = []
     seen: set[str] = set()
 
@@ -511,7 +518,7 @@ class LeakIndex:
         self._family = family
         self._by_form: dict[tuple[str, ...], int] = {}
         self._by_signature: dict[str, int] = {}
-        self._own: dict[str, int] = {}      # signatures of the questions as written (what `signatures` counts)
+        self._own: dict[str, int] = {}   # signatures of the questions as written (what `signatures` counts)
         for i, q in enumerate(questions):
             for k, variant in enumerate(_variants(q)):
                 tokens = _form(variant)
@@ -569,7 +576,7 @@ class LeakIndex:
         n = 0
         for batch in _batches([str(q) for q in questions]):
             if len(batch) == 1 or self.find("\n".join(batch)):
-                n += sum(1 for q in batch if self.find(q)) if len(batch) > 1 else int(bool(self.find(batch[0])))
+                n += sum(1 for q in batch if self.find(q))
         return n
 
     def leaked(self, texts: Iterable[str]) -> set[int]:

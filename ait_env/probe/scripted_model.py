@@ -98,7 +98,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if self.path.rstrip("/").endswith("/models"):
-            self._send(200, {"object": "list", "data": [{"id": self.server.owner.model_name, "object": "model"}]})
+            model = {"id": self.server.owner.model_name, "object": "model"}
+            self._send(200, {"object": "list", "data": [model]})
         else:
             self._send(404, {"error": {"message": f"no route {self.path[:100]}"}})
 
@@ -193,7 +194,7 @@ class ScriptedModel:
             for m in messages:
                 cid = m.get("tool_call_id")
                 if m.get("role") == "tool" and isinstance(cid, str) and cid in conv.results:
-                    text = m.get("content") if isinstance(m.get("content"), str) else content_text(m.get("content"))
+                    text = content_text(m.get("content"))
                     if text not in conv.results[cid]:
                         conv.results[cid].append(text)
             tools = body.get("tools")
@@ -214,7 +215,8 @@ class ScriptedModel:
                 self._by_call[cid] = conv
                 fn = call["function"]
                 args = fn["arguments"] if isinstance(fn["arguments"], str) else json.dumps(fn["arguments"])
-                calls.append({"id": cid, "type": "function", "function": {"name": fn["name"], "arguments": args}})
+                calls.append({"id": cid, "type": "function",
+                              "function": {"name": fn["name"], "arguments": args}})
         message: dict[str, Any] = {"role": "assistant", "content": reply.get("content") or ""}
         if calls:
             message["tool_calls"] = calls
@@ -227,7 +229,8 @@ class ScriptedModel:
         with self._lock:
             if len(self.refused) < 20:
                 self.refused.append(why)
-        return 400, {"error": {"message": f"the probe's scripted model cannot answer: {why}", "type": "probe"}}
+        return 400, {"error": {"message": f"the probe's scripted model cannot answer: {why}",
+                               "type": "probe"}}
 
     def _conversation(self, messages: list[dict[str, Any]]) -> Conversation | str:
         """The conversation a request continues (by the tool-call ids it echoes), or else a new one, dealt the
@@ -243,13 +246,15 @@ class ScriptedModel:
         # questions); else anywhere in the prompt
         users = [content_text(m.get("content")) for m in messages if m.get("role") == "user"]
         matches: list[int] = []
-        for text in ([users[-1]] if users else []) + ["\n".join(content_text(m.get("content")) for m in messages)]:
+        whole = "\n".join(content_text(m.get("content")) for m in messages)
+        for text in ([users[-1]] if users else []) + [whole]:
             matches = [k for k, (question, _) in enumerate(self.examples) if question in text]
             if len(matches) == 1:
                 break
         if len(matches) != 1:
             return ("a prompt that does not ask exactly one of the dev examples' questions (the probe hands "
-                    "the environment rows whose prompt is the question: keep the row's prompt in what you send)")
+                    "the environment rows whose prompt is the question: keep the row's prompt in what you "
+                    "send)")
         k = matches[0]
         if not self._deck[k]:
             return f"more conversations for dev example {k + 1} than the probe rolled out"
