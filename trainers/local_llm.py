@@ -187,11 +187,13 @@ class Run:
                 shutil.rmtree(out)
             t = time.time()
             self.log(f"[eval] {label}: {e.episodes} episodes of {e.families} on {e.backend}")
+            over = self.overrides()
+            if str(e.backend) == "local" and self.p.get("local_options"):
+                over["backend"] = {"options": OmegaConf.to_container(self.p.local_options, resolve=True)}
             rows = score_agent(agent, resolve_families(str(e.families)), int(e.episodes), backend=str(e.backend),
                                out=out, seed=int(e.get("seed", 0)), temperature=float(self.p.temperature),
                                max_tokens=int(e.get("max_tokens") or self.p.max_tokens),
-                               concurrency=int(self.p.concurrency),
-                               overrides=self.overrides(), log=self.log)
+                               concurrency=int(self.p.concurrency), overrides=over, log=self.log)
             self.summary.setdefault("evals", {})[label] = {
                 "weights_hash": agent.weights_hash, "backend": str(e.backend), "families": str(e.families),
                 "seconds": round(time.time() - t, 1),
