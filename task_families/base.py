@@ -35,12 +35,22 @@ import inspect
 import json
 import random
 import re
+import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, ClassVar
 
 from pydantic import BaseModel, Field
+
+#: One lock for every Python parse in this process (``ast.parse``; the arithmetic family's calculator is one).
+#: CPython 3.11's AST constructor keeps its recursion depth in interpreter-wide state and starts it at the
+#: calling thread's depth: two threads parsing at once fail with "SystemError: AST constructor recursion
+#: depth mismatch" (seen in a fresh-clone CI: the local outer loop's episodes step in threads, one in the
+#: static probe while another's probe decision called the calculator). The static probe parses under it
+#: and :meth:`TaskFamily.call_tool` runs tools under it; tools are fast and never call back.
+AST_LOCK = threading.Lock()
+
 
 #: Name under which a family's tool module is importable inside a workspace and a job bundle.
 TOOLS_MODULE_NAME = "family_tools"
@@ -318,7 +328,8 @@ class TaskFamily(ABC):
             arguments = {k: v for k, v in arguments.items() if k not in self.state_args}
             arguments.update({a: world for a in self.state_args})
         try:
-            return str(fn(**arguments))
+            with AST_LOCK:
+                return str(fn(**arguments))
         except Exception as exc:  # noqa: BLE001 - tool errors are observations for the model
             return f"error: {exc}"
 

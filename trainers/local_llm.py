@@ -2,8 +2,8 @@
 warm-started by behaviour cloning on expert episodes, then RL-trained with GRPO through ``AIT/JobWriting-v0``.
 
     python trainers/local_llm.py +pilot=laptop-llm                       # the whole path (hours on 2 cores)
-    python trainers/local_llm.py +pilot=laptop-llm pilot.rl.lr=0 pilot.name=laptop-llm-control \\
-        pilot.warm_from=runs/local_llm/laptop-llm/warm                    # the learning-rate-0 control
+    python trainers/local_llm.py +pilot=laptop-llm pilot.rl.settings.lr=0 pilot.name=laptop-llm-control \\
+        pilot.warm_from=runs/local_llm/laptop-llm/warm pilot.base_evals=[] pilot.evals=[]  # the lr-0 control
     python trainers/local_llm.py +pilot=laptop-llm-smoke                 # minutes: every stage, tiny sizes
 
 Stages, each resumable (run the same command again: finished stages are skipped, a stage in progress goes on
@@ -16,9 +16,9 @@ from its last checkpoint), all under ``<run_dir>/<pilot.name>/``:
 3. ``sft``: behaviour cloning (:mod:`ait_env.agent_models.sft`) -> the checkpoint ``warm/``; ``sft.jsonl`` logs
    every step; ``sft_ckpt/`` (weights + optimizer) every ``pilot.sft.save_every`` steps for resuming. Skipped
    with ``pilot.warm_from=<checkpoint>`` (a run that reuses another run's warm start, e.g. the control).
-4. ``eval/*``: the model scored by the LLM runner (:mod:`ait_env.agent_training.scoring`) on each entry of
-   ``pilot.evals`` (zero-shot and warm-started, on the training families and the held-out one, per backend),
-   with transcripts under ``eval/<label>/transcripts/``.
+4. ``eval/*``: the model scored by the LLM runner (:mod:`ait_env.agent_training.scoring`): warm-started on
+   each entry of ``pilot.evals``, then zero-shot (the untrained model) on each of ``pilot.base_evals`` (the
+   training families and the held-out one, per backend), with transcripts under ``eval/<label>/transcripts/``.
 5. ``rl``: GRPO through the env (:mod:`ait_env.agent_training.rl`) on ``pilot.rl.backend`` ->
    ``metrics.jsonl`` (one row per step: batch reward mean and 95% CI, status mix, validation share, seconds),
    ``rollouts.jsonl``, ``rl_ckpt/`` after every step and ``final/`` at the end.
@@ -180,9 +180,16 @@ class Run:
         for e in evals:
             label = f"{prefix}{e.label}"
             out = self.out / "eval" / label
+            asked = {"weights_hash": agent.weights_hash, "backend": str(e.backend), "families": str(e.families),
+                     "episodes_per_family": int(e.episodes),
+                     "max_tokens": int(e.get("max_tokens") or self.p.max_tokens)}
+            before = self.summary.get("evals", {}).get(label, {})
             if (out / "results.json").is_file():
-                self.log(f"[eval] {label}: done before")
-                continue
+                changed = {k: (before.get(k), v) for k, v in asked.items() if before.get(k) != v}
+                if not changed:
+                    self.log(f"[eval] {label}: done before")
+                    continue
+                self.log(f"[eval] {label}: scored before with other settings {changed}: scoring again")
             if out.exists():
                 shutil.rmtree(out)
             t = time.time()
@@ -195,8 +202,7 @@ class Run:
                                max_tokens=int(e.get("max_tokens") or self.p.max_tokens),
                                concurrency=int(self.p.concurrency), overrides=over, log=self.log)
             self.summary.setdefault("evals", {})[label] = {
-                "weights_hash": agent.weights_hash, "backend": str(e.backend), "families": str(e.families),
-                "seconds": round(time.time() - t, 1),
+                **asked, "seconds": round(time.time() - t, 1),
                 **{k: rows["all"][k] for k in ("episodes", "kept", "mean_reward", "ci95", "validation_rate", "status")}}
             self.save_summary()
 
@@ -313,13 +319,13 @@ def run(cfg: DictConfig) -> Path:
     demos = r.demos() if not p.get("warm_from") else []
     agent = r.sft(agent, demos)
     r.evaluate(agent, p.get("evals") or [], "warm_")
-    agent = r.rl(agent)
-    r.charts()
-    r.evaluate(agent, p.get("final_evals") or [], "final_")
-    if p.get("base_evals"):   # last: the untrained model is the slowest to score and nothing waits for it
+    if p.get("base_evals"):   # before RL, which takes hours: the zero-shot row stands beside the warm one
         from ait_env.agent_models.load import load_agent
 
         r.evaluate(load_agent(str(p.model)), p.base_evals, "zero_")
+    agent = r.rl(agent)
+    r.charts()
+    r.evaluate(agent, p.get("final_evals") or [], "final_")
     r.summary["seconds_this_invocation"] = round(time.time() - r.t0, 1)
     r.save_summary()
     r.log(f"done: {r.summary_path}")

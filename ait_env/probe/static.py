@@ -20,7 +20,6 @@ import ast
 import importlib.machinery
 import os
 import sys
-import threading
 import unicodedata
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from ait_env.jobs.primerl import PRIME_RL_ENV_MODULES, PRIME_RL_TAG, config_rule
 from ait_env.jobs.schema import Job, check_bounds, load_toml, validate_job
 from ait_env.probe.report import ProbeFailure
 from ait_env.sandbox.workspace import WorkspaceQuota
-from task_families.base import TOOLS_MODULE_NAME, Bounds
+from task_families.base import AST_LOCK, TOOLS_MODULE_NAME, Bounds
 
 ALLOWED_STDLIB = frozenset({
     "__future__", "abc", "bisect", "calendar", "collections", "copy", "dataclasses", "datetime",
@@ -41,10 +40,8 @@ ALLOWED_THIRD_PARTY = frozenset({"verifiers", "datasets"})
 _OWN_PACKAGES = frozenset({"ait_env", "task_families", "gpu", "trainers", "benchmarks", "research", "scripts",
                            "tests", "examples"})
 _CHECKOUT = Path(__file__).resolve().parents[2]
-#: Serializes parsing: with many episodes stepping in threads (every outer loop does), CPython 3.11.7
-#: sometimes fails with "SystemError: AST constructor recursion depth mismatch" (measured by the Tinker
-#: adapter's offline run, which used to patch ast.parse process-wide; the env now guards itself).
-_PARSE_LOCK = threading.Lock()
+#: parsing is serialized with every other Python parse of the process (task_families.base.AST_LOCK)
+_PARSE_LOCK = AST_LOCK
 FORBIDDEN_CALLS = frozenset({"__import__", "eval", "exec", "compile", "open", "breakpoint", "input",
                              "globals", "vars", "memoryview"})
 FORBIDDEN_ATTRS = frozenset({"__subclasses__", "__globals__", "__builtins__", "__code__", "__closure__",
