@@ -33,7 +33,6 @@ private ones unless ``hidden_seeds=published``.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import sys
 import time
@@ -43,14 +42,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-
-def _mean_ci(values: list[float]) -> tuple[float | None, float | None]:
-    n = len(values)
-    if not n:
-        return None, None
-    mean = sum(values) / n
-    half = 1.96 * math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) / math.sqrt(n) if n > 1 else None
-    return mean, half
+from ait_env.agents.llm import mean_ci
 
 
 def quarters(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -60,7 +52,7 @@ def quarters(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"quarter_steps": q}
     for name, part in (("first", rows[:q]), ("last", rows[-q:])):
         vals = [r for row in part for r in row["rewards"]]
-        mean, half = _mean_ci(vals)
+        mean, half = mean_ci(vals)
         out[name] = {"episodes": len(vals), "mean_reward": mean, "ci95": half}
     f, last = out["first"], out["last"]
     gain = None if f["mean_reward"] is None or last["mean_reward"] is None else last["mean_reward"] - f["mean_reward"]
@@ -243,7 +235,7 @@ class Run:
             with AgentGRPO(agent, backend, s, overrides=over, optimizer_state=opt_state) as trainer:
                 for step in range(start, s.steps):
                     rec = trainer.step(step)
-                    mean, half = _mean_ci(rec.rewards)
+                    mean, half = mean_ci(rec.rewards)
                     row = {"step": step, "reward_mean": mean, "reward_ci95": half, "rewards": rec.rewards,
                            "dropped": rec.dropped, "statuses": rec.statuses, "validated": rec.validated,
                            "families": rec.families, "rollout_s": round(rec.rollout_seconds, 1),

@@ -4,37 +4,19 @@ GRPO through verifiers' rollouts), writes what it promises, and a second invocat
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from trainer_fixtures import compose_config, load_script
 
-REPO = Path(__file__).resolve().parents[2]
 pytest.importorskip("verifiers")
 pytest.importorskip("gguf", reason="the agent extra (bash scripts/setup.sh agent)")
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("local_llm_script", REPO / "trainers" / "local_llm.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _cfg(*overrides: str):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(REPO / "ait_env" / "conf"), version_base="1.3"):
-        return compose("local_llm", overrides=list(overrides))
-
-
 def test_the_smoke_pilot_runs_every_stage_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    mod = _script()
-    cfg = _cfg("+pilot=laptop-llm-smoke", f"run_dir={tmp_path}", "hidden_seeds=published")
+    mod = load_script("local_llm")
+    cfg = compose_config("local_llm", "+pilot=laptop-llm-smoke", f"run_dir={tmp_path}", "hidden_seeds=published")
     out = mod.run(cfg)
     summary = json.loads((out / "summary.json").read_text())
     base = summary["model"]["weights_hash"]

@@ -4,35 +4,26 @@ summary of first vs last quarter, a rerun from the warm job cache with identical
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from trainer_fixtures import compose_config, load_script
 
 from ait_env.agents.slot_policy import SLOTS, SlotPolicy, job_files, slots_for
 from ait_env.jobs.schema import parse_job
 
-REPO = Path(__file__).resolve().parents[2]
 pytest.importorskip("verifiers")
 
 
 @pytest.fixture(scope="module")
 def local_outer():
-    spec = importlib.util.spec_from_file_location("local_outer_script", REPO / "trainers" / "local_outer.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("local_outer")
 
 
 def _cfg(*overrides: str):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(REPO / "ait_env" / "conf"), version_base="1.3"):
-        return compose("local_outer", overrides=list(overrides))
+    return compose_config("local_outer", *overrides)
 
 
 def _rows(path: Path) -> list[dict]:

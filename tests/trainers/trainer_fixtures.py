@@ -14,9 +14,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
-def tinker_grpo() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("tinker_grpo_script", REPO / "trainers" / "tinker_grpo.py")
+def load_script(name: str) -> ModuleType:
+    """``trainers/<name>.py`` imported as a module (the trainers are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_script", REPO / "trainers" / f"{name}.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
@@ -24,24 +24,27 @@ def tinker_grpo() -> ModuleType:
     return mod
 
 
+def compose_config(config: str, *overrides: str) -> Any:
+    """The Hydra config ``ait_env/conf/<config>.yaml`` with ``overrides``, as a trainer's main receives it."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO / "ait_env" / "conf"), version_base="1.3"):
+        return compose(config, overrides=list(overrides))
+
+
+@pytest.fixture(scope="session")
+def tinker_grpo() -> ModuleType:
+    return load_script("tinker_grpo")
+
+
 @pytest.fixture(scope="session")
 def plot_run() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("plot_run_script", REPO / "trainers" / "plot_run.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("plot_run")
 
 
 @pytest.fixture
 def compose_cfg() -> Callable[..., Any]:
-    from hydra import compose, initialize_config_dir
-
-    def _compose(*overrides: str) -> Any:
-        with initialize_config_dir(config_dir=str(REPO / "ait_env" / "conf"), version_base="1.3"):
-            return compose("tinker_grpo", overrides=list(overrides))
-
-    return _compose
+    return lambda *overrides: compose_config("tinker_grpo", *overrides)
 
 
 @pytest.fixture(scope="session")
