@@ -10,6 +10,9 @@ Prints, for the agent model (:mod:`ait_env.agent_models`), measured in one run s
   speed-up of batching as a ratio to one conversation;
 - a second turn: seconds for the next turn of the same conversations (the endpoint reuses the first turn's
   keys/values: only the new tokens are prefilled);
+- attention when decoding: one layer's attention for 6 rows over a ``--width``-token context, the grouped-query
+  heads computed without copies (``enable_gqa``, what the engine does) against keys/values repeated per query
+  head (``repeat_interleave``, what it did before 2026-12-05), as a ratio;
 - training: seconds per behaviour-cloning step on one conversation of ``--prompt`` + ``--tokens`` trained
   tokens, with every layer trained and with the top 16 of 30, as a ratio.
 
@@ -30,6 +33,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt", type=int, default=1600)
     ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--width", type=int, default=4500, help="context tokens for the attention figure")
     args = ap.parse_args()
     import torch
     from openai import OpenAI
@@ -78,6 +82,7 @@ def main() -> None:
                     list(pool.map(turn, nxt))
                 print(f"second turn, 4 conversations: {time.perf_counter() - t:.1f} s (first turn {dt:.1f} s: the "
                       f"first turn's keys/values are reused, hits {ep.prefix_store.hits})")
+    attention(agent.model.cfg, args.width)
     ids = agent.tok.encode(opening)[:args.prompt] + agent.tok.encode(filler)[:args.tokens]
     enc = Encoded(ids, [0] * (len(ids) - args.tokens) + [1] * args.tokens)
     times = {}
@@ -89,6 +94,34 @@ def main() -> None:
               f"{'every layer' if not layers else f'top {layers} layers'}: {logs[-1].seconds:.1f} s")
     print(f"top 16 layers / every layer: {times[16] / times[0]:.2f}x the time")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+def attention(cfg: object, width: int, rows: int = 6, reps: int = 20) -> None:
+    """One layer's decoding attention, grouped-query heads without copies vs repeated keys/values."""
+    import torch
+    import torch.nn.functional as F
+
+    h, kv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim  # type: ignore[attr-defined]
+    q = torch.randn(rows, h, 1, d)
+    k, v = torch.randn(rows, kv, width + 512, d)[:, :, :width], torch.randn(rows, kv, width + 512, d)[:, :, :width]
+    mask = torch.ones(rows, 1, 1, width, dtype=torch.bool)
+
+    def copies() -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(h // kv, 1), v.repeat_interleave(h // kv, 1),
+                                              attn_mask=mask)
+
+    def grouped() -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+    assert torch.allclose(copies(), grouped(), atol=1e-5)
+    ms = {}
+    for f in (copies, grouped):
+        t = time.perf_counter()
+        for _ in range(reps):
+            f()
+        ms[f.__name__] = (time.perf_counter() - t) / reps * 1000
+    print(f"attention, {rows} rows x {width} tokens, one layer ({h} query / {kv} key-value heads): grouped "
+          f"{ms['grouped']:.1f} ms, repeated keys/values {ms['copies']:.1f} ms ({ms['copies'] / ms['grouped']:.1f}x)")
 
 
 if __name__ == "__main__":

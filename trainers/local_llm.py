@@ -174,7 +174,8 @@ class Run:
             out = self.out / "eval" / label
             asked = {"weights_hash": agent.weights_hash, "backend": str(e.backend), "families": str(e.families),
                      "episodes_per_family": int(e.episodes),
-                     "max_tokens": int(e.get("max_tokens") or self.p.max_tokens)}
+                     "max_tokens": int(e.get("max_tokens") or self.p.max_tokens),
+                     "temperature": float(e.get("temperature", self.p.temperature))}
             before = self.summary.get("evals", {}).get(label, {})
             if (out / "results.json").is_file():
                 changed = {k: (before.get(k), v) for k, v in asked.items() if before.get(k) != v}
@@ -190,8 +191,8 @@ class Run:
             if str(e.backend) == "local" and self.p.get("local_options"):
                 over["backend"] = {"options": OmegaConf.to_container(self.p.local_options, resolve=True)}
             rows = score_agent(agent, resolve_families(str(e.families)), int(e.episodes), backend=str(e.backend),
-                               out=out, seed=int(e.get("seed", 0)), temperature=float(self.p.temperature),
-                               max_tokens=int(e.get("max_tokens") or self.p.max_tokens),
+                               out=out, seed=int(e.get("seed", 0)), temperature=asked["temperature"],
+                               max_tokens=asked["max_tokens"],
                                concurrency=int(self.p.concurrency), overrides=over, log=self.log)
             self.summary.setdefault("evals", {})[label] = {
                 **asked, "seconds": round(time.time() - t, 1),

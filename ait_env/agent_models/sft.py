@@ -8,8 +8,11 @@ Contract:
   Turns are located by rendering prefixes; a template whose prefixes do not tokenize as prefixes of the whole
   is refused (:class:`ait_env.agent_models.load.TemplateError`), never silently mis-masked.
 - :func:`behaviour_clone` trains ``agent.model`` in place: AdamW, linear warmup then cosine decay, gradient
-  clipping, one conversation per forward pass and ``batch`` conversations per optimizer step, loss = mean
-  negative log-likelihood over the batch's trained tokens (the LM head runs only at those positions).
+  clipping, one conversation per forward pass and ``batch`` conversations per optimizer step. The loss is the
+  mean negative log-likelihood over the batch's trained tokens (``loss_per="token"``) or over its trained
+  turns (``loss_per="turn"``: each turn's mean token NLL, so a 25-token tool call weighs as much as a
+  2,000-token file write; a small model's structural turns are what fails first). The LM head runs only at
+  the trained positions.
   ``train_layers`` > 0 trains only the top layers (and the final norm): the lower layers run without a
   graph, which makes a step cheaper; the embeddings (tied with the LM head) are never trained. Progress goes
   to ``on_step``; the loop is deterministic for a seed and a thread count.
@@ -36,10 +39,16 @@ from ait_env.tiny_models.tokenizer import ChatTokenizer
 class Encoded:
     ids: list[int]
     mask: list[int]      # 1 where the token is trained
+    #: per token: 0 where not trained, else the number (1, 2, ...) of the assistant turn it belongs to
+    turn: list[int] = field(default_factory=list)
 
     @property
     def trained(self) -> int:
         return sum(self.mask)
+
+    @property
+    def turns(self) -> int:
+        return max(self.turn, default=0)
 
 
 def encode_conversation(tok: ChatTokenizer, messages: Sequence[dict[str, Any]], trained: Sequence[bool]) -> Encoded:
@@ -48,6 +57,8 @@ def encode_conversation(tok: ChatTokenizer, messages: Sequence[dict[str, Any]], 
         raise ValueError("one 'trained' flag per message")
     full = tok.encode(tok.render(list(messages)))
     mask = [0] * len(full)
+    turn = [0] * len(full)
+    n = 0
     for k, (m, t) in enumerate(zip(messages, trained)):
         if not t:
             continue
@@ -63,9 +74,11 @@ def encode_conversation(tok: ChatTokenizer, messages: Sequence[dict[str, Any]], 
             end -= 1   # the template's newline after the end-of-turn token is not generated
         if end == len(prompt):
             raise TemplateError(f"turn {k}: no end-of-turn token after the assistant's text")
+        n += 1
         for i in range(len(prompt), end):
             mask[i] = 1
-    return Encoded(full, mask)
+            turn[i] = n
+    return Encoded(full, mask, turn)
 
 
 @dataclass
@@ -79,7 +92,12 @@ class SFTSettings:
     max_norm: float = 1.0
     max_len: int = 8192
     train_layers: int = 0         # 0: every layer; k: the top k layers only
+    loss_per: str = "token"       # "token": mean over trained tokens; "turn": mean over trained turns
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.loss_per not in ("token", "turn"):
+            raise ValueError(f"loss_per must be 'token' or 'turn', not {self.loss_per!r}")
 
 
 @dataclass
@@ -120,8 +138,10 @@ def lr_at(step: int, total: int, s: SFTSettings) -> float:
     return s.lr * (s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, done))))
 
 
-def sequence_nll(model: Any, enc: Encoded, max_len: int) -> tuple[torch.Tensor, int, int]:
-    """(summed negative log-likelihood of the trained tokens, trained tokens, trained tokens cut off)."""
+def sequence_nll(model: Any, enc: Encoded, max_len: int, per_turn: bool = False) -> tuple[torch.Tensor, int, int]:
+    """(summed negative log-likelihood of the trained tokens, trained tokens, trained tokens cut off); with
+    ``per_turn`` the sum is of each trained turn's mean NLL (one unit per turn, a turn cut short counts what
+    is left of it) and the count is of turns."""
     ids, mask = enc.ids[:max_len], enc.mask[:max_len]
     cut = sum(enc.mask[max_len:])
     x = torch.tensor([ids], dtype=torch.long, device=model.device)
@@ -131,7 +151,12 @@ def sequence_nll(model: Any, enc: Encoded, max_len: int) -> tuple[torch.Tensor, 
     if n == 0:
         return torch.zeros((), device=model.device), 0, cut
     logp = model.sequence_logprobs(x, att, only=only)
-    return -(logp * only).sum(), n, cut
+    if not per_turn:
+        return -(logp * only).sum(), n, cut
+    turn = torch.tensor([(enc.turn or mask)[1:max_len]], dtype=torch.long, device=model.device)
+    sizes = torch.bincount(turn.flatten(), minlength=int(turn.max()) + 1).float()
+    weight = torch.where(only, 1.0 / sizes.clamp(min=1)[turn], torch.zeros((), device=model.device))
+    return -(logp * weight).sum(), int((sizes[1:] > 0).sum()), cut
 
 
 def behaviour_clone(agent: AgentModel, data: Sequence[Encoded], settings: SFTSettings,
@@ -167,19 +192,22 @@ def behaviour_clone(agent: AgentModel, data: Sequence[Encoded], settings: SFTSet
         for g in opt.param_groups:
             g["lr"] = lr
         batch = [data[i] for i in batches[step]]
-        total = sum(min(e.trained, sum(e.mask[1:settings.max_len])) for e in batch) or 1
-        loss_sum, tokens, cut = 0.0, 0, 0
+        per_turn = settings.loss_per == "turn"
+        total = sum(len(set((e.turn or e.mask)[1:settings.max_len]) - {0}) if per_turn
+                    else sum(e.mask[1:settings.max_len]) for e in batch) or 1
+        loss_sum, units, tokens, cut = 0.0, 0, 0, 0
         opt.zero_grad(set_to_none=True)
         for enc in batch:
-            nll, n, c = sequence_nll(model, enc, settings.max_len)
+            nll, n, c = sequence_nll(model, enc, settings.max_len, per_turn)
             cut += c
             if n:
                 (nll / total).backward()
                 loss_sum += float(nll.detach())
-                tokens += n
+                units += n
+                tokens += sum(enc.mask[1:settings.max_len])
         norm = float(torch.nn.utils.clip_grad_norm_(params, settings.max_norm))
         opt.step()
-        log = SFTLog(step=step + 1, of=len(batches), loss=loss_sum / max(1, tokens), lr=lr, tokens=tokens,
+        log = SFTLog(step=step + 1, of=len(batches), loss=loss_sum / max(1, units), lr=lr, tokens=tokens,
                      seconds=time.perf_counter() - t0, cut_tokens=cut, grad_norm=norm)
         logs.append(log)
         if on_step:

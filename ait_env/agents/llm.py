@@ -61,6 +61,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
@@ -259,10 +260,12 @@ def _submitted_job(env: Any, info: dict[str, Any]) -> Job | None:
 
 
 def play_episode(env: Any, client: Any, agent: AgentSettings, family: str, seed: int,
-                 log: dict[str, Any] | None = None) -> EpisodeRecord:
+                 log: dict[str, Any] | None = None,
+                 on_turn: Callable[[dict[str, Any]], None] | None = None) -> EpisodeRecord:
     """One episode on ``env`` (a gym env of the run); never raises for endpoint or agent failures.
     ``log``, when given, receives the episode's ``opening`` (the first messages, as the model saw them) and
-    its ``turns`` (one entry per model turn: reply, tool calls, the env's action and observation, tokens)."""
+    its ``turns`` (one entry per model turn: reply, tool calls, the env's action and observation, tokens);
+    ``on_turn`` is called with each turn's entry as it ends (progress while a slow model plays)."""
     from openai import APIError, BadRequestError
 
     log = {} if log is None else log
@@ -316,6 +319,8 @@ def play_episode(env: Any, client: Any, agent: AgentSettings, family: str, seed:
         turns.append({"turn": rec.turns, "tool_mode": mode, "content": content or "",
                       "tool_calls": [{"name": n, "arguments": redact(a) if isinstance(a, str) else a} for n, a in calls],
                       "action": action, "observation": obs, "tokens_in": tin, "tokens_out": tout})
+        if on_turn is not None:
+            on_turn(turns[-1])
         done = terminated or truncated
     rec.tool_mode = mode
     rec.seconds = round(time.time() - t0, 2)
@@ -490,7 +495,9 @@ def run(agent: AgentSettings, families: list[str], episodes: int, *, backend: st
         env = gym.make("AIT/JobWriting-v0", family=fam, backend=shared, overrides=overrides)
         episode_log: dict[str, Any] = {}
         try:
-            rec = play_episode(env, client, agent, fam, s, episode_log)
+            rec = play_episode(env, client, agent, fam, s, episode_log, on_turn=lambda t: log(
+                f"[{time.time() - t0:.0f}s] {fam} seed {s} turn {t['turn']}: {t['tokens_out']} tokens, "
+                f"{len(re.findall(r'<tool_call>', t['action']))} tool call(s)"))
         finally:
             env.close()
         with lock:

@@ -169,11 +169,13 @@ class Attention(nn.Module):
             cache.v[layer][:, :, start:start + T] = v
             k = cache.k[layer][:, :, :start + T]
             v = cache.v[layer][:, :, :start + T]
-        k, v = self.repeat_kv(k, v)
+        # grouped-query attention without copying the keys/values per query head (repeat_kv's copies cost 6x
+        # the attention itself when decoding long contexts: benchmarks/bench_agent_model.py)
+        gqa = self.cfg.num_key_value_heads != self.cfg.num_attention_heads
         if mask is None:  # right-padded full sequences: causal attention alone never lets real tokens see pads
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
 

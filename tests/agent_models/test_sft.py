@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ait_env.agent_models.load import AgentModel, TemplateError, TemplateTokenizer
-from ait_env.agent_models.sft import SFTSettings, behaviour_clone, encode_conversation, lr_at
+from ait_env.agent_models.sft import SFTSettings, behaviour_clone, encode_conversation, lr_at, sequence_nll
 from ait_env.tiny_models.model import TinyConfig, TinyLM
 
 CONV = [{"role": "system", "content": "You write jobs."}, {"role": "user", "content": "Task: teach X."},
@@ -65,6 +65,31 @@ def test_behaviour_cloning_fits_the_trained_tokens_and_only_the_top_layers_move(
     assert torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])
     assert not torch.equal(before["model.layers.1.mlp.up_proj.weight"], after["model.layers.1.mlp.up_proj.weight"])
     assert all(p.requires_grad for p in model.parameters())   # nothing stays frozen after training
+
+
+def test_the_turn_loss_weighs_each_trained_turn_equally(tok: TemplateTokenizer, tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    model = TinyLM(TinyConfig(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                              num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512))
+    enc = encode_conversation(tok, CONV, [False, False, True, False, True])
+    assert enc.turns == 2 and set(enc.turn) == {0, 1, 2}
+    assert [m for m in enc.mask] == [int(t > 0) for t in enc.turn]
+    with torch.no_grad():
+        x = torch.tensor([enc.ids])
+        logp = model.sequence_logprobs(x, torch.ones_like(x))[0]
+    per_turn = [-(sum(float(logp[i - 1]) for i, t in enumerate(enc.turn) if t == k)
+                  / sum(1 for t in enc.turn if t == k)) for k in (1, 2)]
+    tokens = -sum(float(logp[i - 1]) for i, m in enumerate(enc.mask) if m)
+    with torch.no_grad():
+        nll_tok, n_tok, _ = sequence_nll(model, enc, 4096)
+        nll_turn, n_turn, _ = sequence_nll(model, enc, 4096, per_turn=True)
+    assert n_tok == enc.trained and float(nll_tok) == pytest.approx(tokens, rel=1e-4)
+    assert n_turn == 2 and float(nll_turn) == pytest.approx(sum(per_turn), rel=1e-4)
+    with pytest.raises(ValueError, match="loss_per"):
+        SFTSettings(loss_per="sequence")
+    agent = AgentModel(model, tok, {"name": "micro"}, tmp_path)
+    logs, _ = behaviour_clone(agent, [enc], SFTSettings(lr=1e-3, epochs=1, batch=1, loss_per="turn"))
+    assert logs[0].loss == pytest.approx(sum(per_turn) / 2, rel=1e-3) and logs[0].tokens == enc.trained
 
 
 def test_the_schedule_warms_up_then_decays_to_its_floor() -> None:
