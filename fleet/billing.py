@@ -2,7 +2,9 @@
 the simulator, ``fleet.simulate``, all call it): :func:`attempt_billing` (an attempt's billed seconds x the
 $/GPU-s of the GPU type that ran it x its GPUs, and the idle bound after it), :class:`GpuPrices` (a GPU
 type's dated flex rate, :mod:`fleet.prices`), :class:`Limits` (an attempt's time limits and the most it
-can cost), :class:`EndpointCosts` (what a run costs besides its jobs), and the protocols of the Runpod
+can cost), :func:`billing_problem` (a status whose billing fields cannot be taken as given: missing,
+malformed, negative or longer than possible, billed at the bound instead), :class:`EndpointCosts` (what a
+run costs besides its jobs), and the protocols of the Runpod
 client parts that dispatch uses (:mod:`fleet.runpod_api` implements them; fakes follow them).
 """
 
@@ -100,8 +102,10 @@ def attempt_billing(st: RunpodJobStatus | None, worker: dict[str, Any] | None, *
     gpus = [str(g).split(" (")[0] for g in (worker or {}).get("gpus") or []]
     gpu = gpus[0] if gpus else gpu_type
     n = len(gpus) or gpus_per_worker
-    delay = int(getattr(st, "delay_time_ms", 0) or 0) if st is not None else 0
-    execution = int(getattr(st, "execution_time_ms", 0) or 0) if st is not None else 0
+    # never a negative charge, whatever the status says (the dispatcher bills a bound for such a status:
+    # billing_problem)
+    delay = max(0, int(getattr(st, "delay_time_ms", 0) or 0)) if st is not None else 0
+    execution = max(0, int(getattr(st, "execution_time_ms", 0) or 0)) if st is not None else 0
     rate = prices.price(gpu) * n
     usd = math.ceil((delay + execution) / 1000.0 - 1e-9) * rate
     # a worker that took the attempt idles its idle timeout afterwards (an upper bound: it may take the
@@ -112,6 +116,29 @@ def attempt_billing(st: RunpodJobStatus | None, worker: dict[str, Any] | None, *
     idle_s = idle_timeout_s if ran and status and status != "TIMED_OUT" else 0.0
     return Billing(delay_time_ms=delay, execution_time_ms=execution, gpu_type=gpu, gpus_per_worker=n,
                    cost_usd=round(usd, 6), idle_usd=round(idle_s * rate, 6))
+
+
+def billing_problem(st: RunpodJobStatus, bound_s: float) -> str:
+    """Why the billing fields of a final status cannot be taken as given ("" when they can), so that the
+    dispatcher charges the attempt's bound, marked estimated, instead: a worker took the attempt (it is
+    COMPLETED, or names a worker, or reports execution) but no usable ``executionTime`` is reported; a field
+    was malformed (:func:`fleet.runpod_api.reported_ms`, kept by the status parser as ``billing_notes``); or the
+    reported time is longer than the attempt's bound (its ttl: nothing bills past it)."""
+    notes = list(getattr(st, "billing_notes", None) or [])
+    if notes:
+        return "malformed billing fields: " + "; ".join(notes)
+    delay = getattr(st, "delay_time_ms", None)
+    execution = getattr(st, "execution_time_ms", None)
+    for name, v in (("delayTime", delay), ("executionTime", execution)):
+        if v is not None and (not isinstance(v, int) or v < 0):
+            return f"{name} {v!r} is not a non-negative number of ms"
+    took = str(getattr(st, "status", "")) == "COMPLETED" or bool(getattr(st, "worker_id", None))
+    if execution is None and took:
+        return "no executionTime reported for an attempt a worker took"
+    total_s = ((delay or 0) + (execution or 0)) / 1000.0
+    if total_s > bound_s + 1.0:
+        return f"{total_s:.0f} s reported, over the attempt's bound of {bound_s:.0f} s"
+    return ""
 
 
 @dataclass(frozen=True)

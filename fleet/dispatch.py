@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from ait_env.jobs.settings import EVAL_ALLOWANCE_S
-from fleet.billing import Limits, RunpodJobStatus
+from fleet.billing import Limits, RunpodJobStatus, billing_problem
 from fleet.journal import Billing, Journal, JournalRow, RunCosts, Session, this_owner
 from fleet.settings import DispatchOptions
 
@@ -261,11 +261,17 @@ class Dispatcher:
                        idle_usd=lim.idle_usd, estimated=True)
 
     def _bill(self, entry: _Entry, st: RunpodJobStatus | None, worker: dict[str, Any] | None = None) -> Billing:
-        """The bill of a final status; a worker took the attempt but no execution time is reported: its
-        bound up to now (estimated)."""
-        if st is not None and st.execution_time_ms is None and getattr(st, "worker_id", None) and \
-                st.status in ("FAILED", "TIMED_OUT", "CANCELLED"):
-            return self._bound_bill(entry, self._clock())
+        """The bill of a final status, every final status's (COMPLETED included): the engine's bill of the
+        reported times, unless they cannot be taken as given (:func:`fleet.billing.billing_problem`:
+        missing for an attempt a worker took, malformed, negative, longer than its ttl): then the attempt's
+        whole bound, marked estimated (never under what the provider can bill; reconciled later against its
+        bill)."""
+        if st is not None:
+            why = billing_problem(st, self.limits(entry.kind).bound_s)
+            if why:
+                self.say(f"{entry.claimant}: {self.engine.name} job {entry.job_id}: {why}; charged at its bound, "
+                         "estimated")
+                return self._bound_bill(entry, None)
         return self.engine.bill(st, worker)
 
     def run_costs(self) -> RunCosts:
@@ -685,8 +691,8 @@ class Dispatcher:
                                  self._bill(entry, st))
             return
         result = out["result"]
-        worker = result.get("worker") or {}
-        bill = self.engine.bill(st, worker)
+        worker = result.get("worker") if isinstance(result.get("worker"), dict) else {}
+        bill = self._bill(entry, st, worker)
         problem = self._non_replica(worker)
         if problem:   # deterministic: the endpoint's workers run another image or versions than pinned
             self._end(entry, job_id, f"non-replica worker: {problem}. Not retried: every worker of this "

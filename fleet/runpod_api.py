@@ -87,6 +87,7 @@ keeps the pool order as a priority.
 from __future__ import annotations
 
 import email.utils
+import math
 import os
 import random
 import time
@@ -96,7 +97,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_JOB_BASE_URL = "https://api.runpod.ai/v2"
 DEFAULT_REST_BASE_URL = "https://api.runpod.io/v2"
@@ -165,6 +166,27 @@ class RetryPolicy(BaseModel):
         return random.uniform(0, min(self.cap_s, self.base_s * 2 ** attempt))
 
 
+def reported_ms(value: Any) -> tuple[int | None, str]:
+    """A billing duration as Runpod reports it (``delayTime``/``executionTime``, ms) -> (ms, problem): a finite,
+    non-negative number (or a numeric string) is taken, rounded up to a whole ms; anything else gives
+    ``None`` and says what it was (missing is ``(None, "")``). Never raises: the caller bills a bound."""
+    if value is None:
+        return None, ""
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None, f"not a number ({value[:40]!r})"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None, f"not a number ({type(value).__name__})"
+    if not math.isfinite(value):
+        return None, f"not finite ({value})"
+    if value < 0:
+        return None, f"negative ({value})"
+    return int(math.ceil(value)), ""
+
+
+
 class RunpodJob(BaseModel):
     """A job's status as ``/status/<id>`` returns it. Unknown fields are kept (``model_extra``)."""
 
@@ -177,6 +199,31 @@ class RunpodJob(BaseModel):
     delay_time_ms: int | None = Field(None, alias="delayTime")
     execution_time_ms: int | None = Field(None, alias="executionTime")
     worker_id: str | None = Field(None, alias="workerId")
+    #: billing fields that were present but unusable (not a number, negative, not finite): they are read as
+    #: missing, and the dispatcher charges the attempt's bound (fleet.billing.billing_problem)
+    billing_notes: list[str] = Field(default_factory=list, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lenient_billing(cls, data: Any) -> Any:
+        """A status is never refused for its billing fields (Runpod's answer is untrusted input)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        notes = list(data.pop("billing_notes", None) or [])
+        for alias, name in (("delayTime", "delay_time_ms"), ("executionTime", "execution_time_ms")):
+            key = alias if alias in data else name if name in data else None
+            if key is None:
+                continue
+            ms, problem = reported_ms(data[key])
+            data[key] = ms
+            if problem:
+                notes.append(f"{alias} {problem}")
+        worker = data.get("workerId", data.get("worker_id"))
+        if worker is not None and not isinstance(worker, str):
+            data["workerId" if "workerId" in data else "worker_id"] = str(worker)
+        data["billing_notes"] = notes
+        return data
 
     @property
     def final(self) -> bool:

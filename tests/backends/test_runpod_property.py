@@ -3,7 +3,8 @@ runpod backend keeps the money rules and ends every job.
 
 Each schedule draws 1-4 jobs, what happens to each attempt on Runpod (it completes, its worker dies, its
 result expires, it times out, it sticks in the queue, the job fails by itself, a non-replica worker answers),
-its queue/cold-start delay and execution time, /status and /cancel outages, run calls refused (429) or
+its queue/cold-start delay and execution time, billing fields garbled in its final status (missing, null,
+text, negative, NaN, absurd, a boolean, a negative delay: issue 47), /status and /cancel outages, run calls refused (429) or
 answered 5xx with or without the job queued, a short result retention, max_in_flight, retry_budget and a run
 budget. The real :class:`RunpodBackend` runs it with ``threads=False``: the test pumps its submitters and
 poller on the fake's clock (tests/fakes/runpod_client.py, time mode), so a schedule of minutes takes
@@ -13,7 +14,8 @@ milliseconds. For every schedule:
   has exactly one journal attempt (matched by the tag the attempt put in the input), charged at least what
   the fake bills for it; an attempt that reached no job on the fake is charged nothing unless its run call
   had no clear answer (then its bound, estimated);
-- the journal's total (jobs + idle) >= the fake's bill, once every run on the fake has ended;
+- the journal's total (jobs + idle) >= the fake's bill, once every run on the fake has ended, and no
+  charge is negative; a garbled bill is charged at its bound, marked estimated;
 - no job is left in flight (``in_progress`` or any state but final), within its time bound;
 - with a run budget, spending never passes it by more than one running job's bound, at any step.
 """
@@ -32,7 +34,7 @@ from ait_env.backends.runpod import RunpodBackend
 from fleet.runpod_api import RunpodAPIError
 from tests.backends.test_runpod_backend import bundles
 from tests.backends.test_runpod_backend import settings as backend_settings
-from tests.fakes.runpod_client import FakeServerlessClient, bundle_job_id
+from tests.fakes.runpod_client import BILLING_FAULTS, FakeServerlessClient, bundle_job_id
 
 OUTCOMES = ["ok", "ok", "ok", "lost", "expired", "timed_out", "stuck", "job_failed", "non_replica"]
 LIMITS = {"execution_timeout_s": 12, "startup_allowance_s": 4, "ttl_margin_s": 4, "poll_interval_s": 2,
@@ -58,6 +60,7 @@ def schedules(draw: Any) -> dict[str, Any]:
     return {
         "jobs": n,
         "outcomes": [[draw(st.sampled_from(OUTCOMES)) for _ in range(3)] for _ in range(n)],
+        "billing_faults": [draw(st.sampled_from([None, None, None, *BILLING_FAULTS])) for _ in range(n)],
         "timing": [[(draw(tenths[0]) / 10, draw(tenths[1]) / 10) for _ in range(3)] for _ in range(n)],
         "status_outages": draw(st.lists(window, max_size=2)),
         "cancel_outages": draw(st.lists(window, max_size=1)),
@@ -107,6 +110,7 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path, base: Any) -> N
 
     fake = FakeServerlessClient(clock=clock, plan=plan, timing=timing, result_ttl_s=s["result_ttl_s"],
                                 idle_timeout_s=5.0, rate_usd_per_s=RATE)
+    fake.billing_fault = lambda inp: s["billing_faults"][which(inp)]
     t0 = clock.t
     for route, key in (("status", "status_outages"), ("cancel", "cancel_outages"), ("run", "run_outages")):
         for start, length in s[key]:
@@ -155,6 +159,9 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path, base: Any) -> N
             assert a is not None, f"fake job {job['id']} has no journal attempt"
             assert a["job_id"] in (job["id"], None)
             assert a["cost_usd"] + a["idle_usd"] >= bills[job["id"]] - 1e-9, (a, bills[job["id"]], s)
+            assert a["cost_usd"] >= 0 and a["idle_usd"] >= 0, a
+            if s["billing_faults"][which(job["input"])] and a["job_id"] and a["cost_usd"] > 0:
+                assert a["estimated"] == 1, (a, s)   # a garbled bill is never taken as given
         queued = {job["tag"] for job in fake.store.all()}
         for a in attempts:
             if a["tag"] not in queued:                   # never reached Runpod: free, unless it may have
@@ -165,6 +172,7 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path, base: Any) -> N
             assert fake.bill() <= budget + per_job + 1e-9
         # what the schedule exercised (pytest --hypothesis-show-statistics)
         event(f"attempts charged at their bound: {'yes' if costs.estimated else 'no'}")
+        event(f"billing fields garbled: {'yes' if any(s['billing_faults']) else 'no'}")
         event(f"cancels sent: {'yes' if fake.calls['cancel'] else 'no'}")
         event(f"jobs sent again: {'yes' if len(attempts) > len(handles) else 'no'}")
         event(f"jobs queued unseen: {'yes' if any(a['job_id'] is None and a['tag'] in queued for a in attempts) else 'no'}")

@@ -59,6 +59,33 @@ GPUS = ["NVIDIA RTX A5000 (24564 MiB)", "NVIDIA RTX A5000 (24564 MiB)"]
 DELAY_MS, EXECUTION_MS = 2_000, 60_000
 
 
+FINAL = ("COMPLETED", "FAILED", "TIMED_OUT", "CANCELLED")
+#: how a status's billing fields can be wrong (the answer is the provider's, untrusted)
+BILLING_FAULTS = ("missing", "null", "string", "negative", "nan", "huge", "bool", "delay_negative")
+
+
+def garble(view: dict[str, Any], fault: str) -> None:
+    """Garble ``view``'s billing fields as ``fault`` says (:data:`BILLING_FAULTS`)."""
+    if fault == "missing":
+        view.pop("executionTime", None)
+    elif fault == "null":
+        view["executionTime"] = None
+    elif fault == "string":
+        view["executionTime"] = "about a minute"
+    elif fault == "negative":
+        view["executionTime"] = -abs(int(view.get("executionTime") or 0)) - 600_000
+    elif fault == "nan":
+        view["executionTime"] = float("nan")
+    elif fault == "huge":
+        view["executionTime"] = 10 ** 15
+    elif fault == "bool":
+        view["executionTime"] = True
+    elif fault == "delay_negative":
+        view["delayTime"] = -(10 ** 9)
+    else:
+        raise ValueError(f"unknown billing fault {fault!r}; choose from {BILLING_FAULTS}")
+
+
 def bundle_job_id(payload: dict[str, Any]) -> str:
     """The job id in a job request's packed bundle (a baseline request: ``baseline-<family>-<model>``)."""
     if payload.get("kind") == "baseline":
@@ -165,6 +192,9 @@ class FakeServerlessClient:
         #: per call ("run", "status", "cancel"): the HTTP statuses the next calls raise (past the client's
         #: retries)
         self.errors: dict[str, list[int]] = {"run": [], "status": [], "cancel": []}
+        #: time mode: a job's input -> how its final status's billing fields are garbled (BILLING_FAULTS) or
+        #: None; the fake's own bill stays Runpod's rule (what the provider really charges)
+        self.billing_fault: Callable[[dict[str, Any]], str | None] | None = None
         self.calls = {"run": 0, "status": 0, "cancel": 0}
         self._lock = threading.Lock()
         self._pool = (ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
@@ -290,6 +320,9 @@ class FakeServerlessClient:
             view["error"] = "worker exited unexpectedly"
         if state == "COMPLETED":
             view["output"] = instant_output(job["input"], job["outcome"], self.revision, job["bundle"])
+        fault = self.billing_fault(job["input"]) if self.billing_fault and state in FINAL else None
+        if fault:
+            garble(view, fault)
         return RunpodJob.model_validate(view)
 
     def bills(self) -> dict[str, float]:

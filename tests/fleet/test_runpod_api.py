@@ -313,3 +313,34 @@ def test_retry_after_in_seconds_or_an_http_date(value, expected):
     from fleet.runpod_api import _retry_after
 
     assert _retry_after(httpx.Response(429, headers={"Retry-After": value})) == expected
+
+
+@pytest.mark.parametrize("raw, ms, problem", [
+    (61_000, 61_000, ""), (61_000.2, 61_001, ""), ("61000", 61_000, ""), (None, None, ""),
+    (-5, None, "negative"), ("about a minute", None, "not a number"), (float("nan"), None, "not finite"),
+    (float("inf"), None, "not finite"), (True, None, "not a number"), ([1], None, "not a number"),
+    ({"ms": 1}, None, "not a number"),
+])
+def test_a_status_is_never_refused_for_its_billing_fields_and_unusable_ones_are_noted(raw, ms, problem) -> None:
+    from fleet.billing import billing_problem
+    from fleet.runpod_api import RunpodJob
+
+    job = RunpodJob.model_validate({"id": "j", "status": "COMPLETED", "executionTime": raw, "delayTime": 1_000,
+                                    "workerId": "w"})
+    assert job.execution_time_ms == ms
+    assert (problem in " ".join(job.billing_notes)) and bool(job.billing_notes) == bool(problem)
+    why = billing_problem(job, bound_s=600)
+    # a COMPLETED attempt without a usable executionTime is never billed as given (it was billed $0 before)
+    assert bool(why) == (ms is None), why
+
+
+def test_a_reported_time_longer_than_the_attempts_ttl_is_not_taken() -> None:
+    from fleet.billing import billing_problem
+    from fleet.runpod_api import RunpodJob
+
+    ok = RunpodJob.model_validate({"id": "j", "status": "FAILED", "delayTime": 2_000, "executionTime": 590_000})
+    assert billing_problem(ok, bound_s=600) == ""
+    huge = RunpodJob.model_validate({"id": "j", "status": "COMPLETED", "delayTime": 2_000, "executionTime": 10 ** 15})
+    assert "over the attempt's bound" in billing_problem(huge, bound_s=600)
+    queued = RunpodJob.model_validate({"id": "j", "status": "CANCELLED"})   # no worker took it: nothing to bill
+    assert billing_problem(queued, bound_s=600) == ""
