@@ -33,7 +33,7 @@ from typing import Any, Literal, Protocol
 
 from ait_env.jobs.settings import EVAL_ALLOWANCE_S
 from fleet.billing import Limits, RunpodJobStatus, billing_problem
-from fleet.journal import Billing, Journal, JournalRow, RunCosts, Session, this_owner
+from fleet.journal import ATTACHED, DUPLICATE_ID, Billing, Journal, JournalRow, RunCosts, Session, this_owner
 from fleet.settings import DispatchOptions
 
 _log = logging.getLogger(__name__)
@@ -505,7 +505,20 @@ class Dispatcher:
         done = self.journal.attach_many([(e.key, job_id, e.attempt) for e, job_id in items])
         now = self._clock()
         for (entry, job_id), attached in zip(items, done):
-            if not attached:
+            if attached == DUPLICATE_ID:
+                # the engine answered with an id another attempt already has: following it would score this
+                # job with that one's result. Whether this attempt's job was queued is unknown (like a run
+                # call without a clear answer, SendUncertain above): charged at its bound, estimated, not
+                # resent, and the other job's id is never cancelled from here
+                lim = self.limits(entry.kind)
+                self._end(entry, None, f"{self.engine.name} answered the run call with the id {job_id}, which "
+                                       "another attempt already has; this attempt is not followed (its job may "
+                                       "have been queued unseen): charged at its bound, estimated; the same job "
+                                       f"is not sent again before "
+                                       f"{_utc(entry.sent_at + lim.bound_s + self.engine.send_retry_s)}",
+                          self._bound_bill(entry, None))
+                continue
+            if attached != ATTACHED:
                 self._cancel(job_id)   # the row moved on meanwhile (adopted and ended elsewhere): surplus
                 self._to_foreign(entry)
                 continue
@@ -691,6 +704,16 @@ class Dispatcher:
                                  self._bill(entry, st))
             return
         result = out["result"]
+        if entry.kind == "job" and result.get("job_id") != entry.claimant:
+            # another job's result under this attempt's id (an id the engine gave twice, one of them to a job
+            # queued unseen): never served as this job's. Whether this attempt's own job was queued is unknown:
+            # charged at its bound, estimated, not resent (see SendUncertain in _run)
+            self._end(entry, job_id, f"{self.engine.name} job {job_id} answered with the result of job "
+                                     f"{str(result.get('job_id'))[:80]!r}, not {entry.claimant!r} (an id given "
+                                     "twice); not served, not resent: charged at its bound, estimated",
+                      self._bound_bill(entry, None))
+            self.journal.detach(entry.key, job_id)
+            return
         worker = result.get("worker") if isinstance(result.get("worker"), dict) else {}
         bill = self._bill(entry, st, worker)
         problem = self._non_replica(worker)
@@ -796,7 +819,7 @@ class Dispatcher:
             job_id = self.engine.find(tag)
         except Exception:  # noqa: BLE001 - an engine that cannot look finds nothing
             job_id = None
-        if not job_id or not self.journal.attach_many([(entry.key, job_id, attempt)])[0]:
+        if not job_id or self.journal.attach_many([(entry.key, job_id, attempt)])[0] != ATTACHED:
             return False
         with self._lock:
             entry.job_id, entry.state, entry.next_poll = job_id, "sent", self._clock()

@@ -74,6 +74,8 @@ RowStatus = Literal["submitted", "sending", "in_queue", "in_progress", "complete
                     "expired", "infra_failed"]
 #: statuses after which a row no longer changes unless re-claimed
 FINAL: frozenset[str] = frozenset({"completed", "infra_failed", "cancelled"})
+#: what :meth:`Journal.attach_many` did with an id
+ATTACHED, MOVED_ON, DUPLICATE_ID = "attached", "moved_on", "duplicate_id"
 JOURNAL_NAME = "runpod_journal.sqlite"
 
 _SCHEMA = """
@@ -94,6 +96,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     cost_usd REAL NOT NULL DEFAULT 0,
     started REAL NOT NULL, ended REAL, PRIMARY KEY (key, attempt));
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status);
+CREATE INDEX IF NOT EXISTS attempts_job_id ON attempts (job_id);
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY, owner TEXT NOT NULL, endpoint_id TEXT NOT NULL DEFAULT '',
     started REAL NOT NULL, heartbeat REAL NOT NULL, ended REAL,
@@ -363,24 +366,39 @@ class Journal:
             return cur.rowcount == 1
 
     def attach(self, key: str, job_id: str, attempt: int | None = None) -> bool:
-        """Record the remote id of the row's current attempt (``attempt``: only if it is still current)."""
-        return self.attach_many([(key, job_id, attempt)])[0]
+        """Record the remote id of the row's current attempt (``attempt``: only if it is still current); never
+        an id another attempt already has (:meth:`attach_many`)."""
+        return self.attach_many([(key, job_id, attempt)])[0] == ATTACHED
 
-    def attach_many(self, items: list[tuple[str, str, int | None]]) -> list[bool]:
-        """:meth:`attach` of each ``(key, job_id, attempt)``, in one write transaction."""
+    def attach_many(self, items: list[tuple[str, str, int | None]]) -> list[str]:
+        """:meth:`attach` of each ``(key, job_id, attempt)``, in one write transaction; per item
+        :data:`ATTACHED`, :data:`MOVED_ON` (the row is final, gone, or on another attempt) or
+        :data:`DUPLICATE_ID` (another attempt, of this job or another, already has that id: a provider that
+        answers a used id must not make one job's result another's)."""
         now, out = self._now(), []
         with self._tx() as db:
             for key, job_id, attempt in items:
                 row = self._state(db, key)
                 if row is None or row["status"] in FINAL or (attempt is not None and row["attempt"] != attempt):
-                    out.append(False)
+                    out.append(MOVED_ON)
+                    continue
+                if db.execute("SELECT 1 FROM attempts WHERE job_id = ? AND NOT (key = ? AND attempt = ?) LIMIT 1",
+                              (job_id, key, row["attempt"])).fetchone() is not None:
+                    out.append(DUPLICATE_ID)
                     continue
                 db.execute("UPDATE jobs SET job_id = ?, updated = ?, submitted_at = ? WHERE key = ?",
                            (job_id, now, now, key))
                 db.execute("UPDATE attempts SET job_id = ? WHERE key = ? AND attempt = ?",
                            (job_id, key, row["attempt"]))
-                out.append(True)
+                out.append(ATTACHED)
         return out
+
+    def detach(self, key: str, job_id: str) -> None:
+        """Forget that ``key``'s attempts ran as ``job_id`` (an id that turned out to be another job's: its bill
+        and result are that job's, never this one's; the attempt stays charged as it was)."""
+        with self._tx() as db:
+            db.execute("UPDATE attempts SET job_id = NULL WHERE key = ? AND job_id = ?", (key, job_id))
+            db.execute("UPDATE jobs SET job_id = NULL WHERE key = ? AND job_id = ?", (key, job_id))
 
     def mark_sending(self, key: str, attempt: int, tag: str, owner: str | None = None,
                      hard_end: float | None = None) -> float | None:

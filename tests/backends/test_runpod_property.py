@@ -5,7 +5,7 @@ Each schedule draws 1-4 jobs, what happens to each attempt on Runpod (it complet
 result expires, it times out, it sticks in the queue, the job fails by itself, a non-replica worker answers),
 its queue/cold-start delay and execution time, billing fields garbled in its final status (missing, null,
 text, negative, NaN, absurd, a boolean, a negative delay: issue 47), /status and /cancel outages, run calls refused (429) or
-answered 5xx with or without the job queued, a short result retention, max_in_flight, retry_budget and a run
+answered 5xx with or without the job queued, run calls answered with an id given before (issue 47), a short result retention, max_in_flight, retry_budget and a run
 budget. The real :class:`RunpodBackend` runs it with ``threads=False``: the test pumps its submitters and
 poller on the fake's clock (tests/fakes/runpod_client.py, time mode), so a schedule of minutes takes
 milliseconds. For every schedule:
@@ -16,7 +16,8 @@ milliseconds. For every schedule:
   had no clear answer (then its bound, estimated);
 - the journal's total (jobs + idle) >= the fake's bill, once every run on the fake has ended, and no
   charge is negative; a garbled bill is charged at its bound, marked estimated;
-- no job is left in flight (``in_progress`` or any state but final), within its time bound;
+- no job is left in flight (``in_progress`` or any state but final), within its time bound, and no job
+  gets another job's result;
 - with a run budget, spending never passes it by more than one running job's bound, at any step.
 """
 
@@ -67,6 +68,7 @@ def schedules(draw: Any) -> dict[str, Any]:
         "run_outages": draw(st.lists(window, max_size=1)),
         "run_refused": draw(st.sets(st.integers(1, 8), max_size=2)),      # run calls answered 429
         "answers_lost": draw(st.sets(st.integers(1, 4), max_size=2)),     # queued, then a 5xx
+        "ids_reused": draw(st.sets(st.integers(2, 6), max_size=1)),       # queued, answered with a used id
         "result_ttl_s": draw(st.sampled_from([3.0, 30.0, 1800.0])),
         "max_in_flight": draw(st.integers(1, 3)),
         "retry_budget": draw(st.integers(0, 2)),
@@ -103,6 +105,8 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path, base: Any) -> N
             raise RunpodAPIError("run: HTTP 429 (property: rate limited, nothing queued)", 429, "")
         if calls["run"] in s["answers_lost"]:
             fake.lose_answers(1)
+        if calls["run"] in s["ids_reused"]:
+            fake.reused_ids += 1
         return s["outcomes"][which(inp)][min(n, 3) - 1]
 
     def timing(inp: dict[str, Any], n: int) -> tuple[float, float]:
@@ -144,6 +148,8 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path, base: Any) -> N
         assert b.journal.in_flight() == []                          # no job left in flight
         results = [b.wait(h, timeout=0) for h in handles.values()]
         assert {r.status for r in results} <= {"succeeded", "job_failed", "infra_failed"}
+        for i, r in zip(handles, results):      # no job gets another job's result
+            assert r.status == "infra_failed" or r.job_id == jobs[i].job_id, (i, r.job_id, jobs[i].job_id, s)
         for _ in range(int(BOUND_S / DT) + 2):                       # every run on the fake ends (its ttl)
             if not fake.running():
                 break
@@ -172,6 +178,7 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path, base: Any) -> N
             assert fake.bill() <= budget + per_job + 1e-9
         # what the schedule exercised (pytest --hypothesis-show-statistics)
         event(f"attempts charged at their bound: {'yes' if costs.estimated else 'no'}")
+        event(f"an id answered twice: {'yes' if fake.reused_ids == 0 and s['ids_reused'] and len(fake._given) > 1 else 'no'}")
         event(f"billing fields garbled: {'yes' if any(s['billing_faults']) else 'no'}")
         event(f"cancels sent: {'yes' if fake.calls['cancel'] else 'no'}")
         event(f"jobs sent again: {'yes' if len(attempts) > len(handles) else 'no'}")

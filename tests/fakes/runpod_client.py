@@ -28,7 +28,8 @@ it is TIMED_OUT, past ``ttl`` it is gone (404, and it stops: send-requests.mdx "
 timeout"). A finished result is kept ``result_ttl_s`` (Runpod: 30 min for ``/run``), then 404. Faults:
 ``outage(route, start, end)`` (every ``status``/``cancel``/``run`` call in ``[start, end)`` answers 503;
 a ``run`` then queues nothing; ``outage_until_resend(route)``: from now until a job is sent again after a cancel), ``lose_answers(n)`` (the next ``n`` run calls **queue the job** and then
-raise :class:`SubmitUncertain`, a 5xx whose job is queued unseen), ``lost`` (worker death). **Billing**
+raise :class:`SubmitUncertain`, a 5xx whose job is queued unseen), ``reused_ids`` (the next ``n`` run calls
+queue the job and answer with an id given before), ``lost`` (worker death). **Billing**
 (:meth:`bill`, :meth:`bills`) is Runpod's rule: a job a worker took is billed from its creation (the delay
 is billed whole, as if it were all cold start: the journal's own figure) to its end, cancel or ttl, rounded
 up to a whole second, plus the idle timeout unless it TIMED_OUT, x ``rate_usd_per_s``; a job cancelled or
@@ -185,6 +186,10 @@ class FakeServerlessClient:
         self._until_resend: list[int] = []   # indexes of outages the first run after a cancel ends
         #: run calls left that queue the job and then lose the answer (SubmitUncertain)
         self.lost_answers = 0
+        #: run calls left that queue the job under a new id but answer with the first id this fake ever gave
+        #: (a provider that reuses an id: issue 47)
+        self.reused_ids = 0
+        self._given: list[str] = []
         #: per call, seconds the next calls take before answering (a Retry-After the client sleeps out; cut
         #: short by release())
         self.delays: dict[str, list[float]] = {"run": [], "status": [], "cancel": []}
@@ -269,10 +274,14 @@ class FakeServerlessClient:
         with self._lock:
             lose = self.lost_answers > 0
             self.lost_answers -= int(lose)
+            reuse = self.reused_ids > 0 and bool(self._given)
+            self.reused_ids -= int(reuse)
+            answer = self._given[0] if reuse else job_id
+            self._given.append(job_id)
         if lose:
             raise SubmitUncertain("run: HTTP 502 after the job was queued (fake: the answer was lost)", 502,
                                   "fake")
-        return job_id
+        return answer
 
     # ------------------------------------------------------------------ time mode
     def _life(self, job: dict[str, Any]) -> tuple[str, float | None, float, float]:

@@ -208,3 +208,17 @@ def test_a_corrected_estimate_replaces_the_bound_in_the_attempt_and_the_row(tmp_
     row = j.get("a")
     assert row.cost_usd == pytest.approx(0.3) and row.estimated_usd == 0 and j.estimated_attempts() == []
     assert j.spent_usd() == pytest.approx(0.3) and row.execution_time_ms == 30_000
+
+
+def test_an_id_another_attempt_has_is_never_attached(tmp_path):
+    from fleet.journal import ATTACHED, DUPLICATE_ID, MOVED_ON
+
+    j = Journal.in_run_dir(tmp_path)
+    for key in ("a", "b"):
+        j.claim(key, claimant=f"job-{key}")
+    assert j.attach_many([("a", "rp-1", 1)]) == [ATTACHED]
+    # a provider that answers job b's run call with job a's id: b must not follow (and be scored with) a's job
+    assert j.attach_many([("b", "rp-1", 1), ("a", "rp-9", 7)]) == [DUPLICATE_ID, MOVED_ON]
+    assert j.get("b").job_id is None and j.get("a").job_id == "rp-1"
+    assert not j.attach("b", "rp-1") and j.attach("b", "rp-2")
+    assert j.attach("a", "rp-1")          # the same attempt again: its own id, not a duplicate
