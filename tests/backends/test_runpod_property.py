@@ -163,7 +163,10 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path, base: Any) -> N
         for job in fake.store.all():
             a = by_tag.get(job["tag"])
             assert a is not None, f"fake job {job['id']} has no journal attempt"
-            assert a["job_id"] in (job["id"], None)
+            # the attempt's id is its job's, except when the engine gave it an id first given to a job queued
+            # unseen and the result was gone before it could be read (open, docs/fleet.md): then it is charged
+            # at its bound, estimated
+            assert a["job_id"] in (job["id"], None) or (a["estimated"] == 1 and s["ids_reused"]), (a, job["id"], s)
             assert a["cost_usd"] + a["idle_usd"] >= bills[job["id"]] - 1e-9, (a, bills[job["id"]], s)
             assert a["cost_usd"] >= 0 and a["idle_usd"] >= 0, a
             if s["billing_faults"][which(job["input"])] and a["job_id"] and a["cost_usd"] > 0:

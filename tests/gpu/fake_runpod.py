@@ -100,6 +100,17 @@ INSTANT_OUTPUT: dict[str, Any] = {"kind": "job", "result": {"status": "succeeded
                                                             "worker": {"versions": {}}}, "baselines": []}
 
 
+def _as_handler_would(output: Any, payload: Any) -> Any:
+    """A canned job output answered for ``payload``: its result names the job the payload carries, as the real
+    handler's does (gpu/worker.py returns the bundle's JobResult, whose ``job_id`` is the bundle's)."""
+    if not (isinstance(output, dict) and isinstance(output.get("result"), dict) and "job_id" in output["result"]
+            and isinstance(payload, dict) and payload.get("bundle")):
+        return output
+    from tests.fakes.runpod_client import bundle_job_id
+
+    return {**output, "result": {**output["result"], "job_id": bundle_job_id(payload)}}
+
+
 @dataclass
 class _Job:
     id: str
@@ -435,7 +446,7 @@ class FakeRunpod:
                 job.created = now - (self.instant_delay_ms + self.instant_execution_ms) / 1000
                 job.started = now - self.instant_execution_ms / 1000
                 job.status, job.finished, job.worker = "COMPLETED", now, 0
-                job.output = self.instant_output
+                job.output = _as_handler_would(self.instant_output, job.input)
             else:
                 self.queue.append(job.id)
             self.cond.notify_all()
