@@ -135,9 +135,9 @@ def billing_problem(st: RunpodJobStatus, bound_s: float) -> str:
     took = str(getattr(st, "status", "")) == "COMPLETED" or bool(getattr(st, "worker_id", None))
     if execution is None and took:
         return "no executionTime reported for an attempt a worker took"
-    total_s = ((delay or 0) + (execution or 0)) / 1000.0
-    if total_s > bound_s + 1.0:
-        return f"{total_s:.0f} s reported, over the attempt's bound of {bound_s:.0f} s"
+    total_ms = (delay or 0) + (execution or 0)          # ints of any size: compared, never made floats
+    if total_ms > math.ceil((bound_s + 1.0) * 1000):
+        return f"{str(total_ms)[:20]} ms reported, over the attempt's bound of {bound_s:.0f} s"
     return ""
 
 

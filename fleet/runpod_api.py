@@ -179,8 +179,8 @@ def reported_ms(value: Any) -> tuple[int | None, str]:
             return None, f"not a number ({value[:40]!r})"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None, f"not a number ({type(value).__name__})"
-    if not math.isfinite(value):
-        return None, f"not finite ({value})"
+    if isinstance(value, float) and not math.isfinite(value):   # an int of any size is finite (isfinite
+        return None, f"not finite ({value})"                     # would overflow on a 400-digit one)
     if value < 0:
         return None, f"negative ({value})"
     return int(math.ceil(value)), ""
