@@ -1,11 +1,15 @@
-"""``python -m fleet.pool up|status|down``: the SkyPilot pool the ``skypilot`` backend launches jobs onto
+"""``python -m fleet.pool up|status|cost|down``: the SkyPilot pool the ``skypilot`` backend launches jobs onto
 (this engine's ``fleet.endpoint``).
 
 - ``up``: ``sky jobs pool apply`` of the pool YAML rendered from the config (:func:`fleet.skypilot_engine.pool_yaml`:
-  the pinned worker image, the accelerators in preference order, workers fixed or min..max autoscaled,
+  the pinned worker image, the accelerators (any of them: SkyPilot refuses ordered resources in a pool), workers fixed or min..max autoscaled,
   the autoscaler's delays, disk); applying again updates the pool in place (rolling).
 - ``status``: workers (and which are busy), the pool's queue of managed jobs, and the cost per hour of the
   workers up, at :func:`fleet.prices.pod_price_per_s` (dated pod prices, fleet/prices.py).
+- ``cost``: what the pool has cost, from SkyPilot's own cost report (``sky.cost_report``, its catalog prices x
+  time up): each worker cluster ``<pool>-<n>`` (busy or idle; downed ones included) and the jobs controller's
+  VM, and what keeps billing now (workers up, ``min_workers``); ``python -m fleet.reconcile_pool`` compares the
+  workers' figure with a run's journal.
 - ``down``: ``sky jobs pool down``, then reads the pool's status until no worker is listed (at most
   ``--wait`` seconds); exits 1 and says so when a worker is still listed, so a pod is never left running
   unseen.
@@ -67,9 +71,54 @@ def cost_per_hour(spec: PoolSpec, workers: int, gpus: int) -> tuple[float, str]:
                                    f"up to ${workers * gpus * dearest:.2f}/h on the dearest accelerator")
 
 
+def lifecycle_note(spec: PoolSpec) -> str:
+    """What keeps billing once the backend is closed, and how to stop it (said by the skypilot backend's
+    ``close`` and by ``cost``)."""
+    floor = (f"{spec.workers} fixed workers bill until `python -m fleet.pool down`" if spec.workers is not None
+             else f"idle workers are reaped one per {spec.downscale_delay_s:g} s down to min_workers="
+                  f"{spec.min_workers}" + (" (those bill until `python -m fleet.pool down`)" if spec.min_workers
+                                           else ""))
+    return (f"pool {spec.name} stays up after this run: {floor}; SkyPilot's jobs controller VM autostops after 10 "
+            f"idle minutes (its default). Stop everything: python -m fleet.pool down; what it cost: python -m "
+            f"fleet.pool cost")
+
+
+def print_cost(sdk: SkySDK, spec: PoolSpec, gpus: int, days: int | None) -> int:
+    """``cost``: the pool's workers and the jobs controller in SkyPilot's cost report, and what bills now."""
+    from fleet.reconcile_pool import cluster_costs
+
+    try:
+        workers, controllers = cluster_costs(sdk.cost_report(days), spec.name)
+    except Exception as e:  # noqa: BLE001  the API server unreachable, a refused login: say it
+        print(f"error: SkyPilot's cost report failed ({type(e).__name__}: {e}); check `sky api info`", file=sys.stderr)
+        return 2
+    window = f"the last {days or 30} days"
+    print(f"pool {spec.name}: SkyPilot's cost report ({window}; its catalog prices x time up, an estimate, not the "
+          "cloud's invoice)")
+    for name, usd in sorted(workers.items()):
+        print(f"  worker     {name:<34} ${usd:.4f}")
+    for name, usd in sorted(controllers.items()):
+        print(f"  controller {name:<34} ${usd:.4f}")
+    total = sum(workers.values()) + sum(controllers.values())
+    print(f"  total: ${total:.4f} (workers ${sum(workers.values()):.4f}, jobs controller "
+          f"${sum(controllers.values()):.4f})")
+    if not workers:
+        print(f"  note: no worker cluster {spec.name}-<n> in {window}: check the pool's name and --days")
+    try:
+        up = len(workers_of(sdk.pool_status(spec.name)))
+    except Exception:  # noqa: BLE001  the report is printed; the live part is best effort
+        up = -1
+    if up > 0:
+        usd_h, note = cost_per_hour(spec, up, gpus)
+        print(f"  billing now: {up} workers, ${usd_h:.2f}/h ({note})")
+    print(f"  {lifecycle_note(spec)}")
+    return 0
+
+
 def main(argv: list[str] | None = None, sdk: SkySDK | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fleet.pool", description=__doc__.split("\n\n")[0])
-    ap.add_argument("action", choices=["up", "status", "down"])
+    ap.add_argument("action", choices=["up", "status", "cost", "down"])
+    ap.add_argument("--days", type=int, default=None, help="cost: how far back SkyPilot's report looks (its default 30)")
     ap.add_argument("--config", type=Path, help="YAML of PoolSpec fields over conf/backend/skypilot.yaml's pool")
     ap.add_argument("--print", action="store_true", help="print the pool YAML and exit (no SkyPilot needed)")
     ap.add_argument("--wait", type=float, default=600.0, help="down: seconds to wait until no worker is listed")
@@ -115,6 +164,8 @@ def main(argv: list[str] | None = None, sdk: SkySDK | None = None) -> int:
               f"{sum(r['status'] == 'PENDING' for r in queue)} pending, "
               f"{sum(r['status'] != 'PENDING' for r in queue)} running; ${usd_h:.2f}/h now ({note})")
         return 0
+    if args.action == "cost":
+        return print_cost(sdk, spec, gpus, args.days)
     sdk.pool_down(spec.name)
     deadline = time.time() + args.wait
     while True:

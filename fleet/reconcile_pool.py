@@ -102,6 +102,21 @@ def worker_buckets(records: list[dict[str, Any]], pool: str, step: int,
     return out, sorted(names)
 
 
+#: the jobs controller's cluster name prefix (``common.JOB_CONTROLLER_PREFIX``, sky/utils/common.py): a pool's
+#: jobs run through it (``controller_utils.get_controller_for_pool``); its VM (4+ CPUs, 50 GB,
+#: sky/jobs/constants.py ``CONTROLLER_RESOURCES``) autostops after 10 idle minutes by default
+#: (``CONTROLLER_AUTOSTOP``; ``jobs.controller.autostop`` in ~/.sky/config.yaml)
+CONTROLLER_PREFIX = "sky-jobs-controller-"
+
+
+def cluster_costs(records: list[dict[str, Any]], pool: str) -> tuple[dict[str, float], dict[str, float]]:
+    """SkyPilot's cost of each of ``pool``'s worker clusters and of each jobs controller in a cost report."""
+    workers = {str(r["name"]): float(r.get("total_cost") or 0.0) for r in records if is_worker(str(r.get("name")), pool)}
+    controllers = {str(r["name"]): float(r.get("total_cost") or 0.0) for r in records
+                   if str(r.get("name") or "").startswith(CONTROLLER_PREFIX)}
+    return workers, controllers
+
+
 def reconcile_pool(sdk: SkySDK, runs_dirs: list[Path], pool: str, bucket: str = "day", days: int | None = None,
                    tolerance_pct: float = TOLERANCE_PCT, tolerance_usd: float = TOLERANCE_USD,
                    now: float | None = None) -> PoolReport:
@@ -109,8 +124,14 @@ def reconcile_pool(sdk: SkySDK, runs_dirs: list[Path], pool: str, bucket: str = 
     now = now or time.time()
     step = STEP_S[bucket]
     ours = journal_buckets(runs_dirs, step, now, journal_name=JOURNAL_NAME)
-    theirs, workers = worker_buckets(sdk.cost_report(days), pool, step, now)
+    records = sdk.cost_report(days)
+    theirs, workers = worker_buckets(records, pool, step, now)
+    controllers = cluster_costs(records, pool)[1]
     notes: list[str] = []
+    if controllers:
+        notes.append(f"the jobs controller ({', '.join(sorted(controllers))}) cost ${sum(controllers.values()):.4f} "
+                     "in the report's window: not compared (it serves every managed job and pool of the API "
+                     "server's user); it is the pool's fixed cost on top of the workers")
     if not ours:
         notes.append("the journals hold no billed attempt yet")
     if not workers:

@@ -108,7 +108,7 @@ class RunpodOptions(DispatchOptions):
 
 class PoolSpec(BaseModel):
     """A SkyPilot pool of identical workers (``python -m fleet.pool up``; ``conf/backend/skypilot.yaml``
-    ``options.pool``): the pinned worker image, the accelerators in preference order, workers (fixed, or
+    ``options.pool``): the pinned worker image, the accelerators (any of them), workers (fixed, or
     ``min_workers``..``max_workers`` autoscaled by queue length), idle reaping and disk.
     ``fleet.skypilot_engine.pool_yaml`` renders it as the pool YAML SkyPilot's own parser checks."""
 
@@ -119,7 +119,8 @@ class PoolSpec(BaseModel):
     #: the pinned worker image (gpu/Dockerfile, gpu/README.md "Build and push"), as SkyPilot's ``image_id``
     #: ``docker:<registry>/ait-worker:<rev>``; required by ``python -m fleet.pool up`` (or ``--image``)
     image: str = ""
-    #: SkyPilot accelerator names, first preferred (resources ``ordered``); each with its Runpod GPU type
+    #: SkyPilot accelerator names, any of which a worker may have (resources ``any_of``: a pool refuses
+    #: ``ordered``); each with its Runpod GPU type
     #: id for the price (fleet/prices.py)
     accelerators: list[str] = Field(default_factory=lambda: ["RTXA5000", "RTX4090", "L40S"])
     #: GPUs each worker has (every job the pool runs gets the whole worker: SkyPilot gives a pool job

@@ -39,10 +39,12 @@ unreachable API server (``ApiServerConnectionError``, raised by the SDK's health
 sent) is :class:`~fleet.dispatch.SendFailed`; a task SkyPilot's parser refuses, a missing pool or a refused
 login is :class:`~fleet.dispatch.SendRefused`.
 
-**Bills.** A pool's workers are pods billed per second whether busy or not. Each attempt is charged the
-pod time it held: SkyPilot's ``job_duration`` (the job's running time summed over its recoveries,
-``sky/jobs/state.py``), rounded up to a second, x the dated on-demand pod price of the GPU that ran it
-(:func:`fleet.prices.pod_price_per_s`, the worker's ``result.worker["gpus"]``, else ``gpu_type``) x its GPUs;
+**Bills.** A pool's workers are pods billed per second whether busy or not. Each attempt is charged its
+share of the pod time it held: SkyPilot's ``job_duration`` (the job's running time summed over its
+recoveries, ``sky/jobs/state.py``), rounded up to a second, x the dated on-demand pod price of the GPU that
+ran it (:func:`fleet.prices.pod_price_per_s`, the worker's ``result.worker["gpus"]``, else ``gpu_type``) x
+the GPUs the job was given, not the worker's: SkyPilot's scheduler runs two 1-GPU jobs on one 2-GPU worker
+(``get_next_cluster_name``, sky/serve/serve_utils.py), so a whole-worker charge would bill that pod twice;
 queue wait is not billed to the job (no pod is held for it). The pool's time between jobs is the run's
 idle cost: each attempt a worker took carries ``idle_per_job_s`` x the same rate as its ``idle_usd`` (an
 estimate: the simulator's idle pod time per job of the default pool, docs/fleet.md). ``python -m fleet.reconcile_pool``
@@ -139,14 +141,24 @@ def parse_result(log: str) -> dict[str, Any] | None:
 
 
 # ---------------------------------------------------------------------------------------------- YAML
+def _accelerators(pool: PoolSpec, gpus: int) -> dict[str, Any]:
+    """The accelerator choice of a pool's workers and of its jobs: one accelerator as a single resource, more
+    as ``any_of`` (whichever the optimizer finds). Not ``ordered``: SkyPilot's API server refuses a pool
+    with ordered resources ("Ordered resources are not supported for pools", ``validate_service_task`` in
+    sky/serve/serve_utils.py, 0.14.1, called by ``sky/serve/server/impl.py`` ``up`` and ``update``)."""
+    if len(pool.accelerators) == 1:
+        return {"accelerators": {pool.accelerators[0]: gpus}}
+    return {"any_of": [{"accelerators": {acc: gpus}} for acc in pool.accelerators]}
+
+
 def _resources(pool: PoolSpec, gpus: int) -> dict[str, Any]:
     image = {"image_id": pool.image} if pool.image else {}
     return {"infra": pool.infra, **image, "disk_size": pool.disk_gb, "use_spot": pool.use_spot,
-            "ordered": [{"accelerators": {acc: gpus}} for acc in pool.accelerators]}
+            **_accelerators(pool, gpus)}
 
 
 def pool_yaml(pool: PoolSpec, gpus_per_worker: int) -> dict[str, Any]:
-    """The pool's YAML (``sky jobs pool apply``): workers' resources in preference order, the worker's image
+    """The pool's YAML (``sky jobs pool apply``): workers' resources (any of the accelerators), the worker's image
     (setup: its self-check), and the pool section (fixed ``workers``, or ``min_workers``/``max_workers``
     with the queue-length autoscaler's delays)."""
     section: dict[str, Any]
@@ -164,10 +176,11 @@ def pool_yaml(pool: PoolSpec, gpus_per_worker: int) -> dict[str, Any]:
 def job_yaml(body: dict[str, Any], *, name: str, pool: PoolSpec, gpus: int,
              secrets: dict[str, str] | None = None) -> dict[str, Any]:
     """One attempt's task YAML: the request inline in ``envs``, the worker as ``run``, the pool's
-    accelerators with this job's GPU count, and ``secrets`` (SkyPilot task secrets: env vars of the job
+    accelerators with this job's GPU count (SkyPilot places it on a worker with that many GPUs free: two
+    1-GPU jobs share a 2-GPU worker, ``get_next_cluster_name`` in sky/serve/serve_utils.py), and ``secrets`` (SkyPilot task secrets: env vars of the job
     whose values SkyPilot redacts, ``sky/task.py``): the hidden eval's seeds, ``AIT_SECRETS_JSON``."""
     config: dict[str, Any] = {
-        "name": name, "resources": {"ordered": [{"accelerators": {acc: gpus}} for acc in pool.accelerators]},
+        "name": name, "resources": _accelerators(pool, gpus),
         "envs": {REQUEST_ENV: encode_request(body)}, "run": f"python -m gpu.worker --request-env {REQUEST_ENV}"}
     if secrets:
         config["secrets"] = dict(secrets)
@@ -300,6 +313,9 @@ class SkypilotEngine:
     def __init__(self, options: SkypilotOptions, sdk: SkySDK | None = None) -> None:
         self.options = options
         self.sdk = sdk if sdk is not None else SkySDK()
+        #: GPUs each attempt this engine launched asked for (its bill's share of the worker); an attempt
+        #: adopted from another orchestrator is billed for the GPUs its worker reports visible
+        self._job_gpus: dict[str, int] = {}
 
     @property
     def pool(self) -> PoolSpec:
@@ -328,7 +344,8 @@ class SkypilotEngine:
 
     def session(self, session_id: str, started: float) -> Session:
         """This orchestrator's journal session: a pool has no always-on cost the journal adds per second
-        (``min_workers`` pods are billed by the pool; ``python -m fleet.pool cost`` reads them)."""
+        (``min_workers`` pods and the jobs controller are billed by the pool: ``python -m fleet.pool cost`` reads
+        SkyPilot's report of them, ``python -m fleet.reconcile_pool`` compares the workers' with the journal)."""
         return Session(id=session_id, owner=this_owner(), endpoint_id=f"pool:{self.pool.name}", started=started,
                        heartbeat=started, workers_min=0, gpus_per_worker=self.gpus_per_worker(),
                        pool=self.pool.accelerators[0], active_usd_per_s=0.0, idle_timeout_s=self.idle_timeout_s,
@@ -357,7 +374,9 @@ class SkypilotEngine:
                               "a bug in fleet/skypilot_engine.py job_yaml or the pool options") from exc
         assert task_ok
         try:
-            return str(self.sdk.launch(config, name=name, pool=self.pool.name))
+            job_id = str(self.sdk.launch(config, name=name, pool=self.pool.name))
+            self._job_gpus[job_id] = gpus
+            return job_id
         except Exception as exc:
             kind = type(exc).__name__
             if kind == "ApiServerConnectionError" or isinstance(exc, ConnectionRefusedError):
@@ -371,6 +390,7 @@ class SkypilotEngine:
                                   f"that the pool {self.pool.name!r} exists: python -m fleet.pool status") from exc
             found = self._find(name)   # the request may have run at the server: look the job up by name
             if found:
+                self._job_gpus[found] = gpus
                 return found
             raise SendUncertain(f"sky.jobs.launch got no clear answer ({kind}: {exc}) and no job named {name} is "
                                 "listed (the launch request may still be queued at the API server)") from exc
@@ -427,11 +447,15 @@ class SkypilotEngine:
         return prices.pod_price_per_s(gpu_type) * gpus
 
     def bill(self, st: Any, worker: dict[str, Any] | None = None) -> Billing:
-        """Pod time the attempt held (``job_duration``, rounded up to a second) x the pod price of the GPU
-        that ran it x its GPUs, and the idle estimate after it (see the module docstring)."""
+        """The job's share of its worker: pod time the attempt held (``job_duration``, rounded up to a
+        second) x the pod price of the GPU that ran it x the GPUs it was given, and the idle estimate after it
+        (see the module docstring). Its GPUs: what it was launched with (SkyPilot gives a pool job that many of
+        its worker's GPUs, and may run another job on the rest), else the GPUs its worker reports visible to it
+        (``gpu.selfcheck.detect_gpus``), else a whole worker; never more than a worker has."""
         gpus = [str(g).split(" (")[0] for g in (worker or {}).get("gpus") or []]
         gpu = gpus[0] if gpus else self.options.gpu_type
-        n = len(gpus) or self.gpus_per_worker()
+        asked = self._job_gpus.get(str(getattr(st, "id", ""))) if st is not None else None
+        n = min(asked or len(gpus) or self.gpus_per_worker(), self.gpus_per_worker())
         execution = int(getattr(st, "execution_time_ms", 0) or 0) if st is not None else 0
         rate = self._rate(gpu, n)
         ran = bool(execution or getattr(st, "worker_id", None))

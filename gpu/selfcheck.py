@@ -130,27 +130,57 @@ def prime_rl_commit(root: Path) -> str:
     return ""
 
 
-def detect_gpus() -> tuple[list[GpuInfo], str]:
-    """(GPUs, where the answer came from): ``nvidia-smi``, else ``torch.cuda``, else none."""
+def detect_gpus(env: dict[str, str] | None = None) -> tuple[list[GpuInfo], str]:
+    """(GPUs this process may use, where the answer came from): ``nvidia-smi``'s rows that
+    ``CUDA_VISIBLE_DEVICES`` names (by index or UUID; all when unset), else ``torch.cuda``, else none.
+
+    nvidia-smi lists every GPU of the machine whatever ``CUDA_VISIBLE_DEVICES`` says; a SkyPilot pool job sees
+    only its own (Ray sets the variable to the job's ``num_gpus``, sky/backends/task_codegen.py, 0.14.1), and two
+    1-GPU jobs may share a 2-GPU worker: the result's ``worker.gpus`` is what the job's bill counts."""
+    env = dict(os.environ) if env is None else env
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            out = subprocess.run([smi, "--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader,nounits"],
                                  capture_output=True, text=True, timeout=30, check=False)
             if out.returncode == 0:
-                gpus = [parse_smi_line(line) for line in out.stdout.splitlines() if line.strip()]
-                return gpus, "nvidia-smi"
+                return visible_smi_rows(out.stdout, env.get("CUDA_VISIBLE_DEVICES")), "nvidia-smi"
         except (OSError, subprocess.SubprocessError):
             pass
     if importlib.util.find_spec("torch") is not None:
         import torch
 
-        if torch.cuda.is_available():
+        if torch.cuda.is_available():   # torch itself honours CUDA_VISIBLE_DEVICES
             return [GpuInfo(name=torch.cuda.get_device_name(i),
                             memory_mib=torch.cuda.get_device_properties(i).total_memory // 2**20)
                     for i in range(torch.cuda.device_count())], "torch.cuda"
         return [], "torch.cuda (no device)"
     return [], "none (no nvidia-smi, no torch)"
+
+
+def visible_smi_rows(text: str, visible: str | None) -> list[GpuInfo]:
+    """The GPUs of ``nvidia-smi --query-gpu=index,uuid,name,memory.total --format=csv,noheader,nounits``
+    output that ``visible`` (``CUDA_VISIBLE_DEVICES``: indices or UUIDs, comma-separated; None: all) names,
+    in its order; an entry naming no GPU is skipped, as CUDA does from the first such entry on."""
+    rows: list[tuple[str, str, GpuInfo]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(",", 2)]
+        if len(parts) == 3:
+            rows.append((parts[0], parts[1], parse_smi_line(parts[2])))
+        else:
+            rows.append(("", "", parse_smi_line(line)))
+    if visible is None:
+        return [g for _, _, g in rows]
+    picked: list[GpuInfo] = []
+    for token in (t.strip() for t in visible.split(",")):
+        hit = next((g for idx, uuid, g in rows if token and (token == idx or (uuid and uuid.startswith(token)))),
+                   None)
+        if hit is None:
+            break   # CUDA ignores the entries after an invalid one
+        picked.append(hit)
+    return picked
 
 
 def parse_smi_line(line: str) -> GpuInfo:

@@ -120,6 +120,8 @@ if TYPE_CHECKING:
 
 class RunpodBackend(Backend):
     Options = RunpodOptions
+    #: the command that checks this backend's journal against the provider's own bill
+    reconcile_module = "fleet.reconcile"
 
     def __init__(self, settings: BackendSettings, runs_dir: Path | str | None = None, show_progress: bool = True,
                  client: ServerlessClientLike | None = None, management: ManagementLike | None = None, *,
@@ -318,8 +320,9 @@ class RunpodBackend(Backend):
         self.dispatch.close()
         super().close()
         c = self.run_costs()
-        est = f"; ${c.estimated:.4f} of it estimated at bounds (python -m fleet.reconcile --correct)" \
-            if c.estimated else ""
+        est = f"; ${c.estimated:.4f} of it estimated at bounds (python -m {self.reconcile_module} --correct)" \
+            if c.estimated and self.reconcile_module == "fleet.reconcile" else \
+            (f"; ${c.estimated:.4f} of it estimated at bounds" if c.estimated else "")
         self.dispatch.say(f"run costs so far: ${c.total:.4f} (jobs ${c.jobs:.4f}, idle <= ${c.idle:.4f}, active "
                            f"workers ${c.active:.4f} over {c.wall_s:.0f} s{est}); check them: python -m "
-                           f"fleet.reconcile --runs-dir {self.runs_dir}")
+                           f"{self.reconcile_module} --runs-dir {self.runs_dir}")

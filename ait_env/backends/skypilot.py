@@ -39,6 +39,7 @@ from fleet.skypilot_engine import JOURNAL_NAME, SkypilotEngine, SkySDK
 
 class SkypilotBackend(RunpodBackend):
     Options = SkypilotOptions  # type: ignore[assignment]
+    reconcile_module = "fleet.reconcile_pool"
 
     def __init__(self, settings: BackendSettings, runs_dir: Path | str = "runs", show_progress: bool = True,
                  sdk: SkySDK | None = None, *, clock: Callable[[], float] = time.time,
@@ -60,6 +61,16 @@ class SkypilotBackend(RunpodBackend):
     @property
     def endpoint_costs(self) -> Any:   # a pool has no Serverless endpoint costs
         raise AttributeError("the skypilot backend has no Serverless endpoint; see engine.pool")
+
+    def close(self) -> None:
+        """As the runpod backend's, then say what keeps billing: the pool stays up (it is shared by runs and
+        owned by ``python -m fleet.pool``), and how to stop it."""
+        if self.closed:
+            return
+        super().close()
+        from fleet.pool import lifecycle_note
+
+        self.dispatch.say(lifecycle_note(self.engine.pool))
 
     def gpus_for(self, bundle: JobBundle) -> int:
         """GPUs this job gets: ``gpus_per_job``, else the one rule on its base model and seq_len."""

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -114,6 +115,99 @@ def test_the_job_and_pool_yaml_pass_skypilots_own_parser():
     assert "min_workers" in got[5]["error"], got[5]
 
 
+#: what SkyPilot's API server runs on a pool and on a managed job before it starts anything (skypilot 0.14.1):
+#: a pool, ``sky/serve/server/impl.py`` ``up``: ``serve_utils.validate_service_task(task, pool=True)``, the name
+#: against ``CLUSTER_NAME_VALID_REGEX``, ``dag_utils.convert_entrypoint_to_dag``; a job, ``sky/jobs/server/core.py``
+#: ``_launch``: the DAG a single-task chain; then the pool's scheduler,
+#: ``serve_utils.get_next_cluster_name``: a job goes to a worker whose free resources it fits
+#: (``_task_fits``), the free resources being the worker's minus its running jobs' (``Resources.__sub__``).
+#: Not run: ``task.validate()`` / ``dag.validate()``, which canonicalize accelerator names against SkyPilot's
+#: catalog, fetched from raw.githubusercontent.com at first use (sky/catalog/common.py): not reachable here
+SERVER_SIDE = r"""
+import json, re, sys
+import sky
+from sky.serve import serve_utils
+from sky.skylet import constants
+from sky.utils import dag_utils
+from sky import resources as resources_lib
+
+def pool_check(cfg):
+    name = cfg["name"]   # the pool's name, which fleet.pool passes as pool_name (from_yaml_config consumes cfg)
+    task = sky.Task.from_yaml_config(dict(cfg))
+    serve_utils.validate_service_task(task, pool=True)
+    assert re.fullmatch(constants.CLUSTER_NAME_VALID_REGEX, name), name
+    dag_utils.convert_entrypoint_to_dag(task)
+    return task
+
+def job_check(cfg):
+    dag = dag_utils.convert_entrypoint_to_dag(sky.Task.from_yaml_config(dict(cfg)))
+    assert dag.is_chain() and len(dag.tasks) == 1
+    return dag.tasks[0]
+
+def jobs_on_a_worker(worker, job):
+    # how many copies of the job SkyPilot's scheduler places on one idle worker of the pool
+    placed, free = 0, worker
+    while placed < 16 and any(serve_utils._task_fits(r, free) for r in job.resources):
+        r = next(r for r in job.resources if serve_utils._task_fits(r, free))
+        free, placed = free - r, placed + 1
+    return placed
+
+inp = json.load(sys.stdin)
+out = {"pools": [], "jobs": {}}
+for cfg in inp["pools"]:
+    try:
+        task = pool_check(cfg)
+    except Exception as exc:
+        out["pools"].append({"error": f"{type(exc).__name__}: {exc}"})
+        continue
+    workers = [resources_lib.Resources(infra=inp["infra"], accelerators=r.accelerators)
+               for r in task.resources]
+    placed = {}
+    for name, jcfg in inp["jobs"].items():
+        job = job_check(jcfg)
+        placed[name] = [jobs_on_a_worker(w, job) for w in workers]
+    out["pools"].append({"error": None, "placed": placed,
+                         "workers": sorted(str(a) for w in workers for a in w.accelerators.items())})
+print(json.dumps(out))
+"""
+
+
+def sky_server_side(pools: list[dict[str, Any]], jobs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    out = subprocess.run([skypilot_python(), "-c", SERVER_SIDE], input=json.dumps({"pools": pools, "jobs": jobs, "infra": "runpod"}),
+                         capture_output=True, text=True, timeout=300, check=False,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(ROOT / ".venv-sky"),
+                              "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_skypilots_api_server_accepts_the_pool_and_places_1_and_2_gpu_jobs_on_its_workers():
+    """The default pool (2-GPU workers: the allowed Qwen3-1.7B needs 2), a fixed 1-GPU pool and a one-accelerator
+    pool pass the checks SkyPilot's API server runs when a pool is created; 1- and 2-GPU jobs pass a managed
+    job launch's; and SkyPilot's scheduler puts two 1-GPU jobs or one 2-GPU job on a default worker (what
+    the per-share bill assumes). A pool in ``ordered`` form, as the engine once wrote it, is refused."""
+    opts = SkypilotOptions.model_validate(settings().options)
+    pool = opts.pool.model_copy(update={"image": "docker:ghcr.io/example/ait-worker:rev1"})
+    default_gpus = max(gpus_for_job(m.name, settings().bounds.seq_len).gpus for m in settings().models)
+    assert default_gpus == 2
+    one = pool.model_copy(update={"accelerators": ["L40S"]})
+    body = {"kind": "job", "executor": "gpu", "settings": {"name": "skypilot"}, "bundle": "x" * 500, "tag": "t1"}
+    jobs = {"1gpu": job_yaml(body, name="ait-t1", pool=pool, gpus=1),
+            "2gpu": job_yaml(body, name="ait-t2", pool=pool, gpus=2, secrets={"AIT_SECRETS_JSON": "{}"})}
+    ordered = pool_yaml(pool, 2)
+    ordered["resources"] = {k: v for k, v in ordered["resources"].items() if k != "any_of"}
+    ordered["resources"]["ordered"] = [{"accelerators": {a: 2}} for a in pool.accelerators]
+    got = sky_server_side([pool_yaml(pool, default_gpus), pool_yaml(pool.model_copy(update={"workers": 4}), 1),
+                           pool_yaml(one, 2), ordered], jobs)
+    default, fixed1, single, refused = got["pools"]
+    assert [p["error"] for p in (default, fixed1, single)] == [None] * 3, got
+    assert "Ordered resources are not supported for pools" in refused["error"]
+    assert default["workers"] == sorted(f"('{a}', 2)" for a in pool.accelerators)
+    assert default["placed"] == {"1gpu": [2, 2, 2], "2gpu": [1, 1, 1]}, default   # two 1-GPU jobs share a worker
+    assert fixed1["placed"] == {"1gpu": [1, 1, 1], "2gpu": [0, 0, 0]}, fixed1     # a 2-GPU job never fits
+    assert single["placed"] == {"1gpu": [2], "2gpu": [1]}, single
+
+
 #: the SDK calls SkySDK makes, with the keyword arguments it passes (fleet/skypilot_engine.py)
 CALLS = {"jobs.launch": ["task", "name", "pool"], "jobs.queue_v2": ["refresh", "skip_finished", "job_ids",
          "fields", "name_match"], "jobs.cancel": ["job_ids"], "jobs.tail_logs": ["job_id", "follow", "output_stream"],
@@ -212,10 +306,47 @@ def test_jobs_complete_exactly_once_with_pod_priced_bills(tmp_path):
     for r, row in zip(results, rows):
         assert r.timings["skypilot_attempts"] == 1
     assert spent == pytest.approx(sum(r.cost_usd for r in results))
-    assert spent == pytest.approx(sum(round(max(1, -(-row.execution_time_ms // 1000)) * rate * 2, 6)
-                                      for row in rows), rel=1e-6)   # instant output reports 2 GPUs
-    assert costs.idle == pytest.approx(6 * 181 * rate * 2, rel=1e-6)
+    # each 1-GPU job pays its share, one GPU, though its (2-GPU) worker reports two: SkyPilot may run another
+    # 1-GPU job on the other (test_skypilots_api_server_accepts_the_pool_and_places_1_and_2_gpu_jobs_...)
+    assert spent == pytest.approx(sum(round(max(1, -(-row.execution_time_ms // 1000)) * rate * 1, 6)
+                                      for row in rows), rel=1e-6)
+    assert all(row.gpus_per_worker == 1 for row in rows)
+    assert costs.idle == pytest.approx(6 * 181 * rate * 1, rel=1e-6)
     assert served.cache_hit and served.cost_usd == 0 and sky.launches() == 6
+
+
+def test_a_job_is_billed_for_its_share_of_its_worker():
+    """Its GPUs: what it was launched with, else what its worker reports visible to it (an adopted attempt),
+    else the whole worker; never more than a worker has; the GPU type the worker reports prices them."""
+    from fleet.skypilot_engine import SkyJobStatus, SkypilotEngine
+
+    opts = SkypilotOptions.model_validate({**settings().options, "pool": {"gpus_per_worker": 2}})
+    eng = SkypilotEngine(opts, sdk=SkySDK(SimpleNamespace()))
+    eng._job_gpus["7"] = 1
+    a5000, l40s = prices.pod_price_per_s("NVIDIA RTX A5000"), prices.pod_price_per_s("NVIDIA L40S")
+    two = {"gpus": ["NVIDIA L40S (46068 MiB)", "NVIDIA L40S (46068 MiB)"]}
+    st = SkyJobStatus(id="7", status="COMPLETED", execution_time_ms=100_500, worker_id="ait-workers-1")
+    assert eng.bill(st, two).cost_usd == pytest.approx(101 * l40s * 1, abs=1e-6)           # launched with 1 of 2
+    adopted = SkyJobStatus(id="8", status="COMPLETED", execution_time_ms=100_000, worker_id="ait-workers-1")
+    assert eng.bill(adopted, {"gpus": two["gpus"][:1]}).cost_usd == pytest.approx(100 * l40s, abs=1e-6)
+    assert eng.bill(adopted, None).cost_usd == pytest.approx(100 * a5000 * 2, abs=1e-6)     # nothing known: the worker
+    assert eng.bill(adopted, {"gpus": two["gpus"] * 3}).gpus_per_worker == 2      # never over a worker
+    assert eng.bill(adopted, None).idle_usd == pytest.approx(181 * a5000 * 2, abs=1e-6)
+
+
+def test_closing_the_backend_says_the_pool_keeps_billing_and_how_to_stop_it(tmp_path, caplog):
+    import logging
+
+    sky = fake(1)
+    try:
+        with caplog.at_level(logging.INFO, logger="fleet.dispatch"):
+            with backend(tmp_path, sky):
+                pass
+    finally:
+        sky.close()
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    assert "pool ait-workers stays up after this run" in said and "python -m fleet.pool down" in said
+    assert "python -m fleet.reconcile_pool --runs-dir" in said                    # not Runpod's reconcile
 
 
 # ---------------------------------------------------------------------------------------------- faults

@@ -50,3 +50,41 @@ def test_print_needs_no_skypilot(capsys, monkeypatch):
     assert pool.main(["status"]) == 3                       # the missing extra's one line and status
     err = capsys.readouterr().err
     assert "'skypilot' extra" in err and "VENV=.venv-sky bash scripts/setup.sh skypilot" in err and len(err.splitlines()) == 1
+
+
+def test_cost_lists_the_pools_workers_and_the_jobs_controller_and_says_what_keeps_billing(capsys):
+    sky = FakeSky(2, instant=True, instant_output=lambda b: {}, worker_usd_per_h=3600.0)
+    sky.other_clusters = [{"name": "sky-jobs-controller-1a2b3c4d", "total_cost": 0.125, "usage_intervals": []},
+                          {"name": "someone-elses-cluster", "total_cost": 9.0, "usage_intervals": []},
+                          {"name": "ait-workers-x", "total_cost": 5.0, "usage_intervals": []}]
+    try:
+        sdk = SkySDK(sky)
+        assert pool.main(["up", "--image", "docker:reg/ait-worker:rev1"], sdk) == 0
+        capsys.readouterr()
+        assert pool.main(["cost"], sdk) == 0
+        out = capsys.readouterr().out
+    finally:
+        sky.close()
+    assert "worker     ait-workers-1" in out and "worker     ait-workers-2" in out
+    assert "controller sky-jobs-controller-1a2b3c4d" in out and "$0.1250" in out
+    assert "someone-elses-cluster" not in out and "ait-workers-x" not in out   # not this pool's
+    assert "billing now: 2 workers" in out
+    assert "min_workers=0" in out and "python -m fleet.pool down" in out
+
+
+def test_cost_says_when_skypilot_cannot_answer(capsys):
+    sky = FakeSky(1, instant=True, instant_output=lambda b: {})
+    sky.cost_report = lambda days=None: sky._request(lambda: (_ for _ in ()).throw(ConnectionError("refused")))
+    try:
+        assert pool.main(["cost"], SkySDK(sky)) == 2
+    finally:
+        sky.close()
+    assert "cost report failed" in capsys.readouterr().err
+
+
+def test_the_lifecycle_note_names_what_bills_after_a_run():
+    spec = pool.load_spec()
+    assert "min_workers=0" in pool.lifecycle_note(spec) and "(those bill" not in pool.lifecycle_note(spec)
+    floor = pool.lifecycle_note(spec.model_copy(update={"min_workers": 2}))
+    assert "min_workers=2 (those bill until `python -m fleet.pool down`)" in floor
+    assert "3 fixed workers bill" in pool.lifecycle_note(spec.model_copy(update={"workers": 3}))

@@ -105,3 +105,22 @@ def test_the_training_venv_is_checked_against_the_pins(tmp_path, monkeypatch, ch
         assert chk.problems == []
     else:
         assert len(chk.problems) == 1 and problem in chk.problems[0], chk.problems
+
+
+SMI = """0, GPU-aaaa1111-0000, NVIDIA RTX A5000, 24564
+1, GPU-bbbb2222-0000, NVIDIA RTX A5000, 24564
+2, GPU-cccc3333-0000, NVIDIA L40S, 46068
+"""
+
+
+@pytest.mark.parametrize("visible, names", [
+    (None, ["NVIDIA RTX A5000", "NVIDIA RTX A5000", "NVIDIA L40S"]),   # unset: every GPU
+    ("1", ["NVIDIA RTX A5000"]),                                       # a pool job given one GPU
+    ("2,0", ["NVIDIA L40S", "NVIDIA RTX A5000"]),                      # in CUDA's order
+    ("GPU-cccc", ["NVIDIA L40S"]),                                     # a UUID prefix
+    ("", []),                                                          # none (a CPU-only Ray task)
+    ("0,7,1", ["NVIDIA RTX A5000"]),                                   # CUDA stops at an invalid entry
+])
+def test_the_worker_reports_the_gpus_its_job_may_use_not_every_gpu_of_the_machine(visible, names):
+    assert [g.name for g in selfcheck.visible_smi_rows(SMI, visible)] == names
+    assert all(g.memory_mib for g in selfcheck.visible_smi_rows(SMI, visible))
