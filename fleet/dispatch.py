@@ -50,7 +50,13 @@ AttemptStatus = RunpodJobStatus
 
 
 class SendFailed(RuntimeError):
-    """The send surely queued nothing (e.g. a 429, no connection): the attempt may be retried."""
+    """The send surely queued nothing (e.g. a 429, no connection): the job is sent again after
+    ``retry_after_s`` (the provider's ``Retry-After``; None: the dispatcher's backoff), within its send window."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        wait = retry_after_s
+        self.retry_after_s = wait if wait is not None and math.isfinite(wait) and wait >= 0 else None
 
 
 class SendRefused(RuntimeError):
@@ -129,6 +135,8 @@ class _Entry:
     cancel_tries: int = 0
     done: threading.Event = field(default_factory=threading.Event)
     body: dict[str, Any] | None = None      # what make() built (kept for retries)
+    unsent: int = 0                         # attempts that surely queued nothing (not counted as retries)
+    send_window_end: float | None = None    # a job not sent by then (throttled, unreachable) is infra_failed
 
 
 class Dispatcher:
@@ -160,6 +168,7 @@ class Dispatcher:
         self.journal.open_session(engine.session(self._session_id, now))
         self._entries: dict[str, _Entry] = {}
         self._pending: deque[str] = deque()
+        self._held: list[tuple[float, str]] = []   # (not before, key): sends that queued nothing, backing off
         self._out: set[str] = set()          # our keys holding a slot (sending, sent, cancelling)
         self._lock = threading.RLock()
         self._cv = threading.Condition(self._lock)   # submitters wait on it for a queued job and a slot
@@ -414,6 +423,7 @@ class Dispatcher:
         was none."""
         with self._cv:
             while True:
+                self._release_held()
                 while self._pending and self._entries[self._pending[0]].state != "pending":
                     self._pending.popleft()
                 if self._pending and len(self._out) < self.max_in_flight:
@@ -488,8 +498,8 @@ class Dispatcher:
         except SendRefused as exc:   # ours: bad key, payload too large, no endpoint
             self._end(entry, None, str(exc), Billing())
             return
-        except SendFailed as exc:   # surely not queued: retried as a new attempt
-            self._attempt_failed(entry, "failed", str(exc), Billing())
+        except SendFailed as exc:   # surely not queued: sent again after its Retry-After or a backoff
+            self._send_failed(entry, exc)
             return
         with self._lock:
             self._attaching.append((entry, job_id))
@@ -855,12 +865,50 @@ class Dispatcher:
                 self._follow(entry)
 
     # ------------------------------------------------------------------ attempts end
+    def _release_held(self) -> None:
+        """Move the held sends whose wait is over back to the queue (the caller holds ``_cv``)."""
+        if not self._held:
+            return
+        now = self._clock()
+        due = [k for t, k in self._held if t <= now]
+        if due:
+            self._held = [(t, k) for t, k in self._held if t > now]
+            self._pending.extend(due)
+
+    def _send_failed(self, entry: _Entry, exc: SendFailed) -> None:
+        """A send that surely queued nothing (a 429, a 503, no connection): nothing can bill, so it is not one
+        of the job's retries; the job waits the provider's ``Retry-After`` (else a backoff from
+        ``poll_interval_s`` doubling to ``status_backoff_max_s``) and is sent again, as long as that is within
+        its send window (``startup_allowance_s`` from its first unsent attempt); past it, infra_failed."""
+        o, now = self.options, self._clock()
+        if entry.send_window_end is None:
+            entry.send_window_end = now + o.startup_allowance_s
+        backoff = min(o.status_backoff_max_s, o.poll_interval_s * 2 ** min(entry.unsent, 16))
+        wait = exc.retry_after_s if exc.retry_after_s is not None else backoff
+        if entry.make is None or now + wait > entry.send_window_end:
+            why = (f"{exc}; not sent: waiting {wait:.0f} s more would pass the job's send window "
+                   f"(startup_allowance_s={o.startup_allowance_s:g} s from its first refused send)"
+                   if entry.make is not None else str(exc))
+            self._attempt_failed(entry, "failed", why, Billing(), final=True)
+            return
+        attempt = self.journal.next_attempt(entry.key, entry.job_id, "failed", str(exc), Billing(), owner=self._owner)
+        if attempt is None:  # another orchestrator moved it on
+            self._to_foreign(entry)
+            return
+        self.say(f"{entry.claimant}: not sent ({exc}); sending again in {wait:.0f} s")
+        with self._cv:
+            self._out.discard(entry.key)
+            entry.unsent += 1
+            entry.job_id, entry.attempt, entry.state, entry.sent_at = None, attempt, "pending", 0.0
+            self._held.append((now + wait, entry.key))
+            self._cv.notify()
+
     def _attempt_failed(self, entry: _Entry, status: Literal["failed", "timed_out", "expired"], why: str,
-                        bill: Billing | None = None) -> None:
+                        bill: Billing | None = None, final: bool = False) -> None:
         """A Runpod-side failure of the current attempt (already over: cancelled, gone, or never queued):
         retry within the budget, else infra_failed."""
-        budget, used = self.options.retry_budget, entry.attempt - entry.first_attempt + 1
-        if used > budget or entry.make is None:
+        budget, used = self.options.retry_budget, entry.attempt - entry.first_attempt + 1 - entry.unsent
+        if final or used > budget or entry.make is None:
             tail = (f"; gave up after {used} attempt(s) (retry_budget={budget})" if entry.make
                     else "; not resent (this orchestrator re-attached it after a restart and has not got its "
                          "bundle)")

@@ -119,9 +119,11 @@ class RunpodAPIError(RuntimeError):
     characters of the answer), ``method`` and ``path`` (never the key)."""
 
     def __init__(self, message: str, status: int = 0, body: str = "", method: str = "",
-                 path: str = "") -> None:
+                 path: str = "", retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.status, self.body, self.method, self.path = status, body, method, path
+        #: the answer's ``Retry-After`` in seconds (a 429 or 503 past the client's retry time), else None
+        self.retry_after_s = retry_after_s
 
 
 class ResultExpired(RunpodAPIError):
@@ -237,11 +239,14 @@ class RunpodJob(BaseModel):
 
 # ------------------------------------------------------------------------------------------- transport
 def _retry_after(resp: httpx.Response) -> float | None:
+    """The answer's ``Retry-After`` in seconds (delay-seconds or an HTTP date), None when absent or not a
+    finite, non-negative figure."""
     value = resp.headers.get("Retry-After")
     if not value:
         return None
     try:
-        return float(value)
+        seconds = float(value)
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
     except ValueError:
         pass
     try:   # an HTTP date (RFC 9110 allows both forms)
@@ -290,10 +295,11 @@ class _Http:
                     raise SubmitUncertain(f"{err} (it may have taken effect, e.g. a job may be queued: look "
                                           "before sending it again)", err.status, err.body, method, path)
                 wait = _retry_after(resp) if resp.status_code in (429, 503) else None
+                err.retry_after_s = wait
             attempt += 1
             delay = policy.delay(attempt - 1, wait)
             if attempt >= policy.attempts or time.monotonic() - start + delay > policy.max_seconds:
-                raise err
+                raise err   # a Retry-After longer than the time left: the caller waits it (retry_after_s)
             time.sleep(delay)
 
     @staticmethod

@@ -182,7 +182,8 @@ class RunpodEngine:
                 raise SendRefused(f"Runpod refused the job ({exc}); check RUNPOD_API_KEY, the endpoint id and "
                                   "the payload size (10 MB for /run)") from exc
             # surely not queued (429, no connection: fleet.runpod_api raises SubmitUncertain otherwise)
-            raise SendFailed(f"the run call failed after the client's retries: {exc}") from exc
+            raise SendFailed(f"the run call failed after the client's retries: {exc}",
+                             getattr(exc, "retry_after_s", None)) from exc
         except OSError as exc:
             raise SendFailed(f"the run call failed: {type(exc).__name__}: {exc}") from exc
 

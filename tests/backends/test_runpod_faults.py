@@ -360,3 +360,72 @@ def test_no_test_reaches_runpods_real_hosts(tmp_path, monkeypatch):
 
     with pytest.raises(AssertionError, match="tests talk to fakes on 127.0.0.1 only"):
         httpx.get("https://api.runpod.io/v2/serverless", headers={"Authorization": "Bearer rp-test"})
+
+
+# ---------------------------------------------------------------------------------------------- issue 47: Retry-After
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _throttled(tmp_path, retry_after: list[float | None], **options: Any):
+    """One job on a simulated clock whose first run calls are answered 429 with these ``Retry-After``s (past
+    the client's own retry time, as fleet.runpod_api raises them), then queued; pumped to its end."""
+    from fleet.runpod_api import RunpodAPIError
+
+    clock, calls, sent_at = _Clock(), {"run": 0}, []
+    (job,) = bundles(tmp_path, 1)
+
+    def plan(inp: dict[str, Any], n: int) -> str:
+        calls["run"] += 1
+        sent_at.append(clock.t)
+        if calls["run"] <= len(retry_after):
+            raise RunpodAPIError("POST /run: HTTP 429 (rate limited)", 429, "", "POST", "/run",
+                                 retry_after_s=retry_after[calls["run"] - 1])
+        return "ok"
+
+    fake = FakeServerlessClient(clock=clock, plan=plan, timing=lambda inp, n: (0.5, 3.0), rate_usd_per_s=0.00038)
+    opts = {**settings().options, "poll_interval_s": 1.0, "status_backoff_max_s": 8.0, "startup_allowance_s": 600,
+            "retry_budget": 0, **options}
+    b = RunpodBackend(settings().model_copy(update={"options": opts}), tmp_path / "runs", show_progress=False,
+                      client=fake, clock=clock, threads=False)
+    try:
+        h = b.submit(job)
+        for _ in range(2000):
+            b.pump()
+            if b.dispatch._entries[h.meta["key"]].done.is_set():
+                break
+            clock.t += 1.0
+        return b.wait(h, timeout=0), sent_at, fake, b.journal.attempts()
+    finally:
+        b.close()
+
+
+def test_a_retry_after_within_the_send_window_is_waited_out_and_is_not_a_retry(tmp_path):
+    """Issue 47: two 429s with Retry-After 120 s and 200 s (past the client's 60 s) with retry_budget=0: the job
+    is sent again after each wait, runs once and succeeds; the refused sends are free attempts."""
+    r, sent_at, fake, attempts = _throttled(tmp_path, [120.0, 200.0])
+    assert r.status == "succeeded", r.error
+    assert sent_at[1] - sent_at[0] >= 120 and sent_at[2] - sent_at[1] >= 200
+    assert sent_at[1] - sent_at[0] <= 122 and sent_at[2] - sent_at[1] <= 202     # no longer than asked
+    assert fake.total_runs() == 1
+    assert [a["cost_usd"] for a in attempts[:2]] == [0, 0] and attempts[2]["cost_usd"] > 0
+
+
+def test_a_retry_after_past_the_send_window_ends_the_job_at_once_and_says_why(tmp_path):
+    r, sent_at, fake, attempts = _throttled(tmp_path, [120.0, 900.0])
+    assert r.status == "infra_failed" and "send window" in r.error and "startup_allowance_s=600" in r.error, r.error
+    assert len(sent_at) == 2 and fake.total_runs() == 0 and all(a["cost_usd"] == 0 for a in attempts)
+
+
+@pytest.mark.parametrize("garbled", [None, float("nan"), -5.0, float("inf")])
+def test_a_429_without_a_usable_retry_after_backs_off(tmp_path, garbled):
+    """No header, or one that is no wait (NaN, negative, infinite): the dispatcher's own backoff (1, 2, 4 s...),
+    never an immediate resend."""
+    r, sent_at, fake, _ = _throttled(tmp_path, [garbled, garbled, garbled])
+    assert r.status == "succeeded", r.error
+    gaps = [b - a for a, b in zip(sent_at, sent_at[1:])]
+    assert gaps[0] >= 1 and gaps[1] >= 2 and gaps[2] >= 4, gaps

@@ -4,7 +4,8 @@ runpod backend keeps the money rules and ends every job.
 Each schedule draws 1-4 jobs, what happens to each attempt on Runpod (it completes, its worker dies, its
 result expires, it times out, it sticks in the queue, the job fails by itself, a non-replica worker answers),
 its queue/cold-start delay and execution time, billing fields garbled in its final status (missing, null,
-text, negative, NaN, absurd, a boolean, a negative delay: issue 47), /status and /cancel outages, run calls refused (429) or
+text, negative, NaN, absurd, a boolean, a negative delay: issue 47), /status and /cancel outages, run calls refused (429,
+with a Retry-After within the send window, past it, or unusable: issue 47) or
 answered 5xx with or without the job queued, run calls answered with an id given before (issue 47), a short result retention, max_in_flight, retry_budget and a run
 budget. The real :class:`RunpodBackend` runs it with ``threads=False``: the test pumps its submitters and
 poller on the fake's clock (tests/fakes/runpod_client.py, time mode), so a schedule of minutes takes
@@ -67,6 +68,7 @@ def schedules(draw: Any) -> dict[str, Any]:
         "cancel_outages": draw(st.lists(window, max_size=1)),
         "run_outages": draw(st.lists(window, max_size=1)),
         "run_refused": draw(st.sets(st.integers(1, 8), max_size=2)),      # run calls answered 429
+        "retry_after": draw(st.sampled_from([None, 0.0, 2.0, 3.5, 30.0, float("nan"), -1.0])),   # their header
         "answers_lost": draw(st.sets(st.integers(1, 4), max_size=2)),     # queued, then a 5xx
         "ids_reused": draw(st.sets(st.integers(2, 6), max_size=1)),       # queued, answered with a used id
         "result_ttl_s": draw(st.sampled_from([3.0, 30.0, 1800.0])),
@@ -102,7 +104,8 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path, base: Any) -> N
     def plan(inp: dict[str, Any], n: int) -> str:
         calls["run"] += 1
         if calls["run"] in s["run_refused"]:
-            raise RunpodAPIError("run: HTTP 429 (property: rate limited, nothing queued)", 429, "")
+            raise RunpodAPIError("run: HTTP 429 (property: rate limited, nothing queued)", 429, "",
+                                 retry_after_s=s["retry_after"])
         if calls["run"] in s["answers_lost"]:
             fake.lose_answers(1)
         if calls["run"] in s["ids_reused"]:
@@ -186,6 +189,8 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path, base: Any) -> N
         event(f"cancels sent: {'yes' if fake.calls['cancel'] else 'no'}")
         event(f"jobs sent again: {'yes' if len(attempts) > len(handles) else 'no'}")
         event(f"jobs queued unseen: {'yes' if any(a['job_id'] is None and a['tag'] in queued for a in attempts) else 'no'}")
+        refused = {a["key"] for a in attempts if "HTTP 429" in (a["error"] or "")}
+        event(f"a job refused 429 then run: {'yes' if refused & {a['key'] for a in attempts if a['tag'] in queued} else 'no'}")
         event(f"refused by the budget: {'yes' if any('budget exceeded' in r.error for r in results) else 'no'}")
     finally:
         b.close()
