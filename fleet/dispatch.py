@@ -377,7 +377,7 @@ class Dispatcher:
                                    "keeps running; wait again, or a restarted orchestrator re-attaches it)")
             self._give_up(entry, f"no end within wait()'s bound of {limit:.0f} s (wait_bound_s: every "
                                  "attempt's ttl plus the status backoff)")
-        row, charge = self.journal.collect(key)
+        row, charge = self.journal.collect(key, by=self._session_id)
         assert row is not None
         return row, charge
 
@@ -390,7 +390,7 @@ class Dispatcher:
             self._give_up(entry, f"no end within the bound of {limit:.0f} s")
         row = self.journal.get(key)
         assert row is not None
-        self.journal.take_charge(key)
+        self.journal.take_charge(key, by=self._session_id)
         return row
 
     def _give_up(self, entry: _Entry, why: str) -> None:

@@ -114,6 +114,8 @@ _ADDED = (("jobs", "idle_usd", "REAL NOT NULL DEFAULT 0"),
           ("attempts", "sent_at", "REAL"),
           ("attempts", "estimated", "INTEGER NOT NULL DEFAULT 0"),
           ("attempts", "reserved_usd", "REAL NOT NULL DEFAULT 0"),
+          # issue 47: who took a row's charge (a session id), so a charge torn from the ledger is found
+          ("jobs", "charged_by", "TEXT NOT NULL DEFAULT ''"),
           ("attempts", "reserved_idle_usd", "REAL NOT NULL DEFAULT 0"),
           ("attempts", "hard_end", "REAL"))
 
@@ -187,6 +189,7 @@ class JournalRow(BaseModel):
     idle_usd: float = 0.0
     estimated_usd: float = 0.0          # the part of cost_usd charged at bounds (attempts not read)
     charged: bool = False
+    charged_by: str = ""                # the session that took the charge (:meth:`Journal.collect`)
     created: float = 0.0
     updated: float = 0.0
     submitted_at: float | None = None
@@ -528,24 +531,55 @@ class Journal:
                        (status, error[:2000], now, now, key))
             return True
 
-    def collect(self, key: str) -> tuple[JournalRow | None, float | None]:
+    def collect(self, key: str, by: str = "") -> tuple[JournalRow | None, float | None]:
         """The row and, for the first caller once it is final, its cost (:meth:`take_charge`), in one
-        transaction."""
+        transaction; ``by``: the caller's session, recorded so a charge it took but never wrote to the cost
+        ledger (killed in between) is found (:meth:`torn_charges`)."""
         with self._tx() as db:
             row = self._read(db, key)
             if row is None or row.charged or not row.final:
                 return row, None
-            db.execute("UPDATE jobs SET charged = 1 WHERE key = ?", (key,))
-            return row.model_copy(update={"charged": True}), row.cost_usd
+            db.execute("UPDATE jobs SET charged = 1, charged_by = ? WHERE key = ?", (by, key))
+            return row.model_copy(update={"charged": True, "charged_by": by}), row.cost_usd
 
-    def take_charge(self, key: str) -> float | None:
+    def take_charge(self, key: str, by: str = "") -> float | None:
         """The row's total cost for the first caller to ask (it goes to the cost ledger); None afterwards."""
         with self._tx() as db:
             row = self._state(db, key)
             if row is None or row["charged"] or row["status"] not in FINAL:
                 return None
-            db.execute("UPDATE jobs SET charged = 1 WHERE key = ?", (key,))
+            db.execute("UPDATE jobs SET charged = 1, charged_by = ? WHERE key = ?", (by, key))
             return float(row["cost_usd"])
+
+    def torn_charges(self, stale_s: float) -> list[JournalRow]:
+        """Episode jobs whose charge was taken (:meth:`collect`) by a session that is over
+        (:meth:`session_over`): the candidates of a charge that may never have reached the
+        episode's cost ledger. The ledger decides (:meth:`ait_env.observe.ledger.CostLedger.recover_charge`:
+        written only when no record of the job is there)."""
+        rows = self._select("SELECT key FROM jobs WHERE charged = 1 AND charged_by != '' AND cost_usd > 0 "
+                            "AND episode_id IS NOT NULL AND kind = 'job' ORDER BY finished_at")
+        over: dict[str, bool] = {}
+        out = []
+        for r in rows:
+            if r.charged_by not in over:
+                over[r.charged_by] = self.session_over(r.charged_by, stale_s)
+            if over[r.charged_by]:
+                out.append(r)
+        return out
+
+    def session_over(self, session_id: str, stale_s: float) -> bool:
+        """Whether a session can no longer act: closed, or its process gone (this host), or silent for
+        ``stale_s`` (another host's, whose process cannot be looked at). A paused process on this host is
+        not over."""
+        r = self._db().execute("SELECT owner, heartbeat, ended FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if r is None:
+            return not owner_alive(session_id)
+        if r["ended"] is not None:
+            return True
+        owner = str(r["owner"])
+        if owner.split(":")[0] == socket.gethostname():
+            return not owner_alive(owner)
+        return self._now() - float(r["heartbeat"]) > stale_s
 
     def correct_attempt(self, key: str, attempt: int, billing: Billing) -> bool:
         """Replace the estimated bill of an ended attempt with one read later (``billing``, not estimated);

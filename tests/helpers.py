@@ -28,7 +28,7 @@ def play(env: Any, agent: Any, seed: int, turns: int = 10) -> tuple[str, float, 
     return out
 
 
-def make_bundle(files: dict[str, str], folder: Path, family: str = "arithmetic") -> Any:
+def make_bundle(files: dict[str, str], folder: Path, family: str = "arithmetic", episode_id: str | None = None) -> Any:
     """Write ``files`` as a workspace under ``folder`` and bundle the job without the probe, the way the
     env bundles a validated job."""
     from ait_env.jobs.bundle import build_bundle
@@ -41,7 +41,7 @@ def make_bundle(files: dict[str, str], folder: Path, family: str = "arithmetic")
         (ws / name).write_text(text)
     job, issues = parse_job(files["job.toml"])
     assert job is not None, issues
-    return build_bundle(ws, job, get_family(family), folder / "jobs")
+    return build_bundle(ws, job, get_family(family), folder / "jobs", episode_id=episode_id)
 
 
 def load_reference_environment(family: str, model: str, folder: Path, args: dict[str, Any]) -> Any:

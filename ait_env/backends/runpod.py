@@ -206,12 +206,33 @@ class RunpodBackend(Backend):
         active workers stop counting) or whenever the ledger should catch up."""
         from ait_env.observe.ledger import CostRecord
 
+        self.recover_torn_charges(ledger)
         costs = self.run_costs()
         for part, usd in self.journal.take_run_charges(costs).items():
             if usd > 0:
                 ledger.append(CostRecord(kind=f"gpu_{part}", usd=usd, meta={
                     "backend": self.name, "journal": str(self.journal.path), "run_total_usd": costs.total}))
         return costs
+
+    def recover_torn_charges(self, ledger: CostLedger) -> int:
+        """Write to ``ledger`` each job charge this run dir's journal handed to an episode process that is
+        over (closed, or gone: :meth:`fleet.journal.Journal.session_over`) and that the ledger has no record of: a process
+        killed between taking the charge (:meth:`fleet.journal.Journal.collect`) and writing it would
+        otherwise lose it for good, and its reservation would hold the budget for a day. The record is the
+        episode's (``kind="gpu_job"``, its ``episode_id``, ``meta["recovered"]``) and closes the job's
+        reservation. Returns how many were written."""
+        from ait_env.observe.ledger import CostRecord
+
+        n = 0
+        for row in self.journal.torn_charges(self.options.owner_stale_s):
+            rec = CostRecord(kind="gpu_job", episode_id=row.episode_id, usd=row.cost_usd, meta={
+                "job_id": row.claimant, "backend": self.name, "status": row.result_status or row.status,
+                "cache_hit": False, "recovered": True, "journal": str(self.journal.path), "key": row.key})
+            if ledger.recover_charge(rec):
+                n += 1
+                self.dispatch.say(f"{row.claimant}: its charge of ${row.cost_usd:.4f} was taken by episode "
+                                  f"{row.episode_id}, which ended before writing it to {ledger.path}: written now")
+        return n
 
     # ------------------------------------------------------------------ keys, payloads, results
     def _key(self, bundle: JobBundle) -> str:

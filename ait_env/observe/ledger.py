@@ -156,6 +156,26 @@ class CostLedger:
                 "reservation": rid, "hold_usd": round(usd, 6), "expires": time.time() + ttl_s, "what": what}))
         return rid
 
+    def recover_charge(self, record: CostRecord) -> bool:
+        """Write ``record`` (a ``gpu_job`` charge whose ``meta["job_id"]`` names the job) unless the ledger
+        already has a record of that job for its episode; it closes the job's open reservation (the one held
+        for ``meta["job_id"]``) when there is one. One step under the ledger's lock, so two processes
+        recovering the same charge write it once. True when written: a charge a killed episode took from a
+        backend's journal and never wrote here (fleet/journal.py ``torn_charges``)."""
+        job_id = record.meta.get("job_id")
+        with self._locked() as fd:
+            records = self.records()
+            if any(r.kind != "reserve" and r.episode_id == record.episode_id and r.meta.get("job_id") == job_id
+                   for r in records):
+                return False
+            closed = {r.meta.get("reservation") for r in records if r.kind != "reserve"}
+            hold = next((r.meta.get("reservation") for r in records if r.kind == "reserve"
+                         and r.episode_id == record.episode_id and r.meta.get("what") == job_id
+                         and r.meta.get("reservation") not in closed), None)
+            meta = {**record.meta, **({"reservation": hold} if hold else {})}
+            self._write(fd, record.model_copy(update={"meta": meta}))
+            return True
+
     def settle(self, reservation: str, record: CostRecord | None = None) -> None:
         """Close ``reservation``: append ``record`` (the real charge) carrying its id, or a release record."""
         rec = record or CostRecord(kind="release")

@@ -429,3 +429,92 @@ def test_a_429_without_a_usable_retry_after_backs_off(tmp_path, garbled):
     assert r.status == "succeeded", r.error
     gaps = [b - a for a, b in zip(sent_at, sent_at[1:])]
     assert gaps[0] >= 1 and gaps[1] >= 2 and gaps[2] >= 4, gaps
+
+
+# ---------------------------------------------------------------------------------------------- issue 47: torn charge
+CHILD_TORN = """
+import sys, time
+from pathlib import Path
+from ait_env.jobs.settings import BackendSettings
+from ait_env.backends.runpod import RunpodBackend
+from ait_env.jobs.bundle import JobBundle
+from ait_env.observe.ledger import CostLedger
+from tests.fakes.runpod_client import FakeServerlessClient
+
+fake = FakeServerlessClient(Path(sys.argv[2]), clock=time.time, delay_ms=50, execution_ms=300)
+settings = BackendSettings.model_validate_json(Path(sys.argv[1]).read_text())
+job = JobBundle.load(Path(sys.argv[4]))
+ledger = CostLedger(Path(sys.argv[5]), episode_budget_usd=5.0)
+hold = ledger.reserve(job.manifest.episode_id, 1.5, what=job.job_id)   # as the episode holds a job's bound
+b = RunpodBackend(settings, sys.argv[3], show_progress=False, client=fake)
+r = b.run(job, timeout=60)          # the journal hands the charge to this process (collect) ...
+print(f"charged {r.cost_usd}", flush=True)
+time.sleep(600)                     # ... which is killed before the episode writes it to the ledger
+"""
+
+
+def _episode_bundle(folder, i: int) -> JobBundle:
+    from task_families import reference_files
+
+    from tests.helpers import make_bundle
+
+    files = reference_files("arithmetic", "Qwen/Qwen3-0.6B")
+    (folder / f"b{i}").mkdir(parents=True)
+    return make_bundle({**files, "job.toml": files["job.toml"] + f"\n# torn {i}\n"}, folder / f"b{i}",
+                       episode_id=f"ep-{i}")
+
+
+def test_a_charge_torn_from_the_ledger_by_a_sigkill_is_written_once_by_the_next_process(tmp_path):
+    """Issue 47: an episode process is SIGKILLed after the journal handed it a job's charge and before it wrote
+    the charge to the cost ledger. The next backend on the run dir writes it (the episode's record, marked
+    recovered, closing the job's reservation: the budget is not held for a day), once, however often and by
+    however many processes it is asked; a charge the episode did write is never written again."""
+    from ait_env.observe.ledger import CostLedger
+
+    job = _episode_bundle(tmp_path, 0)
+    state, runs, cfg, path = (tmp_path / "runpod_state.sqlite", tmp_path / "runs", tmp_path / "settings.json",
+                              tmp_path / "costs.jsonl")
+    cfg.write_text(settings(poll_interval_s=0.02).model_dump_json())
+    FakeServerlessClient(state)
+    child = subprocess.Popen([sys.executable, "-c", CHILD_TORN, str(cfg), str(state), str(runs), str(job.root),
+                              str(path)], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline().strip()
+        assert line.startswith("charged "), line
+        charge = float(line.split()[1])
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert charge > 0
+    ledger = CostLedger(path, episode_budget_usd=5.0)
+    assert ledger.spent("ep-0") == 0 and ledger.reserved("ep-0") == pytest.approx(1.5)   # torn
+    fake = FakeServerlessClient(state, clock=time.time, delay_ms=50, execution_ms=300)
+    with RunpodBackend(settings(poll_interval_s=0.02), runs, show_progress=False, client=fake) as b:
+        assert b.recover_torn_charges(ledger) == 1
+        b.charge_run_costs(ledger)                        # what every episode calls: nothing more
+        assert b.recover_torn_charges(ledger) == 0
+    with RunpodBackend(settings(poll_interval_s=0.02), runs, show_progress=False, client=fake) as b2:
+        assert b2.recover_torn_charges(ledger) == 0       # another process later: still once
+    (rec,) = [r for r in ledger.records() if r.kind == "gpu_job"]
+    assert rec.episode_id == "ep-0" and rec.usd == pytest.approx(charge) and rec.meta["recovered"] is True
+    assert ledger.spent("ep-0") == pytest.approx(charge) and ledger.reserved("ep-0") == 0   # hold closed
+
+
+def test_a_charge_the_episode_wrote_or_a_live_process_holds_is_not_recovered(tmp_path):
+    from ait_env.observe.ledger import CostLedger, CostRecord
+
+    written, held = (_episode_bundle(tmp_path, i) for i in range(2))
+    ledger = CostLedger(tmp_path / "costs.jsonl")
+    fake = timed()
+    a = backend(tmp_path, fake)
+    r1, r2 = a.run(written, timeout=30), a.run(held, timeout=30)
+    assert r1.cost_usd > 0 and r2.cost_usd > 0
+    ledger.append(CostRecord(kind="gpu_job", episode_id="ep-0", usd=r1.cost_usd, meta={"job_id": r1.job_id}))
+    with backend(tmp_path, fake) as b:
+        assert b.recover_torn_charges(ledger) == 0        # ep-1's process (this one) is alive, its session open
+    a.close()                                             # closed without writing ep-1's charge
+    with backend(tmp_path, fake) as b:
+        assert b.recover_torn_charges(ledger) == 1        # ep-1's only; ep-0's is in the ledger already
+    assert sorted(r.episode_id for r in ledger.records() if r.kind == "gpu_job") == ["ep-0", "ep-1"]
