@@ -151,6 +151,12 @@ def _hint(status: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- models
+#: how long ``ServerlessClient.run`` waits for ``/run``'s answer: Runpod's HTTP proxy (Cloudflare) ends a
+#: request after 100 s (524), so no answer comes later; a shorter wait would abandon a job that was queued and
+#: answered late, which then can be neither read nor cancelled (it has no id here) and is charged at its bound
+RUN_READ_TIMEOUT_S = 100.0
+
+
 class RetryPolicy(BaseModel):
     """Exponential backoff with full jitter for 429, 5xx and connection errors: at most ``attempts``
     tries and ``max_seconds`` in all; a ``Retry-After`` header sets the wait (capped by the budget)."""
@@ -269,14 +275,20 @@ class _Http:
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections))
 
     def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None,
-                idempotent: bool = True, retry: RetryPolicy | None = None) -> httpx.Response:
-        """Send with retries; return a 2xx response, raise :class:`RunpodAPIError` otherwise."""
+                idempotent: bool = True, retry: RetryPolicy | None = None,
+                read_timeout_s: float | None = None) -> httpx.Response:
+        """Send with retries; return a 2xx response, raise :class:`RunpodAPIError` otherwise.
+        ``read_timeout_s``: how long to wait for this call's answer (else the client's timeout)."""
         policy = retry or self.retry
         start, attempt = time.monotonic(), 0
+        timeout: Any = httpx.USE_CLIENT_DEFAULT
+        if read_timeout_s is not None:
+            base = self.client.timeout
+            timeout = httpx.Timeout(base.connect, read=read_timeout_s, write=base.write, pool=base.pool)
         while True:
             wait: float | None = None
             try:
-                resp = self.client.request(method, path, json=json, params=params)
+                resp = self.client.request(method, path, json=json, params=params, timeout=timeout)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as e:   # nothing was sent
                 err: RunpodAPIError = RunpodAPIError(f"{method} {path}: cannot connect ({e})", 0, "",
                                                      method, path)
@@ -321,9 +333,12 @@ class ServerlessClient:
 
     def __init__(self, endpoint_id: str, api_key: str, base_url: str | None = None, *,
                  retry: RetryPolicy | None = None, timeout_s: float = 10.0, max_connections: int = 64,
-                 transport: httpx.BaseTransport | None = None, job_retry: RetryPolicy | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, job_retry: RetryPolicy | None = None,
+                 run_timeout_s: float = RUN_READ_TIMEOUT_S) -> None:
         """``retry``: the policy of every call; ``job_retry``: the one of ``status``/``stream``/``cancel``/
-        ``retry`` when given (a caller that backs off by itself keeps them short)."""
+        ``retry`` when given (a caller that backs off by itself keeps them short); ``run_timeout_s``: how long
+        ``run`` waits for ``/run``'s answer (a job queued and answered late is not lost as one abandoned)."""
+        self.run_timeout_s = run_timeout_s
         if not endpoint_id or "/" in endpoint_id:
             raise ValueError(f"endpoint id {endpoint_id!r}: expected an id as fleet.endpoint status shows it")
         self.endpoint_id = endpoint_id
@@ -353,7 +368,8 @@ class ServerlessClient:
             body["policy"] = policy
         if webhook:
             body["webhook"] = webhook
-        data = self._http.request("POST", "/run", json=body, idempotent=retry_ambiguous).json()
+        data = self._http.request("POST", "/run", json=body, idempotent=retry_ambiguous,
+                                  read_timeout_s=self.run_timeout_s).json()
         if not isinstance(data, dict) or not data.get("id"):
             raise SubmitUncertain(f"POST /run: no job id in the answer {str(data)[:200]!r}", 200,
                                   str(data)[:500], "POST", "/run")

@@ -41,8 +41,10 @@ class RunpodEngine:
     """One Runpod Serverless endpoint as a :class:`fleet.dispatch.Engine` (see the module docstring)."""
 
     name = "runpod"
-    #: the longest a run call retries (fleet.runpod_api.RetryPolicy.max_seconds) plus a second
-    send_retry_s = 61.0
+    #: the longest a run call can queue its job after it was recorded: its retries
+    #: (fleet.runpod_api.RetryPolicy.max_seconds, 60 s) plus the last call's wait for its answer
+    #: (fleet.runpod_api.RUN_READ_TIMEOUT_S, 100 s) plus a second
+    send_retry_s = 161.0
 
     def __init__(self, options: RunpodOptions, client: ServerlessClientLike | None = None,
                  management: ManagementLike | None = None) -> None:

@@ -344,3 +344,55 @@ def test_a_reported_time_longer_than_the_attempts_ttl_is_not_taken() -> None:
     assert "over the attempt's bound" in billing_problem(huge, bound_s=600)
     queued = RunpodJob.model_validate({"id": "j", "status": "CANCELLED"})   # no worker took it: nothing to bill
     assert billing_problem(queued, bound_s=600) == ""
+
+
+def test_a_run_answered_late_is_not_abandoned_but_other_calls_keep_their_timeout():
+    """Issue 47: /run queues the job and answers after the client's 0.2 s timeout (here 1 s, a real HTTP
+    server on 127.0.0.1): run() waits up to run_timeout_s (by default Runpod's proxy limit, 100 s) for the
+    answer and gets the id; a status call as slow still times out at the client's timeout, and a run answered
+    later than run_timeout_s is SubmitUncertain (it may be queued)."""
+    import http.server
+    import threading
+
+    queued: list[str] = []
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            time.sleep(1.0)
+            if self.path.endswith("/run"):
+                queued.append(f"job-{len(queued)}")
+            body = json.dumps({"id": queued[-1] if queued else "none", "status": "IN_QUEUE"}).encode()
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:
+                pass   # the client gave up
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self._answer()
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._answer()
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v2"
+    once = RetryPolicy(attempts=1, max_seconds=0.0)
+    try:
+        with ServerlessClient("ep1", "key", base_url=url, timeout_s=0.2, retry=once) as c:
+            assert c.run_timeout_s == 100.0
+            assert c.run({"n": 1}) == "job-0"                        # answered after 1 s: kept
+            with pytest.raises(RunpodAPIError, match="no answer"):
+                c.status("job-0")
+        with ServerlessClient("ep1", "key", base_url=url, timeout_s=0.2, retry=once, run_timeout_s=0.2) as c, \
+                pytest.raises(SubmitUncertain):
+            c.run({"n": 2})
+    finally:
+        server.shutdown()
