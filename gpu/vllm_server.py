@@ -16,6 +16,11 @@ Every flag below was read in the vLLM 0.24.0 wheel's source (paths inside the ``
 - ``--served-model-name``, ``--max-model-len``, ``--gpu-memory-utilization``, ``--enforce-eager``:
   ``EngineArgs.add_cli_args`` in ``engine/arg_utils.py``. At start vLLM refuses a utilization above the
   GPU's free share (``v1/worker/utils.py`` ``request_memory``): one vLLM per GPU at a time.
+- its runtime folder: vLLM puts its ZMQ IPC sockets at ``$VLLM_RPC_BASE_PATH/<uuid4>`` (``envs.py``:
+  default ``tempfile.gettempdir()``, i.e. ``$TMPDIR``; ``utils/network_utils.py`` ``get_open_zmq_ipc_path``),
+  and a Unix socket path is at most 107 bytes: a worker ``TMPDIR`` over 70 characters would fail every
+  start. The server gets its own short folder (``/tmp/ait-v-*``, mode 0700) as ``TMPDIR`` and
+  ``VLLM_RPC_BASE_PATH``, whatever the worker's, removed when it stops;
 - readiness: ``GET /health`` answers 200 once the engine is up (``entrypoints/serve/instrumentator/
   health.py``) and ``GET /v1/models`` lists the served name (``entrypoints/openai/models/api_router.py``).
 
@@ -31,7 +36,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import socket
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -47,6 +54,9 @@ _TOOL_PARSERS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^Qwen/Qwen3-Coder"), "qwen3_coder"),
     (re.compile(r"^Qwen/Qwen3-"), "hermes"),
 ]
+
+#: the eval server's own runtime folder, /tmp/ait-v-XXXXXXXX (module docstring): its sockets' paths are 56 characters
+RUNTIME_PREFIX = "ait-v-"
 
 #: what prime-rl's ``setup_vllm_env`` sets for its policy server (src/prime_rl/inference/server.py)
 VLLM_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_ENFORCE_STRICT_TOOL_CALLING": "0"}
@@ -118,6 +128,7 @@ class VllmServer:
             tool_call_parser=tool_call_parser, chat_template_kwargs=chat_template_kwargs,
             enforce_eager=enforce_eager, vllm_cmd=vllm_cmd)
         self.env = {**env, **VLLM_ENV}
+        self.runtime_dir: Path | None = None   # made by start(): the short TMPDIR and VLLM_RPC_BASE_PATH
         self.log_path = Path(log_path)
         self.startup_timeout_s = startup_timeout_s
         self.tree = ProcessTree(grace_s=kill_grace_s)
@@ -139,10 +150,13 @@ class VllmServer:
 
     def start(self) -> Served:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.runtime_dir = Path(tempfile.mkdtemp(prefix=RUNTIME_PREFIX, dir="/tmp"))
+        env = {**self.env, "TMPDIR": str(self.runtime_dir), "VLLM_RPC_BASE_PATH": str(self.runtime_dir)}
         with open(self.log_path, "ab") as log:
             try:
-                self.tree.start(self.command, env=self.env, stdout=log)
+                self.tree.start(self.command, env=env, stdout=log)
             except FileNotFoundError:
+                self.stop()
                 raise InfraFailed(f"vLLM's command {self.command[0]!r} was not found: install vLLM 0.24.0 "
                                   "(prime-rl v0.7.0's pin) or set backend.options.vllm_cmd") from None
         self._started = True
@@ -180,6 +194,9 @@ class VllmServer:
     def stop(self) -> None:
         if self._started:
             self.tree.kill()
+        if self.runtime_dir is not None:
+            shutil.rmtree(self.runtime_dir, ignore_errors=True)
+            self.runtime_dir = None
 
     def __enter__(self) -> Served:
         return self.start()

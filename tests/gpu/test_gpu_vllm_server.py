@@ -87,3 +87,27 @@ def test_a_missing_vllm_says_how_to_fix(tmp_path: Path) -> None:
                         vllm_cmd=["/nonexistent/vllm"])
     with pytest.raises(InfraFailed, match="backend.options.vllm_cmd"):
         server.start()
+
+
+def test_the_eval_vllm_starts_under_a_100_character_tmpdir(tmp_path: Path, micro_dirs: dict[str, str]) -> None:
+    """Issue 48: vLLM 0.24 binds its ZMQ sockets at $VLLM_RPC_BASE_PATH/<uuid4> (default $TMPDIR); under a
+    100-character worker TMPDIR that path (137 characters) is refused by the kernel (sun_path: 107 bytes) and
+    every eval failed. The server gets its own short runtime folder, removed when it stops."""
+    import socket
+    import uuid
+
+    long_tmp = tmp_path / ("t" * max(1, 100 - len(str(tmp_path)) - 1))
+    long_tmp.mkdir()
+    assert len(str(long_tmp)) == 100
+    with socket.socket(socket.AF_UNIX) as sock, pytest.raises(OSError):   # what vLLM met there
+        sock.bind(f"{long_tmp}/{uuid.uuid4()}")
+    run_id = "vllm-tmp-" + tmp_path.name
+    server = _server(tmp_path, micro_dirs[MODEL], run_id, env={"TMPDIR": str(long_tmp),
+                                                                "VLLM_RPC_BASE_PATH": str(long_tmp)})
+    with server as served:
+        assert served.model == MODEL
+        runtime = server.runtime_dir
+        assert runtime is not None and runtime.is_dir() and len(str(runtime)) + 37 <= 107
+    assert not runtime.exists() and leftovers(run_id) == set()
+    launch = json.loads((tmp_path / "launches.jsonl").read_text())
+    assert launch["env"]["VLLM_RPC_BASE_PATH"] == str(runtime)

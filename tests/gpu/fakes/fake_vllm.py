@@ -11,7 +11,10 @@ parser is refused as vLLM's ``validate_parsed_serve_args`` does. The model must 
 ``TinyLM`` / ``ChatTokenizer`` files (a hub id fails: nothing is downloaded here). It serves that folder
 through :class:`~ait_env.tiny_models.endpoint.LocalEndpoint` with ``GET /health`` added, so the hidden eval
 really scores those weights, and starts one helper process (like vLLM's engine core) that lives as long
-as it. ``FAKE_VLLM_HANG=1``: never becomes ready. Each launch is appended to ``FAKE_VLLM_RECORD``.
+as it. Like vLLM, it binds a ZMQ IPC socket at ``$VLLM_RPC_BASE_PATH/<uuid4>`` (default
+``tempfile.gettempdir()``: vllm 0.24.0 ``envs.py``, ``utils/network_utils.py`` ``get_open_zmq_ipc_path``) and
+exits 1 when the kernel refuses the path (over 107 bytes, ``sun_path``), as vLLM's ``ZMQError`` ends it.
+``FAKE_VLLM_HANG=1``: never becomes ready. Each launch is appended to ``FAKE_VLLM_RECORD``.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
@@ -54,6 +60,14 @@ def main() -> int:
             env = {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "CUDA_VISIBLE"))}
             f.write(json.dumps({"argv": sys.argv[1:], "env": env}) + "\n")
     print(f"INFO fake vLLM 0.24.0 serving {args.model_tag} as {args.served_model_name}", flush=True)
+    ipc = f"{os.environ.get('VLLM_RPC_BASE_PATH', tempfile.gettempdir())}/{uuid.uuid4()}"
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(ipc)
+        os.unlink(ipc)
+    except OSError as exc:
+        print(f"zmq.error.ZMQError: {exc} (ipc://{ipc}, {len(ipc)} characters)", flush=True)
+        return 1
     engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10**6)"])  # the engine core
     signal.signal(signal.SIGTERM, lambda *_: (engine.terminate(), os._exit(0)))
     if os.environ.get("FAKE_VLLM_HANG") == "1":
