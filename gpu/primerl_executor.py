@@ -70,6 +70,7 @@ repository.
 from __future__ import annotations
 
 import hashlib
+import re
 import os
 import shlex
 import shutil
@@ -108,6 +109,9 @@ PASS_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "HF_HOME",
 
 #: prime-rl v0.7.0 defaults used when the dry run's resolved configs are unavailable
 MAX_EMPTY_BATCHES = 10       # src/prime_rl/orchestrator/orchestrator.py MAX_CONSECUTIVE_EMPTY_BATCHES
+#: the orchestrator's line once an env server answered (src/prime_rl/orchestrator/envs.py ``Env.start``:
+#: ``Env {name} ready: num_tasks=... group_scoring=...``; the server's log is ``logs/envs/<split>/{name}.log``)
+_ENV_READY = re.compile(r"\bEnv (\S+) ready: num_tasks=")
 _LAUNCHER_STARTED = "Startup complete"   # rl.py: "Startup complete. Showing orchestrator logs..."
 _LAUNCHER_FINISHED = "Training finished!"
 _ENV_LINES_FORWARDED = 2000   # per env log: the agent's prints cannot flood the job log
@@ -137,6 +141,11 @@ class GpuOptions(RunnerSettings):
     eval_enforce_eager: bool = False
     vllm_startup_timeout_s: float = 900.0
     dry_run_timeout_s: float = 600.0
+    #: an env server that prime-rl started (its log under logs/envs/) and that the orchestrator does not
+    #: report ready (``Env <name> ready``) within this many seconds ended the job ``job_failed``: it exited,
+    #: was killed, called sys.exit / os._exit or hangs at import or in load_environment (prime-rl waits
+    #: 600 s for it, then without end)
+    env_ready_timeout_s: float = Field(90.0, gt=0)
     #: prime-rl's policy server port (default 8000): set it when jobs share a network (no bwrap jail)
     policy_port: int | None = None
     kill_grace_s: float = 20.0              # SIGTERM -> SIGKILL
@@ -292,6 +301,8 @@ class _RunWatch:
         self.signals: list[Signal] = []
         self.env_lines: dict[str, deque[str]] = {}
         self.env_failed: str | None = None   # the env log whose server failed before the first step
+        self.env_started: dict[str, float] = {}   # env server name -> when its log appeared (monotonic)
+        self.env_ready: set[str] = set()          # env servers the orchestrator reported ready
         self.recent: deque[str] = deque(maxlen=40)
         self.verdict: Exception | None = None
         self.first_step_at: float | None = None
@@ -338,6 +349,7 @@ class _RunWatch:
         for path in sorted((self.ex.out / "logs" / "envs").glob("*/*.log")):
             if path not in self.tails:
                 self.tails[path] = ("env", f"env {path.parent.name}/{path.stem}", _Tail(path))
+                self.env_started.setdefault(path.stem, time.monotonic())
         for path, (source, label, tail) in list(self.tails.items()):
             for raw in tail.read(final):
                 self._line(path, source, label, clean(raw))
@@ -371,6 +383,10 @@ class _RunWatch:
         sig = failure_signal(text, source)
         if sig is not None:
             self.signals.append(sig)
+        if source == "orchestrator":
+            ready = _ENV_READY.search(text)
+            if ready:
+                self.env_ready.add(ready.group(1))
         if source in ("orchestrator", "trainer"):
             step = parse_step(text, source)  # type: ignore[arg-type]
             if step is not None and step.step not in self.steps[source]:
@@ -392,8 +408,26 @@ class _RunWatch:
             # verdict once the rest of the traceback has arrived
             self._stop(self.ex.env_failure(self), settle_s=2.0, rebuild=lambda: self.ex.env_failure(self))
             return
+        late = self.env_not_ready()
+        if late is not None:
+            # prime-rl would wait 600 s for its address, then without end for its answer: stop now
+            self._stop(self.ex.env_ready_failure(self, late), settle_s=1.0,
+                       rebuild=lambda: self.ex.env_ready_failure(self, late))
+            return
         if time.monotonic() > self.deadline:
             self._stop(self.ex.deadline_failure(self))
+
+    def env_not_ready(self) -> str | None:
+        """The first env server started more than ``env_ready_timeout_s`` ago that the orchestrator has not
+        reported ready, before the first training step (None: none)."""
+        if self.steps["trainer"]:
+            return None
+        limit = self.ex.opts.env_ready_timeout_s
+        now = time.monotonic()
+        for name, started in self.env_started.items():
+            if name not in self.env_ready and now - started > limit:
+                return name
+        return None
 
     def _stop(self, verdict: Exception, settle_s: float = 0.0,
               rebuild: Callable[[], Exception] | None = None) -> None:
@@ -701,6 +735,20 @@ class PrimeRLExecutor:
                 else "failed to load under prime-rl (load_environment raised)")
         return JobFailed(f"your environment {what}; the env server's log before the first training step:\n"
                          f"{found.text[-1500:]}")
+
+    def env_ready_failure(self, watch: _RunWatch, name: str) -> Exception:
+        """An env server not ready within ``env_ready_timeout_s``: its traceback's verdict when its log has
+        one (:meth:`env_failure`: the job's, or ours), else the job's, with the end of its log."""
+        if any(env_start_failure(list(lines), "") is not None for lines in watch.env_lines.values()):
+            return self.env_failure(watch)
+        lines = next((list(v) for k, v in watch.env_lines.items() if k.endswith(f"/{name}")), [])
+        tail = "\n".join(lines[-20:]) or "(its log is empty)"
+        return JobFailed(
+            f"your environment's server did not become ready within {self.opts.env_ready_timeout_s:.0f} s of "
+            "its start: prime-rl imports your package and calls load_environment in a process of its own, which "
+            "exited, was killed, called sys.exit or os._exit, or is still importing or loading. Make "
+            "load_environment return the environment within seconds, never exit the process, and do no slow "
+            f"work at import. The end of the env server's log:\n{tail}")
 
     def signal_failure(self, sig: Signal, watch: _RunWatch) -> Exception:
         p = self.job.prime_rl

@@ -228,7 +228,7 @@ class LocalExecutor:
                 raise RuntimeError(f"the sandbox failed: {worker_out['infra']}") from None
             if isinstance(worker_out.get("resp"), dict) and worker_out["resp"].get("status") == "timeout":
                 raise self._stopped(worker_out.get("resp"), 0) from None
-            raise JobFailed(f"the rollout worker did not start: {json.dumps(worker_out, default=str)[:1500]}") from None
+            raise JobFailed(_worker_ended_at_start(worker_out)) from None
         # the worker's process runs the agent's code: what it posts is untrusted input
         if not isinstance(hello, dict):
             raise JobFailed("the rollout worker's first message is not a JSON object")
@@ -353,3 +353,18 @@ def measure_untrained(name: str, family: str, opts: LocalExecutorOptions, limit:
                                   max_tokens=min(fam.eval_max_tokens, opts.eval_max_tokens))
     res.raise_if_failed()
     return res
+
+
+def _worker_ended_at_start(worker_out: dict[str, Any]) -> str:
+    """What the agent reads when the sandboxed rollout worker ended before its hello: where (the stage it
+    had reached), how (its exit code or signal) and what it printed, and what to fix."""
+    resp = worker_out.get("resp") if isinstance(worker_out.get("resp"), dict) else {}
+    stage, code = resp.get("stage"), resp.get("exit_code")
+    how = (f"was killed by signal {-int(code)}" if isinstance(code, int) and code < 0 else
+           f"exited with code {code}" if code is not None else "ended")
+    said = str(resp.get("stderr") or resp.get("output") or resp.get("error") or "").strip()[-1200:]
+    where = "in load_environment" if stage == "load_environment" else f"at {stage or 'start-up'}"
+    return (f"your environment's rollout worker {how} {where}, before it was ready (no traceback: os._exit, "
+            "sys.exit or a crash ends the process). load_environment must return the environment and never "
+            "exit the process." + (f" What it printed:\n{said}" if said else
+                                   f" ({json.dumps(resp, default=str)[:600]})"))

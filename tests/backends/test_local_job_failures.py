@@ -72,3 +72,26 @@ def test_a_rubric_that_returns_nan_in_training_is_job_failed(tmp_path, monkeypat
     res = _run(tmp_path, monkeypatch, model_cache, edit)
     assert res.status == "job_failed", (res.status, res.error, res.log_tail[-800:])
     assert "nan" in res.error.lower() and "rubric" in res.error
+
+
+@pytest.mark.parametrize("body,expected", [
+    ("        import os\n        os._exit(1)\n", r"rollout worker exited with code 1 in load_environment"),
+    ("        import sys\n        sys.exit('dataset not found')\n", r"SystemExit: dataset not found"),
+    # slow: the idle rule needs its window (131 s on 2 cores, 2026-12-05)
+    pytest.param("        import time\n        time.sleep(3600)\n", r"without working", marks=pytest.mark.slow,
+                 id="hangs"),
+], ids=["os_exit", "sys_exit", "hangs"])
+def test_an_environment_that_exits_or_hangs_in_the_rollout_worker_is_job_failed(
+        tmp_path, monkeypatch, model_cache, body, expected):
+    """Issue 48 on the local backend: load_environment exits the rollout worker (os._exit, sys.exit: no
+    traceback) or hangs there; the job ends job_failed with what happened, not infra_failed."""
+    def edit(text: str) -> str:
+        return text.replace("def load_environment(", "def _real_load_environment(") + (
+            "\n\ndef load_environment(**kwargs):\n"
+            "    import traceback\n"
+            "    if 'rollout_worker' in ''.join(traceback.format_stack()):\n" + body +
+            "    return _real_load_environment(**kwargs)\n")
+
+    res = _run(tmp_path, monkeypatch, model_cache, edit)
+    assert res.status == "job_failed", (res.status, res.error, res.log_tail[-800:])
+    assert re.search(expected, res.error), res.error

@@ -429,3 +429,29 @@ def test_max_model_len_and_the_shared_gpu_share(gpu_bundle: Any, gpu_settings: A
     ex = PrimeRLExecutor(bundle, gpu_settings(dry_run=False), log=lambda _: None, progress=False)
     assert ex.plan.share == pe.COLOCATED_FALLBACK
     ex.close()
+
+
+# ----------------------------------------------------------------------------- issue 48: env liveness
+@pytest.mark.parametrize("edit,expected", [
+    (lambda t: t.replace("    dataset = build_dataset(num_examples, seed)\n",
+                         "    import os\n    os._exit(1)\n"), "(its log is empty)|exited"),
+    (lambda t: t.replace("    dataset = build_dataset(num_examples, seed)\n",
+                         "    import sys\n    sys.exit('dataset not found')\n"), "dataset not found"),
+    (lambda t: t.replace("from __future__ import annotations\n", "from __future__ import annotations\n"
+                         "import time as _t\n_t.sleep(3600)  # slow work at import\n", 1), "still importing"),
+], ids=["os_exit", "sys_exit", "hangs_at_import"])
+def test_an_env_server_that_dies_or_hangs_without_a_traceback_is_job_failed_at_the_liveness_bound(
+        edit: Any, expected: str, gpu_bundle: Any, gpu_settings: Any, pinned: Path) -> None:
+    """Issue 48: multiprocessing prints no traceback for SystemExit, os._exit leaves nothing, a hang at import
+    says nothing; prime-rl would wait 600 s, then without end. No ``Env <name> ready`` from the orchestrator
+    within env_ready_timeout_s of the env log's start ends the job job_failed with the log's end."""
+    import re
+
+    bundle = gpu_bundle(edit)
+    res = _run(bundle, gpu_settings("success", measure_pre=False, wall_clock_s=120.0, env_ready_timeout_s=6.0),
+               pinned)
+    assert res.status == "job_failed", res.error + res.log_tail
+    assert res.error.startswith("your environment's server did not become ready within 6 s of its start")
+    assert re.search(expected, res.error), res.error
+    log = (bundle.root / "job.log").read_text()
+    assert _stamp(log, "stopping prime-rl") - _stamp(log, "prime-rl dry run passed") <= 60

@@ -4,8 +4,10 @@
     AIT_TRAINING_UID=61031 AIT_PRIME_RL_DIR=~/.cache/ai-trains-ai/prime-rl-v0.7.0/prime-rl \\
         .venv/bin/python -m pytest -m slow tests/gpu/test_gpu_real_primerl.py -v -s
 
-(a training uid of its own: every jail kills all processes of its uid, so two suites on one uid kill each
-other's jobs)
+(the default ``-n 2`` runs the cases side by side: each jail mode gets a training uid of its own,
+``$AIT_TRAINING_UID`` + 0 / + 1, since every jail kills all processes of its uid; give each suite its own
+base. User mode needs every folder above prime-rl's interpreter to let the training uid pass: under a
+0700 home the test opens them (``o+x``) for its run and restores them after.)
 
 For each jail mode (``bwrap``, ``user``, ``none``) and every family's reference bundle:
 
@@ -82,24 +84,50 @@ def bundles() -> Iterator[dict[str, Any]]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+#: each jail mode's training uid above $AIT_TRAINING_UID: cases run side by side under -n 2, and a jail kills
+#: every process of its uid when it ends
+UID_OFFSET = {"bwrap": 0, "user": 1}
+
+
 def _jail(mode: str) -> JailConfig:
     root = os.getuid() == 0
     if mode == "bwrap":
         ok, why = bwrap_works()
         if not ok:
             pytest.skip(f"bubblewrap cannot run here: {why}")
-        return JailConfig(mode="bwrap", uid=training_uid() if root else None)
+        return JailConfig(mode="bwrap", uid=training_uid() + UID_OFFSET[mode] if root else None)
     if mode == "user":
         if not root:
             pytest.skip("the user jail needs root")
-        return JailConfig(mode="user", uid=training_uid())
+        return JailConfig(mode="user", uid=training_uid() + UID_OFFSET[mode])
     return JailConfig(mode="none")
+
+
+@pytest.fixture
+def passable_ancestors() -> Iterator[Any]:
+    """``open(paths)``: let every uid pass the folders above ``paths`` (``o+x``) until the test ends, then put
+    their modes back (an install under a 0700 home, which user mode cannot reach otherwise)."""
+    changed: dict[Path, int] = {}
+
+    def open_(paths: list[str]) -> None:
+        for p in paths:
+            for d in Path(p).resolve().parents:
+                mode = d.stat().st_mode & 0o7777
+                if not mode & 0o001 and d not in changed:
+                    changed[d] = mode
+                    d.chmod(mode | 0o001)
+
+    try:
+        yield open_
+    finally:
+        for d, mode in changed.items():
+            d.chmod(mode)
 
 
 @pytest.mark.parametrize("mode", ["bwrap", "user", "none"])
 def test_real_primerl_dry_run_and_env_server_in_the_jail(mode: str, bundles: dict[str, Any],
                                                         monkeypatch: pytest.MonkeyPatch,
-                                                        record_property: Any) -> None:
+                                                        record_property: Any, passable_ancestors: Any) -> None:
     from gpu.primerl_executor import PrimeRLExecutor
 
     cfg = _jail(mode)
@@ -107,6 +135,7 @@ def test_real_primerl_dry_run_and_env_server_in_the_jail(mode: str, bundles: dic
     rl = PRIME_RL / ".venv" / "bin" / "rl"
     python = PRIME_RL / ".venv" / "bin" / "python"
     if mode == "user":   # every folder above the install must let the training uid pass
+        passable_ancestors(program_paths(python))
         try:
             jail.prepare([], None, readable=program_paths(python))
         except RuntimeError as exc:

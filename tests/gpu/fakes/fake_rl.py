@@ -253,9 +253,14 @@ def orchestrator(out: Path, cfg: dict[str, Any]) -> int:
     server = ctx.Process(target=env_server_entry, args=(str(out), str(env_log), queue), daemon=False)
     server.start()
     num_tasks = queue.get()   # like prime-rl's elastic pool: no end to the wait for a server that died
-    while not (out / ".fake" / "inference_ready").exists():  # it waits for its policy server, too
-        time.sleep(0.1)
+    # prime-rl v0.7.0 orchestrator.py: the train envs start (Env.start logs "Env <name> ready"), then it
+    # waits for its policy inference pool
     say("INFO", f"Env {name} ready: num_tasks={num_tasks} group_scoring=False")
+    say("SUCCESS", "Train environment(s) ready")
+    say("INFO", "Waiting for policy inference pool to be ready")
+    while not (out / ".fake" / "inference_ready").exists():
+        time.sleep(0.1)
+    say("SUCCESS", "Policy inference pool ready")
     batch, group = cfg["orchestrator"]["batch_size"], cfg["orchestrator"]["group_size"]
     for step in range(1, cfg["max_steps"] + 1):
         if scenario() == "empty_batches":
