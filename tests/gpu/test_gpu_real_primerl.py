@@ -182,3 +182,124 @@ def test_real_primerl_dry_run_and_env_server_in_the_jail(mode: str, bundles: dic
     for family, bundle in bundles.items():
         got = data["envs"][str(bundle.root / "outputs")]
         assert got.get("num_tasks", 0) > 0 and got["env_name"] == family, (family, got, log[-2000:])
+
+
+# ----------------------------------------------------------------------------- issue 48: env server liveness
+#: the job's environment, broken four ways; each must end the job job_failed within 120 s of its env
+#: server's start, with the cause named (issue 48's table)
+BROKEN_ENVS = {
+    "raises": ("    dataset = build_dataset(num_examples, seed)\n",
+               "    raise RuntimeError('broken at training time')\n", "broken at training time"),
+    "os_exit": ("    dataset = build_dataset(num_examples, seed)\n", "    import os\n    os._exit(1)\n",
+                "did not become ready"),
+    "sys_exit": ("    dataset = build_dataset(num_examples, seed)\n",
+                 "    import sys\n    sys.exit('dataset not found')\n", "dataset not found"),
+    "sleeps_at_import": ("from __future__ import annotations\n",
+                         "from __future__ import annotations\nimport time as _t\n_t.sleep(3600)\n",
+                         "did not become ready"),
+}
+#: stand-ins for the two processes a CPU cannot run, put first on the launcher's PATH (rl.py starts
+#: ``inference @ ...`` and ``torchrun ...`` by name): they only wait, so everything else is prime-rl's own
+FAKE_PROGRAM = "#!/bin/sh\necho \"fake $(basename $0) (no GPU here): waiting\"\nexec sleep 100000\n"
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "none"])
+@pytest.mark.parametrize("broken", sorted(BROKEN_ENVS))
+def test_real_primerl_a_broken_environment_is_job_failed_within_120_s_of_its_start(
+        mode: str, broken: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record_property: Any) -> None:
+    """The real launcher, orchestrator and env server (prime-rl v0.7.0 in the jail; inference and torchrun
+    replaced by programs that wait): the executor's liveness rule and traceback rule end each broken env's
+    job job_failed within 120 s of the env server's start, naming the cause."""
+    from task_families import get_family, reference_files
+
+    from ait_env.jobs.bundle import build_bundle
+    from ait_env.jobs.failures import JobFailed
+    from ait_env.jobs.schema import parse_job
+    from gpu.primerl_executor import PrimeRLExecutor
+
+    why = _installed()
+    if why:
+        pytest.skip(why)
+    venv = PRIME_RL / ".venv" / "bin"
+    probe = subprocess.run([str(venv / "python"), "-c", "import prime_rl.trainer.model"], capture_output=True,
+                           text=True, timeout=300, check=False)
+    if probe.returncode != 0:   # the orchestrator imports it (orchestrator.py: setup_tokenizer)
+        pytest.skip("prime-rl's orchestrator cannot be imported from this install (prime_rl.trainer.model: "
+                    f"{probe.stderr.strip().splitlines()[-1][:200]}); torchtitan is a git source "
+                    "scripts/install_primerl.sh leaves out on a registry-only machine: run it on the GPU image")
+    old, new, cause = BROKEN_ENVS[broken]
+    root = Path(tempfile.mkdtemp(prefix="ait-live-", dir="/tmp"))
+    root.chmod(0o755)
+    try:
+        fakebin = root / "bin"
+        fakebin.mkdir()
+        # the launcher as is, but for its model pre-download (rl.py: trainer.model imports torchtitan, a git
+        # source the install leaves out, and downloads the weights): nothing to download here
+        (fakebin / "rl").write_text(
+            f"#!{venv / 'python'}\nimport sys, types\n"
+            "stub = types.ModuleType('prime_rl.trainer.model')\nstub.pre_download_model = lambda name: None\n"
+            "sys.modules['prime_rl.trainer.model'] = stub\n"
+            "from prime_rl.entrypoints.rl import main\nsys.exit(main())\n")
+        # the orchestrator loads the model's tokenizer first (orchestrator.py setup): the hub is out of reach,
+        # so a tokenizer the project has (SmolLM2's, a ChatML template) stands in the hub cache for Qwen3-0.6B
+        snap = root / "hf" / "models--Qwen--Qwen3-0.6B" / "snapshots" / ("0" * 40)
+        snap.mkdir(parents=True)
+        (root / "hf" / "models--Qwen--Qwen3-0.6B" / "refs").mkdir()
+        (root / "hf" / "models--Qwen--Qwen3-0.6B" / "refs" / "main").write_text("0" * 40)
+        from ait_env.agent_models.catalog import model_dir as agent_model_dir
+
+        smol = agent_model_dir("smollm2-135m")
+        if not (smol / "tokenizer.json").is_file():
+            pytest.skip("needs SmolLM2's tokenizer: python -m ait_env.agent_models.obtain smollm2-135m")
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json"):
+            shutil.copy(smol / name, snap / name)
+        for name in ("inference", "torchrun"):
+            (fakebin / name).write_text(FAKE_PROGRAM)
+        for f in fakebin.iterdir():
+            f.chmod(0o755)
+        ws = root / "ws"
+        ws.mkdir()
+        files = reference_files("arithmetic", MODEL)
+        assert old in files["environment.py"]
+        files["environment.py"] = files["environment.py"].replace(old, new, 1)
+        for name, text in files.items():
+            (ws / name).write_text(text)
+        job, issues = parse_job(files["job.toml"])
+        assert job is not None, issues
+        bundle = build_bundle(ws, job, get_family("arithmetic"), root / "jobs", job_id=f"live-{broken}")
+        for path in [root, *root.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else (path.stat().st_mode & 0o777) | 0o644)
+        cfg = _jail(mode)
+        monkeypatch.setenv(JAIL_ENV, cfg.model_dump_json())
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        settings = BackendSettings(name="gpu", models=[ModelInfo(name=MODEL)], bounds=BackendBounds(),
+                                   options={"primerl_cmd": [str(fakebin / "rl")], "gpus": [0], "dry_run": True,
+                                            "colocated_gpu_memory_utilization": 0.3, "kill_grace_s": 2.0,
+                                            "readable": [str(fakebin), str(PRIME_RL)], "wall_clock_s": 600.0,
+                                            "env": {"PATH": f"{fakebin}:{venv}:/usr/bin:/bin",
+                                                    "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(root / "hf")}})
+        lines: list[str] = []
+        stamps: list[tuple[float, str]] = []
+
+        def log(text: str) -> None:
+            lines.append(text)
+            stamps.append((time.monotonic(), text))
+
+        ex = PrimeRLExecutor(bundle, settings, log=log, progress=False)
+        try:
+            with pytest.raises(JobFailed) as failed:
+                ex.train(lambda step: None)
+        finally:
+            ex.close()
+        stopped = next(t for t, text in stamps if text.startswith("stopping prime-rl"))
+        env_start = next((t for t, text in stamps if text.startswith("[env train/")), None)
+        log_text = "\n".join(lines)
+        assert env_start is not None or broken in ("os_exit", "sleeps_at_import"), log_text[-3000:]
+        started = env_start or next(t for t, text in stamps if text.startswith("prime-rl: "))
+        record_property("seconds_to_verdict", round(stopped - started, 1))
+        print(f"\n[{mode}/{broken}] job_failed {stopped - started:.0f} s after the env start: "
+              f"{str(failed.value).splitlines()[0][:160]}")
+        assert stopped - started <= 120, log_text[-3000:]
+        assert cause in str(failed.value), (str(failed.value), log_text[-3000:])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
