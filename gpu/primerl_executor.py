@@ -370,7 +370,9 @@ class _RunWatch:
         if source == "env":
             lines = self.env_lines.setdefault(label, deque(maxlen=80))
             lines.append(text)
-            if (self.env_failed is None and not self.steps["trainer"]
+            # a traceback before its server is ready is a load failure; after it, a rollout's error, which
+            # prime-rl counts (Error %, the empty-batch rule) and goes on with
+            if (self.env_failed is None and not self.steps["trainer"] and path.stem not in self.env_ready
                     and starts_traceback(lines, len(lines) - 1)):
                 self.env_failed = label
             n = self._forwarded[path] = self._forwarded.get(path, 0) + 1

@@ -455,3 +455,14 @@ def test_an_env_server_that_dies_or_hangs_without_a_traceback_is_job_failed_at_t
     assert re.search(expected, res.error), res.error
     log = (bundle.root / "job.log").read_text()
     assert _stamp(log, "stopping prime-rl") - _stamp(log, "prime-rl dry run passed") <= 60
+
+
+def test_a_rollout_error_after_the_env_is_ready_does_not_stop_the_run(gpu_bundle: Any, gpu_settings: Any,
+                                                                      pinned: Path) -> None:
+    """Issue 48 item 4: prime-rl tolerates failed rollouts; a traceback in an env server's log after the
+    orchestrator reported it ready (before the first trainer step) is a rollout's, not a load failure."""
+    bundle = gpu_bundle()
+    res = _run(bundle, gpu_settings("rollout_error", measure_pre=False, env={"FAKE_STEP_SECONDS": "1"}), pinned)
+    assert res.status == "succeeded", res.error + res.log_tail
+    log = (bundle.root / "job.log").read_text()
+    assert "ZeroDivisionError: division by zero" in log and "stopping prime-rl" not in log

@@ -27,7 +27,8 @@ on, as prime-rl has no guard); ``oom`` (the trainer dies with torch's CUDA OOM a
 (the orchestrator gives up after 10 empty batches); ``hang`` (the trainer rank ignores SIGTERM and stops
 after step 1); ``stall`` (the policy server never gets ready, so no step is made); ``killed`` (the
 launcher is SIGKILLed after step 1, its children orphaned); ``bad_config`` (the config is refused, dry
-run included). ``FAKE_INFERENCE_SERVE=1``: the inference process serves
+run included); ``rollout_error`` (the env server logs one rollout's traceback after the first batch: the
+run goes on). ``FAKE_INFERENCE_SERVE=1``: the inference process serves
 the base micro model on ``inference.server.port`` (eval points during training); ``FAKE_STEP_SECONDS``:
 the orchestrator's pause between steps.
 """
@@ -262,6 +263,11 @@ def orchestrator(out: Path, cfg: dict[str, Any]) -> int:
         time.sleep(0.1)
     say("SUCCESS", "Policy inference pool ready")
     batch, group = cfg["orchestrator"]["batch_size"], cfg["orchestrator"]["group_size"]
+    if scenario() == "rollout_error":   # the first batch's rollouts run (one raises) before a step is made
+        (out / ".fake" / "rollouts").touch()
+        while not (out / ".fake" / "rollout_error_logged").exists():
+            time.sleep(0.05)
+        time.sleep(3.0)
     for step in range(1, cfg["max_steps"] + 1):
         if scenario() == "empty_batches":
             for k in range(1, 11):
@@ -303,6 +309,13 @@ def env_server(out: Path, cfg: dict[str, Any], queue: Any) -> int:
     env = verifiers.load_environment(env_cfg["id"], **env_cfg.get("args", {}))
     print(f"INFO EnvServer up: taskset={env_cfg['id']}", flush=True)
     queue.put(len(env.get_dataset()))
+    if scenario() == "rollout_error":   # one rollout raises once rollouts run; prime-rl logs it and goes on
+        while not (out / ".fake" / "rollouts").exists():
+            time.sleep(0.05)
+        print("ERROR verifiers.v1.serve: rollout 3 failed\nTraceback (most recent call last):\n"
+              '  File "/app/environment.py", line 80, in correct_answer\n'
+              "ZeroDivisionError: division by zero", flush=True)
+        (out / ".fake" / "rollout_error_logged").touch()
     wait_forever()
     return 0
 
