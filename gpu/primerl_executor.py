@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import json
 import os
 import shlex
 import shutil
@@ -92,7 +93,7 @@ from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.primerl import PRIME_RL_TAG, final_weights_dir
 from ait_env.runner import InfraFailed, JobFailed, Log, Served, Trained
 from ait_env.jobs.settings import RunnerSettings
-from gpu.gpu_share import colocated_share, gpu_memory_gib
+from gpu.gpu_share import colocated_kv_cache_bytes, colocated_share, gpu_memory_gib
 from gpu.isolation import TrainingJail
 from gpu.primerl_logs import (Signal, Source, StepLine, clean, env_start_failure, failure_signal, level,
                               parse_step, starts_traceback)
@@ -212,8 +213,11 @@ def visible_gpus(gpus: list[int] | None) -> list[int]:
 BROADCAST_FLAGS = ["--weight-broadcast.type", "filesystem"]
 
 
-def plan_gpus(gpus: list[int], num_infer: int, num_train: int, colocated_share: float) -> GpuPlan:
-    """Place prime-rl's inference and trainer the way its launcher assigns GPUs (module docstring)."""
+def plan_gpus(gpus: list[int], num_infer: int, num_train: int, colocated_share: float,
+              kv_cache_bytes: int | None = None) -> GpuPlan:
+    """Place prime-rl's inference and trainer the way its launcher assigns GPUs (module docstring); in shared
+    mode vLLM gets ``colocated_share`` of the GPU and, when known, a fixed KV cache of ``kv_cache_bytes``
+    (:func:`gpu.gpu_share.colocated_kv_cache_bytes`)."""
     need = num_infer + num_train
     if not gpus:
         raise InfraFailed("no GPU is visible (CUDA_VISIBLE_DEVICES / nvidia-smi): the gpu backend runs "
@@ -223,8 +227,10 @@ def plan_gpus(gpus: list[int], num_infer: int, num_train: int, colocated_share: 
                        flags=list(BROADCAST_FLAGS))
     if len(gpus) == 1 and (num_infer, num_train) == (1, 1):
         g = gpus[0]
+        kv = (["--inference.vllm-extra", json.dumps({"kv_cache_memory_bytes": int(kv_cache_bytes)})]
+              if kv_cache_bytes else [])
         return GpuPlan(visible=f"{g},{g}", eval_gpu=g, colocated=True, share=colocated_share,
-                       flags=[*BROADCAST_FLAGS, "--inference.gpu-memory-utilization", f"{colocated_share:g}"])
+                       flags=[*BROADCAST_FLAGS, "--inference.gpu-memory-utilization", f"{colocated_share:g}", *kv])
     raise InfraFailed(f"the job's rl.toml asks for {need} GPUs ({num_infer} inference + {num_train} trainer) "
                       f"but this worker has {len(gpus)} ({gpus}); give the worker more GPUs")
 
@@ -487,7 +493,8 @@ class PrimeRLExecutor:
         self.num_infer = int(dep.get("num_infer_gpus", 1)) if "inference" in self.cfg else 0
         gpus = visible_gpus(self.opts.gpus)
         self.plan = plan_gpus(gpus, self.num_infer, int(dep.get("num_train_gpus", 1)),
-                              self.colocated_share(gpus[0] if gpus else None))
+                              self.colocated_share(gpus[0] if gpus else None),
+                              colocated_kv_cache_bytes(self.model_name, self.job.prime_rl.seq_len))
         self.flags = ["--output-dir", str(self.out), *self.plan.flags]
         if self.num_infer:
             self.flags += ["--inference.model.max-model-len", str(self.job.prime_rl.seq_len)]
@@ -789,6 +796,15 @@ class PrimeRLExecutor:
         job_signals = [s for s in watch.signals if s.blame == "job"]
         if job_signals:
             return self.signal_failure(job_signals[0], watch)
+        p, b = self.job.prime_rl, self.backend.bounds
+        within = p.seq_len <= b.seq_len and p.batch_size <= b.batch_size and p.sampling.max_tokens <= b.max_tokens
+        if done and self.plan.colocated and within:
+            # our sizing: vLLM shares the GPU with a KV cache for a few sequences, so sampling is slower than
+            # on a GPU of its own; a job within the bounds is not told to shrink for it
+            return InfraFailed(f"the job ran past its wall-clock limit of {limit} after {done} of {p.max_steps} "
+                               f"steps in shared mode (vLLM held {self.plan.share:g} of GPU {self.plan.eval_gpu} "
+                               "with a fixed KV cache, the trainer the rest). The job is within this backend's "
+                               "bounds, so the limit is ours: give the worker a second GPU.")
         if done:
             return JobFailed(f"the job ran past its wall-clock limit of {limit} "
                              f"(bounds.wall_clock_minutes) after {done} of {self.job.prime_rl.max_steps} "

@@ -152,10 +152,20 @@ def test_a_job_too_slow_for_its_wall_clock_is_stopped(gpu_bundle: Any, gpu_setti
     load (step 1 must come before it: on a busy machine the fake's start alone took 12 s, issue 46)."""
     bundle = gpu_bundle()
     wall = load_scaled(12.0)
-    res = _run(bundle, gpu_settings("hang", measure_pre=False, wall_clock_s=wall), pinned)
+    res = _run(bundle, gpu_settings("hang", measure_pre=False, wall_clock_s=wall, gpus=[0, 1]), pinned)
     assert res.status == "job_failed", res.error + res.log_tail
     assert res.error.startswith(f"the job ran past its wall-clock limit of {wall / 60:g} min "
                                 "(bounds.wall_clock_minutes) after 1 of 3 training steps")
+
+
+def test_a_job_within_the_bounds_too_slow_in_shared_mode_is_ours(gpu_bundle: Any, gpu_settings: Any,
+                                                                 pinned: Path) -> None:
+    """Issue 48, item 3: on one shared GPU vLLM samples from a small fixed KV cache; a job within the
+    backend's bounds that runs past the wall clock there is infra_failed, never told to shrink."""
+    wall = load_scaled(12.0)
+    res = _run(gpu_bundle(), gpu_settings("hang", measure_pre=False, wall_clock_s=wall, gpus=[0]), pinned)
+    assert res.status == "infra_failed", res.error + res.log_tail
+    assert "in shared mode" in res.error and "give the worker a second GPU" in res.error
 
 
 # ----------------------------------------------------------------------------- ours

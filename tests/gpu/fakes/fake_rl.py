@@ -61,7 +61,7 @@ except ImportError:   # run as a script from the checkout
 
 VALUE_FLAGS = {"output-dir", "weight-broadcast.type", "inference.gpu-memory-utilization",
                "inference.server.port", "orchestrator.model.client.base-url"}
-VALUE_FLAGS |= {"inference.model.max-model-len"}
+VALUE_FLAGS |= {"inference.model.max-model-len", "inference.vllm-extra"}
 BOOL_FLAGS = {"dry-run", "clean-output-dir"}
 
 
@@ -102,6 +102,8 @@ def parse_cli(argv: list[str]) -> tuple[dict[str, Any], bool] | str:
                 value = float(value)
             elif keys[-1] in ("port", "max_model_len"):
                 value = int(value)
+            elif keys[-1] == "vllm_extra":   # a JSON object, as prime-rl v0.7.0's CLI takes it (checked: its dry run)
+                value = json.loads(value)
             elif keys[-1] == "base_url":
                 value = [value]
             node = cfg
