@@ -15,8 +15,9 @@ milliseconds. For every schedule:
   has exactly one journal attempt (matched by the tag the attempt put in the input), charged at least what
   the fake bills for it; an attempt that reached no job on the fake is charged nothing unless its run call
   had no clear answer (then its bound, estimated);
-- the journal's total (jobs + idle) >= the fake's bill, once every run on the fake has ended, and no
-  charge is negative; a garbled bill is charged at its bound, marked estimated;
+- the journal's total (jobs + idle) >= the fake's bill, once every run on the fake has ended, and at most
+  the bill plus the attempts charged at bounds and the idle estimates (a bill read is never above Runpod's);
+  no charge is negative; a garbled bill is charged at its bound, marked estimated;
 - no job is left in flight (``in_progress`` or any state but final), within its time bound, and no job
   gets another job's result;
 - with a run budget, spending never passes it by more than one running job's bound, at any step.
@@ -171,6 +172,8 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path, base: Any) -> N
             # at its bound, estimated
             assert a["job_id"] in (job["id"], None) or (a["estimated"] == 1 and s["ids_reused"]), (a, job["id"], s)
             assert a["cost_usd"] + a["idle_usd"] >= bills[job["id"]] - 1e-9, (a, bills[job["id"]], s)
+            if not a["estimated"]:   # a bill read is taken as Runpod bills it, never above (the upper side)
+                assert a["cost_usd"] <= bills[job["id"]] + 1e-6, (a, bills[job["id"]], s)
             assert a["cost_usd"] >= 0 and a["idle_usd"] >= 0, a
             if s["billing_faults"][which(job["input"])] and a["job_id"] and a["cost_usd"] > 0:
                 assert a["estimated"] == 1, (a, s)   # a garbled bill is never taken as given
@@ -180,6 +183,9 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path, base: Any) -> N
                 assert a["cost_usd"] == 0 or a["estimated"] == 1, a   # (a run call with no clear answer)
         costs = b.run_costs()
         assert costs.jobs + costs.idle >= fake.bill() - 1e-9
+        # ... and at most the bill plus what is charged at bounds and the idle estimates
+        slack = sum(a["cost_usd"] + a["idle_usd"] if a["estimated"] else a["idle_usd"] for a in attempts)
+        assert costs.jobs + costs.idle <= fake.bill() + slack + 1e-6
         if budget is not None:
             assert fake.bill() <= budget + per_job + 1e-9
         # what the schedule exercised (pytest --hypothesis-show-statistics)

@@ -14,7 +14,8 @@ retry_budget and a run budget. For every schedule:
 
 - every job SimSky launched has exactly one journal attempt (matched by the tag in its request), charged at
   least SimSky's bill for it (its GPUs x its running time at the pod price), and none is negative;
-- the journal's total >= SimSky's bill; no job is left in flight; no job gets another job's result;
+- the journal's total >= SimSky's bill and <= it plus what is charged at bounds and the idle estimates (a
+  bill read is never above the pool's); no job is left in flight; no job gets another job's result;
 - with a run budget, spending never passes it by more than one running job's bound, at any step.
 """
 
@@ -238,6 +239,8 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path) -> None:
             assert a is not None, f"sim job {j['id']} has no journal attempt"
             assert a["job_id"] in (str(j["id"]), None), (a, j["id"])
             assert a["cost_usd"] + a["idle_usd"] >= sky.bill(j) - 1e-9, (a, sky.bill(j), j, s)
+            if not a["estimated"]:   # a bill read is the pool's, never above it
+                assert a["cost_usd"] <= sky.bill(j) + 1e-6, (a, sky.bill(j), j, s)
             assert a["cost_usd"] >= 0 and a["idle_usd"] >= 0, a
         launched = {j["tag"] for j in sky.jobs.values()}
         for a in attempts:
@@ -246,6 +249,8 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path) -> None:
         costs = b.run_costs()
         total_bill = sum(sky.bill(j) for j in sky.jobs.values())
         assert costs.jobs + costs.idle >= total_bill - 1e-9
+        slack = sum(a["cost_usd"] + a["idle_usd"] if a["estimated"] else a["idle_usd"] for a in attempts)
+        assert costs.jobs + costs.idle <= total_bill + slack + 1e-6     # bill + bounds + idle estimates
         event(f"attempts charged at their bound: {'yes' if costs.estimated else 'no'}")
         event(f"launch answers lost: {'yes' if s['lose_answer'] & set(range(1, sky.calls + 1)) else 'no'}")
         event(f"jobs sent again: {'yes' if len(attempts) > len(handles) else 'no'}")
