@@ -7,8 +7,8 @@
 # Steps, each recorded in $OUT (and not stopping the script when one fails):
 #   machine.txt      nvidia-smi, the GPUs' memory, the driver, python, the CPU
 #   selfcheck.json   python -m gpu.worker --selfcheck --backend gpu: what the worker would refuse, and why
-#   bundle/          the reference arithmetic job on Qwen/Qwen3-0.6B, made short (--steps, default 3; batch 16,
-#                    group 4, max_tokens 48), bundled as the env bundles a validated job
+#   bundle/          the reference arithmetic job on Qwen/Qwen3-0.6B, made short (--steps, default 3, at least 2;
+#                    batch 16, group 4, max_tokens 48, warmup 1), bundled with its rl.toml as the env bundles it
 #   result.json      python -m gpu.worker <bundle> --backend gpu: dry run, base eval (vLLM), training (prime-rl,
 #                    shared mode on one GPU: vLLM with the fixed KV cache of gpu/gpu_share.py), post eval
 #   job.log, logs/   the worker's log and prime-rl's own logs (orchestrator, trainer, inference, env servers)
@@ -57,7 +57,8 @@ ws.mkdir(parents=True, exist_ok=True)
 files = reference_files("arithmetic", "Qwen/Qwen3-0.6B")
 toml = files["job.toml"]
 for old, new in (("max_steps = 60", f"max_steps = {steps}"), ("batch_size = 128", "batch_size = 16"),
-                 ("group_size = 8", "group_size = 4"), ("max_tokens = 256", "max_tokens = 48")):
+                 ("group_size = 8", "group_size = 4"), ("max_tokens = 256", "max_tokens = 48"),
+                 ("warmup_steps = 5", "warmup_steps = 1")):
     toml = toml.replace(old, new)
 files["job.toml"] = toml
 for name, text in files.items():
@@ -65,9 +66,12 @@ for name, text in files.items():
 job, issues = parse_job(toml)
 assert job is not None, issues
 bundle = build_bundle(ws, job, get_family("arithmetic"), out / "jobs", job_id="gpu-e2e")
+if not (bundle.root / "rl.toml").is_file():
+    sys.exit(f"the bundle has no rl.toml: {bundle.manifest.extra.get('rl_toml')}")
 print(bundle.root)
 EOF
 BUNDLE=$(tail -1 "$OUT/bundle.txt")
+if [ ! -f "$BUNDLE/rl.toml" ]; then say "no bundle: $(cat "$OUT/bundle.txt" | tail -3)"; exit 1; fi
 say "bundle: $BUNDLE"
 
 say "the worker on the bundle (timeout ${TIMEOUT} s)"
