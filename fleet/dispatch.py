@@ -33,7 +33,7 @@ from typing import Any, Literal, Protocol
 
 from ait_env.jobs.settings import EVAL_ALLOWANCE_S
 from fleet.billing import Limits, RunpodJobStatus, billing_problem
-from fleet.journal import ATTACHED, DUPLICATE_ID, Billing, Journal, JournalRow, RunCosts, Session, this_owner
+from fleet.journal import ATTACHED, DUPLICATE_ID, Billing, Journal, JournalRow, RowStatus, RunCosts, Session, this_owner
 from fleet.settings import DispatchOptions
 
 _log = logging.getLogger(__name__)
@@ -891,17 +891,8 @@ class Dispatcher:
                    if entry.make is not None else str(exc))
             self._attempt_failed(entry, "failed", why, Billing(), final=True)
             return
-        attempt = self.journal.next_attempt(entry.key, entry.job_id, "failed", str(exc), Billing(), owner=self._owner)
-        if attempt is None:  # another orchestrator moved it on
-            self._to_foreign(entry)
-            return
-        self.say(f"{entry.claimant}: not sent ({exc}); sending again in {wait:.0f} s")
-        with self._cv:
-            self._out.discard(entry.key)
-            entry.unsent += 1
-            entry.job_id, entry.attempt, entry.state, entry.sent_at = None, attempt, "pending", 0.0
-            self._held.append((now + wait, entry.key))
-            self._cv.notify()
+        self._next_attempt(entry, "failed", str(exc), Billing(), f"not sent ({exc}); sending again in {wait:.0f} s",
+                           not_before=now + wait)
 
     def _attempt_failed(self, entry: _Entry, status: Literal["failed", "timed_out", "expired"], why: str,
                         bill: Billing | None = None, final: bool = False) -> None:
@@ -914,15 +905,25 @@ class Dispatcher:
                          "bundle)")
             self._end(entry, entry.job_id, why + tail, bill)
             return
+        self._next_attempt(entry, status, why, bill, f"attempt {entry.attempt} lost ({why}); retrying")
+
+    def _next_attempt(self, entry: _Entry, status: RowStatus, why: str, bill: Billing | None, said: str,
+                      not_before: float | None = None) -> None:
+        """Journal the current attempt's end and the next attempt, and queue it: at once, or (a send that
+        queued nothing, :meth:`_send_failed`) held until ``not_before`` and not counted as a retry."""
         attempt = self.journal.next_attempt(entry.key, entry.job_id, status, why, bill, owner=self._owner)
         if attempt is None:  # another orchestrator moved it on
             self._to_foreign(entry)
             return
-        self.say(f"{entry.claimant}: attempt {entry.attempt} lost ({why}); retrying")
+        self.say(f"{entry.claimant}: {said}")
         with self._cv:
             self._out.discard(entry.key)
             entry.job_id, entry.attempt, entry.state, entry.sent_at = None, attempt, "pending", 0.0
-            self._pending.append(entry.key)
+            if not_before is None:
+                self._pending.append(entry.key)
+            else:
+                entry.unsent += 1
+                self._held.append((not_before, entry.key))
             self._cv.notify()
 
     def _end(self, entry: _Entry, job_id: str | None, why: str, bill: Billing | None = None,

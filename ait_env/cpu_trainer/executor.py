@@ -359,7 +359,9 @@ def _worker_ended_at_start(worker_out: dict[str, Any]) -> str:
     """What the agent reads when the sandboxed rollout worker ended before its hello: where (the stage it
     had reached), how (its exit code or signal) and what it printed, and what to fix."""
     resp = worker_out.get("resp") if isinstance(worker_out.get("resp"), dict) else {}
-    stage, code = resp.get("stage"), resp.get("exit_code")
+    stage, code = str(resp.get("stage") or "")[:80], resp.get("exit_code")
+    if not (isinstance(code, int) and abs(code) < 2**31):
+        code = None
     how = (f"was killed by signal {-int(code)}" if isinstance(code, int) and code < 0 else
            f"exited with code {code}" if code is not None else "ended")
     said = str(resp.get("stderr") or resp.get("output") or resp.get("error") or "").strip()[-1200:]

@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from ait_env.backends.skypilot import SkypilotBackend
 from fleet import prices
 from fleet.skypilot_engine import REQUEST_ENV, decode_request, result_lines
+from tests.backends.property_rules import check_money, drive
 from tests.backends.test_runpod_backend import bundles
 from tests.backends.test_skypilot_backend import settings as backend_settings
 from tests.fakes.runpod_client import bundle_job_id, instant_output
@@ -204,53 +205,15 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path) -> None:
                         sdk=sky, clock=clock, threads=False)   # type: ignore[arg-type]
     try:
         assert b.estimate_cost_usd(jobs[0]) == pytest.approx(per_job, rel=1e-6)
-        handles: dict[int, Any] = {}
         limit_s = max(s["stagger"]) + s["jobs"] * (s["retry_budget"] + 1) * (BOUND_S + 2 * 8 + 4 + 2 * DT) + 120
-        steps = 0
-        while True:
-            for i, at in enumerate(s["stagger"]):
-                if i not in handles and steps * DT >= at:
-                    handles[i] = b.submit(jobs[i])
-            b.pump()
-            if budget is not None:
-                c = b.run_costs()
-                assert c.jobs + c.idle + c.active <= budget + per_job + 1e-9, (c, budget)
-            if len(handles) == s["jobs"] and all(b.dispatch._entries[h.meta["key"]].done.is_set()
-                                                 for h in handles.values()):
-                break
-            clock.t += DT
-            steps += 1
-            assert steps * DT <= limit_s, f"jobs still in flight after {limit_s:.0f} s: {b.journal.in_flight()}"
-        assert b.journal.in_flight() == []
-        results = [b.wait(h, timeout=0) for h in handles.values()]
-        assert {r.status for r in results} <= {"succeeded", "job_failed", "infra_failed"}
-        for i, r in zip(handles, results):
-            assert r.status == "infra_failed" or r.job_id == jobs[i].job_id, (i, r.job_id, jobs[i].job_id)
+        handles, _ = drive(b, jobs, s, clock, dt=DT, limit_s=limit_s, budget=budget, per_job=per_job)
         for _ in range(int(BOUND_S / DT) + 30):          # every run on the pool ends
             if not sky.running():
                 break
             clock.t += DT
         assert not sky.running()
-        attempts = b.journal.attempts()
-        by_tag = {a["tag"]: a for a in attempts if a["tag"]}
-        assert len(by_tag) == sum(1 for a in attempts if a["tag"])
-        for j in sky.jobs.values():
-            a = by_tag.get(j["tag"])
-            assert a is not None, f"sim job {j['id']} has no journal attempt"
-            assert a["job_id"] in (str(j["id"]), None), (a, j["id"])
-            assert a["cost_usd"] + a["idle_usd"] >= sky.bill(j) - 1e-9, (a, sky.bill(j), j, s)
-            if not a["estimated"]:   # a bill read is the pool's, never above it
-                assert a["cost_usd"] <= sky.bill(j) + 1e-6, (a, sky.bill(j), j, s)
-            assert a["cost_usd"] >= 0 and a["idle_usd"] >= 0, a
-        launched = {j["tag"] for j in sky.jobs.values()}
-        for a in attempts:
-            if a["tag"] not in launched:
-                assert a["cost_usd"] == 0 or a["estimated"] == 1, a
+        attempts = check_money(b, [(j["tag"], str(j["id"]), sky.bill(j)) for j in sky.jobs.values()])
         costs = b.run_costs()
-        total_bill = sum(sky.bill(j) for j in sky.jobs.values())
-        assert costs.jobs + costs.idle >= total_bill - 1e-9
-        slack = sum(a["cost_usd"] + a["idle_usd"] if a["estimated"] else a["idle_usd"] for a in attempts)
-        assert costs.jobs + costs.idle <= total_bill + slack + 1e-6     # bill + bounds + idle estimates
         event(f"attempts charged at their bound: {'yes' if costs.estimated else 'no'}")
         event(f"launch answers lost: {'yes' if s['lose_answer'] & set(range(1, sky.calls + 1)) else 'no'}")
         event(f"jobs sent again: {'yes' if len(attempts) > len(handles) else 'no'}")
