@@ -18,7 +18,8 @@ from its last checkpoint), all under ``<run_dir>/<pilot.name>/``:
    with ``pilot.warm_from=<checkpoint>`` (a run that reuses another run's warm start, e.g. the control).
 4. ``eval/*``: the model scored by the LLM runner (:mod:`ait_env.agent_training.scoring`): warm-started on
    each entry of ``pilot.evals``, then zero-shot (the untrained model) on each of ``pilot.base_evals`` (the
-   training families and the held-out one, per backend), with transcripts under ``eval/<label>/transcripts/``.
+   training families and the held-out one, per backend), with transcripts under ``eval/<label>/transcripts/``;
+   an eval cut short goes on from its last finished episode (:func:`ait_env.agents.llm.run`, ``resume``).
 5. ``rl``: GRPO through the env (:mod:`ait_env.agent_training.rl`) on ``pilot.rl.backend`` ->
    ``metrics.jsonl`` (one row per step: batch reward mean and 95% CI, status mix, validation share, seconds),
    ``rollouts.jsonl``, ``rl_ckpt/`` after every step and ``final/`` at the end.
@@ -42,7 +43,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from ait_env.agents.llm import mean_ci
+from ait_env.agents.llm import ResumeMismatch, mean_ci
 
 
 def quarters(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -183,17 +184,24 @@ class Run:
                     self.log(f"[eval] {label}: done before")
                     continue
                 self.log(f"[eval] {label}: scored before with other settings {changed}: scoring again")
-            if out.exists():
-                shutil.rmtree(out)
             t = time.time()
             self.log(f"[eval] {label}: {e.episodes} episodes of {e.families} on {e.backend}")
             over = self.overrides()
             if str(e.backend) == "local" and self.p.get("local_options"):
                 over["backend"] = {"options": OmegaConf.to_container(self.p.local_options, resolve=True)}
-            rows = score_agent(agent, resolve_families(str(e.families)), int(e.episodes), backend=str(e.backend),
-                               out=out, seed=int(e.get("seed", 0)), temperature=asked["temperature"],
-                               max_tokens=asked["max_tokens"],
-                               concurrency=int(self.p.concurrency), overrides=over, log=self.log)
+
+            def score(resume: bool) -> dict[str, Any]:
+                return score_agent(agent, resolve_families(str(e.families)), int(e.episodes), backend=str(e.backend),
+                                   out=out, seed=int(e.get("seed", 0)), temperature=asked["temperature"],
+                                   max_tokens=asked["max_tokens"], concurrency=int(self.p.concurrency),
+                                   overrides=over, log=self.log, resume=resume)
+
+            try:  # an eval cut short by a stop goes on from its last finished episode
+                rows = score(resume=True)
+            except ResumeMismatch as err:
+                self.log(f"[eval] {label}: {err}; scoring again")
+                shutil.rmtree(out)
+                rows = score(resume=False)
             self.summary.setdefault("evals", {})[label] = {
                 **asked, "seconds": round(time.time() - t, 1),
                 **{k: rows["all"][k] for k in ("episodes", "kept", "mean_reward", "ci95", "validation_rate", "status")}}

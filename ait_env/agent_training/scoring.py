@@ -22,11 +22,12 @@ from ait_env.backends import Backend
 
 def score_agent(agent: AgentModel, families: list[str], episodes: int, *, backend: str | Backend, out: Path,
                 seed: int = 0, temperature: float = 0.7, max_tokens: int = 3072, concurrency: int = 4,
-                overrides: dict[str, Any] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Score ``agent`` with the LLM runner (module docstring)."""
+                overrides: dict[str, Any] | None = None, log: Callable[[str], None] = print,
+                resume: bool = False) -> dict[str, Any]:
+    """Score ``agent`` with the LLM runner (module docstring); ``resume`` as :func:`ait_env.agents.llm.run`."""
     with AgentEndpoint(agent) as ep:
         settings = llm.AgentSettings(base_url=ep.base_url, model=ep.model_name, tool_mode="text",
                                      temperature=temperature, max_tokens=max_tokens, timeout_s=7200.0,
                                      max_retries=0)
         return llm.run(settings, families, episodes, backend=backend, out=Path(out), concurrency=concurrency,
-                       seed=seed, overrides=overrides, log=log)
+                       seed=seed, overrides=overrides, log=log, resume=resume)

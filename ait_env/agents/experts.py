@@ -92,9 +92,7 @@ def template_family(job_toml: str) -> str:
 
 
 # --------------------------------------------------------------------------- the generic job
-GENERIC_ENV = '''"""Environment: the task's dev examples as training rows; reward for the expected answer in the final reply."""
-
-import verifiers as vf
+GENERIC_ENV = '''import verifiers as vf
 from datasets import Dataset
 
 from family_tools import TOOLS
@@ -105,36 +103,48 @@ EXAMPLES = [
 ]
 
 
-def final_text(completion) -> str:
-    for msg in reversed(completion or []):
-        if msg["role"] == "assistant" and msg.get("content"):
-            return msg["content"].rsplit("</think>", 1)[-1]
-    return ""
-
-
-def answer_given(completion, answer, **kwargs) -> float:
-    want = str(answer).strip().lower()
-    return 1.0 if want and want in final_text(completion).lower() else 0.0
+def reward(completion, answer, **kwargs) -> float:
+    said = [m["content"] or "" for m in completion if m["role"] == "assistant"]
+    return 1.0 if said and str(answer) in said[-1].split("</think>")[-1] else 0.0
 
 
 def load_environment(num_examples: int = 64, **kwargs) -> vf.Environment:
-    rows = [EXAMPLES[i % len(EXAMPLES)] for i in range(num_examples)]
-    rubric = vf.Rubric(funcs=[answer_given], weights=[1.0])
+    rows = (EXAMPLES * num_examples)[:num_examples]
+    rubric = vf.Rubric(funcs=[reward])
     return vf.ToolEnv(dataset=Dataset.from_list(rows), tools=TOOLS, rubric=rubric, system_prompt=SYSTEM_PROMPT,
                       max_turns=6)
 '''
+#: the reference job.toml's keys the generic job keeps (the rest take prime-rl's defaults): short to copy
+GENERIC_KEYS = {"job": ("family", "base_model", "environment"),
+                "prime_rl": ("max_steps", "seq_len", "batch_size", "group_size"),
+                "prime_rl.sampling": ("temperature", "max_tokens"), "prime_rl.optim": ("lr",)}
+
+
+def generic_toml(reference_toml: str) -> str:
+    """The reference ``job.toml`` cut to :data:`GENERIC_KEYS` (no comments) and 64 rows of ``[env]``."""
+    out, table = [], ""
+    for line in reference_toml.splitlines():
+        line = line.split(" #", 1)[0].rstrip()
+        head = re.fullmatch(r"\[(.+)\]", line)
+        if head:
+            table = head.group(1)
+            if table in GENERIC_KEYS:
+                out += (["", line] if out else [line])
+            continue
+        key = line.split("=", 1)[0].strip()
+        if table in GENERIC_KEYS and key in GENERIC_KEYS[table]:
+            out.append(line)
+    return "\n".join(out + ["", "[env]", "num_examples = 64", ""])
 
 
 def generic_files(family: str, model: str, backend: str, task_text: str) -> Files:
-    """The ``generic`` strategy's job (module docstring)."""
+    """The ``generic`` strategy's job (module docstring): short, so that a small model copies it whole."""
     examples = dev_examples(task_text)
     if not examples:
         raise ExpertError("the task text has no dev examples to build the generic job from")
     rows = "\n".join(f"    {json.dumps(e, ensure_ascii=False)}," for e in examples)
     env = GENERIC_ENV.format(system=eval_system_prompt(task_text), examples=rows)
-    toml = reference_files(family, model, backend)["job.toml"]
-    toml = re.sub(r"(?ms)^\[env\]\n.*\Z", "[env]\nnum_examples = 64\n", toml)
-    return {"job.toml": toml, "environment.py": env}
+    return {"job.toml": generic_toml(reference_files(family, model, backend)["job.toml"]), "environment.py": env}
 
 
 # --------------------------------------------------------------------------- flawed first attempts

@@ -34,6 +34,9 @@ Contract:
 - **Costs**: each completion's prompt and completion tokens and their USD (``--price-in``/``--price-out``
   USD per million tokens, dated by ``--prices-as-of``) go to the env's cost ledger as ``kind="llm"``
   records of the episode, so the episode budget counts them; jobs add their ``gpu_job`` records.
+- **Resume**: ``--resume`` keeps the episodes that an interrupted run with the same settings (``run.json`` in
+  ``--out``: model, served weights hash, backend, tool mode, sampling, hidden seeds) wrote and plays only the
+  rest; other settings there are refused, saying which.
 - **Results** in ``--out``: ``episodes.jsonl`` (one record per episode), ``results.json`` and
   ``results.md`` (per family and overall: episodes, mean reward with a 95% CI over the scored,
   job_failed, invalid and unparsable episodes, validation rate, status mix, mean uplift of scored jobs,
@@ -471,11 +474,42 @@ def chart(rows: dict[str, Any], path: Path, title: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ the run
+class ResumeMismatch(ValueError):
+    """``--resume`` met a run in ``--out`` that was played with other settings."""
+
+
+def _scored_before(out: Path, plan: list[tuple[str, int]], fingerprint: dict[str, Any],
+                   resume: bool) -> list[EpisodeRecord]:
+    """The episodes of ``plan`` that a run with the same ``fingerprint`` already wrote to ``out`` (``resume``),
+    else none; ``out/run.json`` records the fingerprint of the run now playing."""
+    kept: list[EpisodeRecord] = []
+    path = out / "run.json"
+    if resume and path.is_file():
+        before = json.loads(path.read_text() or "{}")
+        differ = {k: (before.get(k), v) for k, v in fingerprint.items() if before.get(k) != v}
+        if differ:
+            raise ResumeMismatch(f"{out} holds a run with other settings {differ} (before, now): give another "
+                                 "--out, or leave out --resume to score again from the start")
+        wanted, seen = set(plan), set()
+        for line in (out / "episodes.jsonl").read_text().splitlines() if (out / "episodes.jsonl").is_file() else []:
+            try:  # a line torn by a kill is played again
+                rec = EpisodeRecord.model_validate_json(line)
+            except ValueError:
+                continue
+            if (rec.family, rec.seed) in wanted and (rec.family, rec.seed) not in seen:
+                seen.add((rec.family, rec.seed))
+                kept.append(rec)
+    path.write_text(json.dumps(fingerprint, indent=1) + "\n")
+    return kept
+
+
 def run(agent: AgentSettings, families: list[str], episodes: int, *, backend: str | Backend = "stub",
         out: Path, concurrency: int = 4, seed: int = 0, overrides: dict[str, Any] | None = None,
-        log: Any = print) -> dict[str, Any]:
+        log: Any = print, resume: bool = False) -> dict[str, Any]:
     """Play ``episodes`` episodes of each family, ``concurrency`` at a time, on one backend; write the
-    results to ``out`` and return the table."""
+    results to ``out`` and return the table. ``resume``: keep the episodes an interrupted run with the same
+    settings (model and served weights, backend, tool mode, sampling, hidden seeds, overrides) wrote to ``out``
+    and play only the others; a run with other settings there raises :class:`ResumeMismatch`."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     given = dict(overrides or {})
@@ -515,12 +549,24 @@ def run(agent: AgentSettings, families: list[str], episodes: int, *, backend: st
                        + (f" — {rec.error}" if rec.error else "")))
         return rec
 
-    (out / "episodes.jsonl").write_text("")
-    (out / "transcripts").mkdir(exist_ok=True)
     served = served_model(client, agent.model)
+    fingerprint = {"model": agent.model, "served_weights": served.get("ait_weights_hash"), "backend": shared.name,
+                   "tool_mode": agent.tool_mode, "temperature": agent.temperature, "max_tokens": agent.max_tokens,
+                   "hidden_seeds": hidden_seeds_label(), "overrides": json.loads(json.dumps(given, default=str))}
+    try:
+        records.extend(_scored_before(out, plan, fingerprint, resume))
+    except BaseException:
+        if not isinstance(backend, Backend):
+            shared.close()
+        raise
+    done = {(r.family, r.seed) for r in records}
+    if records:
+        log(f"[resume] {len(records)} of {len(plan)} episodes scored before in {out}; playing {len(plan) - len(done)}")
+    (out / "episodes.jsonl").write_text("".join(redact(r.model_dump_json()) + "\n" for r in records))
+    (out / "transcripts").mkdir(exist_ok=True)
     try:
         with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="ait-llm") as pool:
-            list(pool.map(one, plan))
+            list(pool.map(one, [p for p in plan if p not in done]))
     finally:
         if not isinstance(backend, Backend):
             shared.close()
@@ -592,6 +638,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the hidden eval's seeds (default: $AIT_HIDDEN_SEEDS, else private: this installation's "
                     "own; published: the public ones, to reproduce pinned figures)")
     ap.add_argument("--out", type=Path, help="default: runs/llm/<model>-<backend>")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the episodes an interrupted run with the same settings wrote to --out; play the rest")
     args = ap.parse_args(argv)
     seeds = default_hidden_seeds("private", args.hidden_seeds)   # before any job runner starts: inherited
     if (args.price_in or args.price_out) and not args.prices_as_of:
@@ -602,9 +650,13 @@ def main(argv: list[str] | None = None) -> int:
                           tool_mode=args.tool_mode, temperature=args.temperature, max_tokens=args.max_tokens,
                           max_retries=args.max_retries, timeout_s=args.timeout, prices=prices)
     out = args.out or Path("runs") / "llm" / re.sub(r"[^\w.-]+", "_", f"{args.model}-{args.backend}")
-    rows = run(agent, family_list(args.families), args.episodes, backend=args.backend, out=out,
-               concurrency=args.concurrency, seed=args.seed,
-               overrides={"env": {"max_jobs_per_episode": args.max_jobs}} if args.max_jobs > 1 else None)
+    try:
+        rows = run(agent, family_list(args.families), args.episodes, backend=args.backend, out=out,
+                   concurrency=args.concurrency, seed=args.seed, resume=args.resume,
+                   overrides={"env": {"max_jobs_per_episode": args.max_jobs}} if args.max_jobs > 1 else None)
+    except ResumeMismatch as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print((out / "results.md").read_text(), end="")  # the same title and table as results.md and results.png
     print(f"results: {out}/results.md, results.json, results.png, episodes.jsonl (hidden_seeds {seeds.label})",
           file=sys.stderr)

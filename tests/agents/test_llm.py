@@ -183,3 +183,34 @@ def test_the_example_plays_an_episode(tmp_path):
                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "episode 0: status=scored" in out.stdout, out.stdout
+
+
+def test_a_run_cut_short_resumes_from_its_finished_episodes_and_refuses_other_settings(tmp_path, capsys):
+    from ait_env.agents.llm import ResumeMismatch
+
+    out = tmp_path / "out"
+    with ScriptedOpenAIServer(scripted(careless=False)) as server:
+        run(_agent(server), ["arithmetic", "units"], 1, backend="stub", out=out, concurrency=2, log=lambda _: None)
+        first = (out / "episodes.jsonl").read_text().splitlines()
+        assert len(first) == 2 and server.n_requests == 8
+        # a kill tore the last line: that episode is played again, the other one is kept as it was
+        (out / "episodes.jsonl").write_text(first[0] + "\n" + first[1][: len(first[1]) // 2])
+        logs: list[str] = []
+        rows = run(_agent(server), ["arithmetic", "units"], 2, backend="stub", out=out, concurrency=2,
+                   log=logs.append, resume=True)
+        assert server.n_requests == 8 + 3 * 4                         # 3 episodes played, not 4
+        assert any(line.startswith("[resume] 1 of 4 episodes") for line in logs)
+        lines = (out / "episodes.jsonl").read_text().splitlines()
+        assert lines[0] == first[0] and len(lines) == 4
+        assert rows["all"]["kept"] == 4 and sorted(rows) == ["all", "arithmetic", "units"]
+        assert json.loads((out / "results.json").read_text())["rows"]["all"]["kept"] == 4
+        # other settings in --out are refused, saying which; without --resume the run starts again
+        with pytest.raises(ResumeMismatch, match="temperature"):
+            run(_agent(server, temperature=0.2), ["arithmetic"], 1, backend="stub", out=out, log=lambda _: None,
+                resume=True)
+        assert main(["--base-url", server.base_url, "--model", "scripted", "--families", "arithmetic",
+                     "--episodes", "1", "--out", str(out), "--temperature", "0.2", "--resume"]) == 2
+        assert "other settings" in capsys.readouterr().err
+        before = server.n_requests
+        run(_agent(server, temperature=0.2), ["arithmetic"], 1, backend="stub", out=out, log=lambda _: None)
+        assert server.n_requests == before + 4 and len((out / "episodes.jsonl").read_text().splitlines()) == 1
