@@ -13,6 +13,7 @@
 #                    shared mode on one GPU: vLLM with the fixed KV cache of gpu/gpu_share.py), post eval
 #   job.log, logs/   the worker's log and prime-rl's own logs (orchestrator, trainer, inference, env servers)
 #   summary.txt      status, error, scores, timings, and the memory lines vLLM printed (its KV cache)
+#   liveness.txt     the env-server liveness cases (four broken environments, two jails) with this prime-rl
 # What it needs: this checkout with its venv (bash scripts/setup.sh test), a prime-rl v0.7.0 install with
 # vLLM and torchtitan (the GPU image, gpu/Dockerfile: AIT_PRIME_RL_DIR=/opt/prime-rl), Qwen3-0.6B in the
 # Hugging Face cache or AIT_MODELS_DIR (the machine may have no network), and baselines pinned or
@@ -103,5 +104,15 @@ for path in sorted((out / "logs").rglob("*.log")):
         if re.search(r"KV cache|cache blocks|memory|OutOfMemory|Env \S+ ready", line):
             print(f"{path.name}: {line.strip()[:300]}")
 EOF
+# the env-server liveness cases against the real launcher, orchestrator and env server (issue 48): on a CPU
+# install prime-rl's orchestrator cannot even be imported (prime_rl/utils/cp.py imports flash_attn, a CUDA build)
+if nvidia-smi -L > /dev/null 2>&1; then
+  say "env-server liveness with the real prime-rl (tests/gpu/test_gpu_real_primerl.py -k broken)"
+  AIT_PRIME_RL_DIR=${AIT_PRIME_RL_DIR:-/opt/prime-rl} timeout 1200 "$PY" -m pytest -m slow -p no:cacheprovider \
+    -n 0 -q -rs tests/gpu/test_gpu_real_primerl.py -k broken > "$OUT/liveness.txt" 2>&1
+  say "liveness rc=$?: $(tail -1 "$OUT/liveness.txt")"
+else
+  say "env-server liveness: not run (no GPU: the orchestrator needs flash_attn)" | tee "$OUT/liveness.txt"
+fi
 say "done: $OUT/summary.txt"
 cat "$OUT/summary.txt"

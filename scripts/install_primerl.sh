@@ -2,8 +2,8 @@
 # Install prime-rl v0.7.0 (commit d334ea52) the way its own lock lays it out, on any Linux x86_64 machine
 # (no GPU needed), into a cache outside this repository:
 #
-#   bash scripts/install_primerl.sh [--source PATH_OR_URL] [--submodule NAME=SOURCE]... [--dest DIR]
-#                                   [--python PYTHON3.12]
+#   bash scripts/install_primerl.sh [--source PATH_OR_URL] [--submodule NAME=SOURCE]...
+#                                   [--git-dep NAME=SOURCE]... [--dest DIR] [--python PYTHON3.12]
 #
 # What it makes (DEST, default ~/.cache/ai-trains-ai/prime-rl-v0.7.0):
 #   DEST/prime-rl/          the checkout at the tag (commit checked), with the submodules its lock installs
@@ -20,12 +20,15 @@
 # mirror), or, for a submodule only, `pypi:<name>==<version>`: that release's sdist unpacked in the
 # submodule's folder and installed editable (for a submodule whose git host is out of reach; the script
 # says which it used). Default: GitHub, the URLs of prime-rl's .gitmodules (SSH rewritten to https).
+# --git-dep NAME=SOURCE installs a git dependency of the lock (`NAME @ git+https://...@COMMIT`, e.g. torchtitan)
+# from SOURCE (a git URL or a local repository, e.g. a mirror) at the lock's commit, not editable (as `uv sync`
+# installs a git source); files whose objects a partial mirror lacks are left out and listed in SKIPPED.txt.
 #
 # What the lock has that a registry-only machine cannot fetch, and what this script does instead (listed
 # in SKIPPED.txt): torch/torchvision/torchaudio `+cu128` come from download.pytorch.org: the same versions
 # from PyPI (CUDA builds there too; no CPU build of torch 2.11.0 is on PyPI); vLLM 0.24.0+cu129 is a
 # GitHub release wheel: vllm==0.24.0 from PyPI; torchtitan, dion, flash-linear-attention (git sources, the
-# trainer's) and the optional extras (flash-attn wheels on GitHub, flash-attn-3 on a PyTorch index,
+# trainer's; unless --git-dep gives a source) and the optional extras (flash-attn wheels on GitHub, flash-attn-3 on a PyTorch index,
 # disagg) are not installed. `rl --dry-run`, the orchestrator's env server and the config schema need
 # none of them; a training run on a GPU does (use gpu/Dockerfile there).
 set -euo pipefail
@@ -37,6 +40,7 @@ SOURCE=https://github.com/PrimeIntellect-ai/prime-rl.git
 DEST=${AIT_PRIMERL_HOME:-$HOME/.cache/ai-trains-ai/prime-rl-$TAG}
 PYTHON=""
 declare -A SUBSRC=()
+declare -A GITSRC=()
 NEEDED_SUBMODULES=(verifiers renderers pydantic-config)   # the editable [tool.uv.sources] of the lock
 
 die() { echo "install_primerl: $*" >&2; exit 1; }
@@ -47,6 +51,8 @@ while [[ $# -gt 0 ]]; do
     --source) SOURCE=$2; shift 2 ;;
     --submodule) [[ $2 == *=* ]] || die "--submodule takes NAME=SOURCE (NAME: ${NEEDED_SUBMODULES[*]})"
                  SUBSRC[${2%%=*}]=${2#*=}; shift 2 ;;
+    --git-dep) [[ $2 == *=* ]] || die "--git-dep takes NAME=SOURCE (NAME: a git dependency of the lock, e.g. torchtitan)"
+               GITSRC[${2%%=*}]=${2#*=}; shift 2 ;;
     --dest) DEST=$2; shift 2 ;;
     --python) PYTHON=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed 's/^# \{0,1\}//' | head -n -1; exit 0 ;;
@@ -120,13 +126,16 @@ done
 say "exporting uv.lock (frozen, no dev group, no extras)"
 (cd "$REPO" && "$UV" export --frozen --no-dev --no-hashes --format requirements-txt --no-header \
    --no-annotate -o "$DEST/requirements.locked.txt" >/dev/null)
-"$PY" - "$DEST/requirements.locked.txt" "$DEST/requirements.txt" "$DEST/SKIPPED.new" <<'PYEOF'
+GITDEPS="${!GITSRC[*]}" "$PY" - "$DEST/requirements.locked.txt" "$DEST/requirements.txt" "$DEST/SKIPPED.new" \
+  "$DEST/gitdeps.txt" <<'PYEOF'
 """Rewrite the exported lock for the registries this machine reaches (see the script's header)."""
+import os
 import re
 import sys
 
-src, dst, skipped = sys.argv[1:4]
-out, skip = [], []
+src, dst, skipped, gitdeps = sys.argv[1:5]
+given = set(os.environ.get("GITDEPS", "").split())
+out, skip, git = [], [], []
 for line in open(src):
     line = line.rstrip("\n")
     if not line.strip() or line.lstrip().startswith("#"):
@@ -144,11 +153,19 @@ for line in open(src):
             out.append(f"vllm=={m[1]} ; platform_machine == 'x86_64'")
             skip.append(f"vllm {m[1]}+cu129 (GitHub release wheel): vllm=={m[1]} from PyPI instead")
         continue
+    m = re.match(r"^([\w.-]+) @ git\+(\S+?)@([0-9a-f]{7,40})$", req)
+    if m and m[1] in given:
+        git.append(f"{m[1]} {m[3]} {m[2]}")
+        given.discard(m[1])
+        continue
     if re.match(r"^[\w.-]+ @ (git\+)?https://", req):
         skip.append(f"{req}: not in a registry (git or GitHub source); not installed")
         continue
     out.append(line)
+if given:
+    sys.exit(f"install_primerl: --git-dep {' '.join(sorted(given))}: not a git dependency of the lock")
 open(dst, "w").write("\n".join(out) + "\n")
+open(gitdeps, "w").write("".join(f"{g}\n" for g in git))
 with open(skipped, "a") as f:
     f.write("\n".join(skip) + "\n")
     f.write("extras flash-attn (GitHub wheel), flash-attn-3 (PyTorch test index), flash-attn-cute, disagg, "
@@ -160,6 +177,31 @@ mv "$DEST/SKIPPED.new" "$DEST/SKIPPED.txt"
 say "installing $(grep -c . "$DEST/requirements.txt") requirements into $REPO/.venv"
 [[ -x $REPO/.venv/bin/python ]] || "$UV" venv -q --python "$PY" "$REPO/.venv"
 (cd "$REPO" && "$UV" pip install --python "$REPO/.venv/bin/python" --no-deps -r "$DEST/requirements.txt")
+# the lock's git dependencies given with --git-dep: the source at the locked commit, installed as uv sync would
+while read -r name rev url; do
+  src=${GITSRC[$name]}
+  repo=$src
+  if [[ ! -d $src ]]; then   # a URL: a bare clone in DEST
+    repo=$DEST/git-$name.git
+    [[ -d $repo ]] || git clone -q --bare "$src" "$repo" || die "--git-dep $name: cannot clone $src"
+  fi
+  git -C "$repo" cat-file -e "$rev^{commit}" 2>/dev/null \
+    || die "--git-dep $name: commit $rev (the lock's, from $url) is not in $src"
+  # a partial mirror may lack some blobs (large test assets): archive the rest, say which are left out
+  missing=$(git -C "$repo" ls-tree -r "$rev" | awk '$2 == "blob" {print $3}' \
+            | git -C "$repo" cat-file --batch-check | awk '$2 == "missing" {print $1}')
+  excludes=()
+  for obj in $missing; do
+    excludes+=(":(exclude)$(git -C "$repo" ls-tree -r "$rev" | awk -v o="$obj" '$3 == o {print $4; exit}')")
+  done
+  rm -rf "${DEST:?}/git-$name" && mkdir -p "$DEST/git-$name"
+  git -C "$repo" archive "$rev" -- . "${excludes[@]}" | tar -x -C "$DEST/git-$name"
+  say "$name: $src @ $rev (the lock's $url)${missing:+; $(echo $missing | wc -w) file(s) absent there left out}"
+  "$UV" pip install --python "$REPO/.venv/bin/python" --no-deps "$DEST/git-$name"
+  echo "$name @ git+$url@$rev  # from $src" >> "$DEST/requirements.txt"
+  [[ -z $missing ]] || echo "$name: installed from $src @ $rev without ${excludes[*]#:(exclude)} (objects absent there)" \
+    >> "$DEST/SKIPPED.txt"
+done < "$DEST/gitdeps.txt"
 # PyPI's torch 2.11.0 for Linux x86_64 is a CUDA 13.0 build (the lock's +cu128 build links the CUDA 12
 # libraries the lock lists); without its own CUDA libraries `import torch` fails even on a CPU, and
 # prime-rl's orchestrator imports torch (src/prime_rl/trainer/runs.py, through orchestrator/envs.py).

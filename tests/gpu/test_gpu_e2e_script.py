@@ -28,3 +28,5 @@ def test_the_prepared_gpu_run_goes_end_to_end_to_the_workers_verdict(tmp_path: P
     assert "status: infra_failed" in summary and "refuses 'gpu' jobs" in summary, summary
     assert (out / "jobs" / "gpu-e2e" / "rl.toml").is_file() and (out / "selfcheck.json").is_file()
     assert "max_steps = 2" in (out / "jobs" / "gpu-e2e" / "job.toml").read_text()
+    # the real-launcher liveness cases need the GPU image (prime-rl's orchestrator imports flash_attn): not run
+    assert "not run (no GPU" in (out / "liveness.txt").read_text()

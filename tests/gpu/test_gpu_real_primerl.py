@@ -224,17 +224,19 @@ def test_real_primerl_a_broken_environment_is_job_failed_within_120_s_of_its_sta
     probe = subprocess.run([str(venv / "python"), "-c", "import prime_rl.trainer.model"], capture_output=True,
                            text=True, timeout=300, check=False)
     if probe.returncode != 0:   # the orchestrator imports it (orchestrator.py: setup_tokenizer)
+        # on a CPU install: torchtitan (a git source: install_primerl.sh --git-dep torchtitan=<mirror>), then
+        # flash_attn (prime_rl/utils/cp.py via trainer/models), a CUDA build no CPU machine installs
         pytest.skip("prime-rl's orchestrator cannot be imported from this install (prime_rl.trainer.model: "
-                    f"{probe.stderr.strip().splitlines()[-1][:200]}); torchtitan is a git source "
-                    "scripts/install_primerl.sh leaves out on a registry-only machine: run it on the GPU image")
+                    f"{probe.stderr.strip().splitlines()[-1][:200]}): run it on the GPU image "
+                    "(scripts/gpu_e2e.sh runs it)")
     old, new, cause = BROKEN_ENVS[broken]
     root = Path(tempfile.mkdtemp(prefix="ait-live-", dir="/tmp"))
     root.chmod(0o755)
     try:
         fakebin = root / "bin"
         fakebin.mkdir()
-        # the launcher as is, but for its model pre-download (rl.py: trainer.model imports torchtitan, a git
-        # source the install leaves out, and downloads the weights): nothing to download here
+        # the launcher as is, but for its model pre-download (rl.py: pre_download_model downloads the weights
+        # from the hub): nothing to download here
         (fakebin / "rl").write_text(
             f"#!{venv / 'python'}\nimport sys, types\n"
             "stub = types.ModuleType('prime_rl.trainer.model')\nstub.pre_download_model = lambda name: None\n"
