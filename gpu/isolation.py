@@ -44,7 +44,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from ait_env.jobs.settings import DEFAULT_TRAINING_UID, TRAINING_UID_ENV
-from ait_env.sandbox.processes import kill_all, live_descendants, python_roots
+from ait_env.processes import kill_all, live_descendants, python_roots
 
 JailMode = Literal["bwrap", "user", "none"]
 #: the variable that carries the worker's :class:`JailConfig` (JSON) to the runner and its executor

@@ -63,7 +63,7 @@ repository.
   trainer's CUDA OOM on a GPU of its own, no trainable rollout for 10 steps in a row, too slow for the wall
   clock. A trainer OOM in shared mode on a job within the backend's bounds is ours (the share was). Everything else (no GPU, prime-rl or vLLM missing or refusing, a crash with
   no job cause, a killed process, no weights) is ``InfraFailed`` with what to fix.
-- **Processes**: every command runs as a :class:`ait_env.sandbox.processes.ProcessTree` (own session, tagged
+- **Processes**: every command runs as a :class:`ait_env.processes.ProcessTree` (own session, tagged
   environment), killed on every exit path, including the torchrun ranks that leave the session.
 """
 
@@ -97,7 +97,7 @@ from gpu.gpu_share import colocated_kv_cache_bytes, colocated_share, gpu_memory_
 from gpu.isolation import TrainingJail
 from gpu.primerl_logs import (Signal, Source, StepLine, clean, env_start_failure, failure_signal, level,
                               parse_step, starts_traceback)
-from ait_env.sandbox.processes import TAG_VAR, ProcessTree
+from ait_env.processes import TAG_VAR, ProcessTree
 from gpu.selfcheck import prime_rl_dir
 from gpu.venv_paths import program_paths
 from gpu.vllm_server import VllmServer, tool_call_parser_for

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ait_env.runner import InfraFailed, Served
-from ait_env.sandbox.processes import ProcessTree
+from ait_env.processes import ProcessTree
 
 #: prime-rl v0.7.0 ``TOOL_CALL_PARSER_PATTERNS`` (utils/parsers.py), the Qwen3 entries in their order
 _TOOL_PARSERS: list[tuple[re.Pattern[str], str]] = [

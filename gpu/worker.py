@@ -60,7 +60,7 @@ from ait_env.jobs.result import JobResult, JobStatus
 from ait_env.hidden.baselines import BaselineEntry, BaselineFile, BaselineStore
 from ait_env.jobs.wire import unpack_bundle
 from gpu import isolation
-from ait_env.sandbox import processes
+from ait_env import processes
 from gpu.isolation import JailConfig
 from gpu.selfcheck import SelfCheck
 

@@ -62,7 +62,7 @@ def _main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from ait_env.sandbox.processes import sigterm_as_exit
+    from ait_env.processes import sigterm_as_exit
 
     with sigterm_as_exit():  # a SIGTERM stops the running jobs too, not only this process
         main()

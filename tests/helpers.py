@@ -90,7 +90,7 @@ def worker_training_uid(environ: Any = os.environ, pid: int | None = None) -> in
 
 def alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie, exited but not reaped, counts as gone): the process toolkit's test."""
-    from ait_env.sandbox.processes import is_gone
+    from ait_env.processes import is_gone
 
     return not is_gone(pid)
 

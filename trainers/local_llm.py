@@ -348,7 +348,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    from ait_env.sandbox.processes import sigterm_as_exit
+    from ait_env.processes import sigterm_as_exit
 
     with sigterm_as_exit():
         main()

@@ -675,7 +675,7 @@ if __name__ == "__main__":
 
     with missing_extras_exit("python -m ait_env.agents.llm"):  # a missing extra: one line, exit 3
         from ait_env.agents.llm import main as _main
-        from ait_env.sandbox.processes import sigterm_as_exit
+        from ait_env.processes import sigterm_as_exit
 
         with sigterm_as_exit():  # a SIGTERM stops the running jobs too, not only this process
             raise SystemExit(_main())

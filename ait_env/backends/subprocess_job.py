@@ -21,7 +21,7 @@ from ait_env.backends.base import Backend, JobHandle
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.result import JobResult
 from ait_env.jobs.settings import BackendSettings
-from ait_env.sandbox.processes import kill_tree
+from ait_env.processes import kill_tree
 
 
 class SubprocessBackend(Backend):

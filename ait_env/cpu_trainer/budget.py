@@ -11,7 +11,7 @@ job is its **work**, the same on every machine, and a wall-clock stop is ours un
   max_requests_per_rollout`` model calls; more is the job's fault (an environment that calls the model in a
   loop), ``job_failed``.
 - **The agent's code** (its environment and rubric, in the sandbox): its CPU time, read from outside the
-  sandbox by the kernel's accounting of every sandbox process (:func:`ait_env.sandbox.processes.tree_cpu_seconds`),
+  sandbox by the kernel's accounting of every sandbox process (:func:`ait_env.processes.tree_cpu_seconds`),
   at most ``load_cpu_s`` to load the environment and ``cpu_s_per_rollout x rollouts + cpu_s_per_step`` per step
   (the sandbox's CPU rlimit caps each process at the whole job's); more is ``job_failed``. CPU seconds do not
   grow with the load.

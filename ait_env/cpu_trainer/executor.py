@@ -306,7 +306,7 @@ class LocalExecutor:
         """The job's :class:`~ait_env.cpu_trainer.budget.StepWatch`: the step channel, the endpoint's counters
         and the sandbox's CPU seconds (read from outside it), under :attr:`budget`."""
         from ait_env.cpu_trainer.budget import StepWatch
-        from ait_env.sandbox.processes import tree_cpu_seconds
+        from ait_env.processes import tree_cpu_seconds
 
         ep, sandbox = self.ep, self.sandbox
         stats = ep.stats

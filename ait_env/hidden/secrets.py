@@ -103,7 +103,7 @@ def private_path() -> Path:
 
 def _visible_roots() -> list[Path]:
     """Folders the sandbox (and a GPU jail) binds read-only, or that ship with the code: the checkout, the
-    Python installation and virtualenv (as in :func:`ait_env.sandbox.processes.python_roots`), and the system
+    Python installation and virtualenv (as in :func:`ait_env.processes.python_roots`), and the system
     folders bubblewrap binds (:mod:`ait_env.sandbox.host`). A secrets file there would be readable by agent code."""
     exe = Path(sys.executable)
     roots = {_ROOT, exe.parent.parent, exe.resolve().parent.parent, Path(sys.prefix).resolve(),

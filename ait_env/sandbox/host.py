@@ -53,7 +53,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ait_env.sandbox.processes import kill_tree, python_roots
+from ait_env.processes import kill_tree, python_roots
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 CONFINE = Path(__file__).with_name("confine.py")

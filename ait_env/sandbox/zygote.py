@@ -206,7 +206,7 @@ def _wipe(folder: str) -> None:
 
 def _descendants() -> set[int]:
     """Every process below this one (the zygote is a child subreaper, so orphans stay below it). A copy of
-    :func:`ait_env.sandbox.processes.live_descendants`, kept here on purpose: the zygote runs inside the
+    :func:`ait_env.processes.live_descendants`, kept here on purpose: the zygote runs inside the
     jail as a file of its own and imports nothing from the project."""
     parent: dict[int, int] = {}
     for entry in os.listdir("/proc"):

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 from ait_env.tiny_models import catalog
-from ait_env.sandbox.processes import sigterm_as_exit
+from ait_env.processes import sigterm_as_exit
 
 #: The hidden-eval families split in two tasks of similar cost (transcript lengths).
 EVAL_GROUPS = (("calendar", "arithmetic", "persona"), ("units", "inventory", "triage"))

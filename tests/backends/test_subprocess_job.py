@@ -60,7 +60,7 @@ ENTRY = textwrap.dedent("""
     sys.path.insert(0, sys.argv[2])
     from tests.backends.test_subprocess_job import Sleeper, _bundle
     from ait_env.jobs.settings import BackendSettings
-    from ait_env.sandbox.processes import sigterm_as_exit
+    from ait_env.processes import sigterm_as_exit
 
     def main():
         b = Sleeper(BackendSettings(name="local"), Path(sys.argv[1]) / "runs", show_progress=False)

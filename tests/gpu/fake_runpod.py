@@ -146,7 +146,7 @@ class _Job:
 @dataclass
 class _Worker:
     index: int
-    tree: Any = None                 # ait_env.sandbox.processes.ProcessTree
+    tree: Any = None                 # ait_env.processes.ProcessTree
     job: str | None = None
     kill_at: float | None = None
     versions: dict[str, str] | None = None
@@ -250,7 +250,7 @@ class FakeRunpod:
 
     # -------------------------------------------------------------------------------------------- workers
     def _start_worker(self, w: _Worker) -> None:
-        from ait_env.sandbox.processes import ProcessTree
+        from ait_env.processes import ProcessTree
 
         w.log = self.log_dir / f"worker-{w.index}.log"
         env = {**self.worker_env, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
@@ -264,7 +264,7 @@ class FakeRunpod:
         them, then the tree's own sweep (group and tagged processes)."""
         if w.tree is None or w.tree.proc is None:
             return
-        from ait_env.sandbox.processes import live_descendants
+        from ait_env.processes import live_descendants
 
         frozen: set[int] = set()
         for _ in range(20):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ait_env.sandbox.processes import tagged_pids
+from ait_env.processes import tagged_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = Path(__file__).with_name("fakes")

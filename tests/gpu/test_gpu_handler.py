@@ -19,7 +19,7 @@ import pytest
 from ait_env.hidden.baselines import BaselineEntry
 from ait_env.jobs import wire
 from gpu import isolation, worker
-from ait_env.sandbox import processes
+from ait_env import processes
 from tests.gpu.helpers import FAKE_KEY, ROOT, local_settings, make_job, needs_tiny_model
 
 

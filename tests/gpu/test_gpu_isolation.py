@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpu import isolation
-from ait_env.sandbox import processes
+from ait_env import processes
 from gpu.isolation import JailConfig, TrainingJail, training_uid
 from tests.gpu.helpers import FAKE_KEY, ROOT, Listener, pids_with
 
@@ -156,7 +156,7 @@ def test_no_jail_still_kills_the_tree_from_a_subreaper(tmp_path):
     subreaper: a daemonised grandchild stays below it and is killed with the rest."""
     code = textwrap.dedent(f'''
         import json, os, subprocess, sys, time
-        from ait_env.sandbox import processes
+        from ait_env import processes
         assert processes.become_subreaper()
         keep = processes.live_descendants(os.getpid())
         marker = "ait-none-daemon-{time.time_ns()}"
@@ -181,7 +181,7 @@ def test_guard_kills_what_training_left_before_the_post_eval(tmp_path):
     daemon is gone when train() returns, and the log says so before anything else runs."""
     code = textwrap.dedent(f'''
         import json, os, subprocess, sys, time
-        from ait_env.sandbox import processes
+        from ait_env import processes
         from gpu.isolation import JailConfig
         from gpu.worker import GuardedExecutor
         from tests.gpu.helpers import pids_with

@@ -156,7 +156,7 @@ def test_a_terminated_build_takes_its_pool_workers_with_it(tmp_path) -> None:
     script = tmp_path / "pool.py"
     script.write_text(
         "import multiprocessing as mp, sys, time\n"
-        "from ait_env.sandbox.processes import sigterm_as_exit\n"
+        "from ait_env.processes import sigterm_as_exit\n"
         "if __name__ == '__main__':\n"
         "    with sigterm_as_exit(), mp.get_context('spawn').Pool(2) as pool:\n"
         "        r = [pool.apply_async(time.sleep, (120,)) for _ in range(2)]\n"

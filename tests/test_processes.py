@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ait_env.sandbox.processes import ProcessTree, tagged_pids
+from ait_env.processes import ProcessTree, tagged_pids
 from tests.helpers import alive
 
 SLEEP = "import time\nwhile True: time.sleep(1)"

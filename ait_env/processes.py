@@ -1,7 +1,7 @@
 """The process toolkit: one place for what every part that starts untrusted or long-lived processes needs
 (the sandbox host, the local and gpu-local backends, the worker's training jail and prime-rl executor).
 
-- **The process table** (Linux ``/proc``): :func:`process_table`, :func:`live_descendants`,
+- **The process table** (psutil): :func:`process_table`, :func:`live_descendants`,
   :func:`processes_of_uid`; zombies count as gone. :func:`tree_cpu_seconds`: the CPU time of a process tree.
 - **Killing**: :func:`kill_all` (pids, a uid, everything below a pid: rescanned until none is left),
   :func:`kill_tree` (a ``Popen``, its group and every process below it; never raises),
@@ -24,7 +24,7 @@ Contract
 caller's) with the environment variable ``AIT_PROCESS_TAG=<random hex>`` added. Every descendant inherits
 that variable unless it rewrites its own environment (prime-rl's launcher passes ``{**os.environ, ...}`` to
 its children: ``src/prime_rl/entrypoints/rl.py`` at v0.7.0), so :meth:`ProcessTree.kill` finds them by
-reading ``/proc/<pid>/environ``, including the ones a group kill misses:
+reading each process's environment (psutil: ``/proc/<pid>/environ``), including the ones a group kill misses:
 
 - processes that left the group: torch elastic (prime-rl's ``torchrun`` trainer) starts every rank with
   ``start_new_session=True`` (``torch/distributed/elastic/multiprocessing/subprocess_handler/
@@ -54,6 +54,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
+
+
 @dataclass(frozen=True)
 class Proc:
     pid: int
@@ -62,20 +65,18 @@ class Proc:
     state: str        # "Z" for a zombie (dead, not yet reaped)
 
 
+def _state(status: str) -> str:
+    return "Z" if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) else "R"
+
+
 def process_table() -> dict[int, Proc]:
-    """Every process visible in ``/proc`` (processes that vanish while it is read are left out)."""
+    """Every process the kernel lists (psutil; processes that vanish while it is read are left out)."""
     table: dict[int, Proc] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{entry}/status") as f:
-                uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
-        except (OSError, IndexError, ValueError, StopIteration):
-            continue
-        table[int(entry)] = Proc(int(entry), int(fields[1]), uid, fields[0])
+    for p in psutil.process_iter(["ppid", "uids", "status"]):
+        info = p.info
+        if info["ppid"] is None or info["uids"] is None or info["status"] is None:
+            continue  # gone or unreadable meanwhile (psutil leaves the value None)
+        table[p.pid] = Proc(p.pid, int(info["ppid"]), int(info["uids"].real), _state(info["status"]))
     return table
 
 
@@ -100,17 +101,11 @@ def tree_cpu_seconds(pid: int) -> float:
     accounting: each one's own time and its reaped children's, zombies included, so a child that exited is
     not lost. Read from outside a sandbox, nothing inside can lower it. 0.0 when ``pid`` is gone."""
     stats: dict[int, tuple[int, float]] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for p in psutil.process_iter(["ppid", "cpu_times"]):
+        ppid, t = p.info["ppid"], p.info["cpu_times"]
+        if ppid is None or t is None:
             continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            # after the command: state ppid ... utime(11) stime(12) cutime(13) cstime(14)
-            stats[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
-        except (OSError, IndexError, ValueError):
-            continue
+        stats[p.pid] = (int(ppid), t.user + t.system + t.children_user + t.children_system)
     kids: dict[int, list[int]] = {}
     for p, (ppid, _) in stats.items():
         kids.setdefault(ppid, []).append(p)
@@ -230,30 +225,26 @@ TAG_VAR = "AIT_PROCESS_TAG"
 
 def tagged_pids(tag: str, var: str = TAG_VAR) -> set[int]:
     """Live (not zombie) processes whose environment carries ``<var>=<tag>`` (default ``AIT_PROCESS_TAG``)."""
-    needle = f"{var}={tag}".encode()
     me = os.getpid()
     out: set[int] = set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
+    for p in psutil.process_iter():
+        if p.pid == me:
             continue
         try:
-            if needle not in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
+            if p.environ().get(var) != tag or is_gone(p.pid):
                 continue
-            if is_gone(int(name)):
-                continue
-        except OSError:  # gone meanwhile, or not ours to read
+        except (psutil.Error, OSError):  # gone meanwhile, or not ours to read
             continue
-        out.add(int(name))
+        out.add(p.pid)
     return out
 
 
 def is_gone(pid: int) -> bool:
     """Whether ``pid`` no longer runs: no such process, or a zombie (exited, not yet reaped)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return _state(psutil.Process(pid).status()) == "Z"
+    except psutil.Error:
         return True
-    return stat[stat.rfind(")") + 2:][:1] in ("Z", "X")
 
 
 def _signal(pid: int, sig: int) -> None:
