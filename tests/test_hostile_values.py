@@ -9,7 +9,7 @@ an observation, a refused call, a probe failure, ``job_failed`` — never an unc
 
 - the tool-call readers and the outer loops' action writer (``ait_env/jobs/toolcalls.py``,
   ``ait_env/episode/messages.py``), the verifiers env (``ait_env/integrations/verifiers_env.py``), the TRL and
-  Tinker adapters, the LLM runner (``ait_env/agents/llm.py``): the env's step answers every call;
+  Tinker adapters, the LLM runner (``ait_env/agents/llm/``): the env's step answers every call;
 - the hidden-eval harness (``ait_env/hidden/evaluation.py``): a model's hostile calls and answers are its
   score, never an error record (errors fail the eval: ``infra_failed``);
 - the probe (``ait_env/probe/dynamic.py``: what the sandbox reports; ``leak.py``: the texts it reads), the

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,8 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from ait_env.agents.llm import ResumeMismatch, mean_ci
+from ait_env.agents.llm import ResumeMismatch
+from ait_env.observe.metrics import mean_ci
 
 
 def quarters(rows: list[dict[str, Any]]) -> dict[str, Any]:

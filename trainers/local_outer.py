@@ -30,7 +30,6 @@ needs no account) every row also goes to Weights & Biases; ``metrics.jsonl`` sta
 from __future__ import annotations
 
 import json
-import math
 import sys
 import threading
 import time
@@ -49,16 +48,8 @@ from ait_env.config import compose
 from ait_env.observe.metrics import episode_metrics, fill_model_share, model_key
 from ait_env.jobs.schema import parse_job
 from ait_env.hidden.secrets import default_hidden_seeds
+from ait_env.observe.metrics import mean_ci
 from ait_env.observe.plots import run_label, write_run_label
-
-
-def _mean_ci(values: list[float]) -> tuple[float | None, float | None]:
-    n = len(values)
-    if not n:
-        return None, None
-    mean = sum(values) / n
-    half = 1.96 * math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) / math.sqrt(n) if n > 1 else None
-    return mean, half
 
 
 def summarize(episodes: list[dict[str, Any]], steps: int, stronger: str) -> dict[str, Any]:
@@ -67,7 +58,7 @@ def summarize(episodes: list[dict[str, Any]], steps: int, stronger: str) -> dict
     out: dict[str, Any] = {"quarter_steps": q}
     for name, lo, hi in (("first", 0, q), ("last", steps - q, steps)):
         eps = [e for e in episodes if lo <= e["step"] < hi and e["reward"] is not None]
-        mean, half = _mean_ci([e["reward"] for e in eps])
+        mean, half = mean_ci([e["reward"] for e in eps])
         validated = [e for e in eps if e["validated"]]
         share = sum(1 for e in validated if e["base_model"] == stronger) / len(validated) if validated else None
         out[name] = {"episodes": len(eps), "mean_reward": mean, "ci95": half, "stronger_model_share": share}

@@ -38,6 +38,8 @@ Contract:
 
 from __future__ import annotations
 
+import math
+
 import tomllib
 from collections import Counter
 from dataclasses import dataclass
@@ -203,3 +205,15 @@ def fill_model_share(metrics: list[dict[str, float]], catalog: list[str]) -> Non
         if m.get("ait/validated"):
             for k in keys:
                 m.setdefault(k, 0.0)
+
+
+def mean_ci(values: list[float], z: float = 1.96) -> tuple[float | None, float | None]:
+    """Mean and the half-width of its normal-approximation 95% interval (None without values)."""
+    n = len(values)
+    if n == 0:
+        return None, None
+    mean = sum(values) / n
+    if n == 1:
+        return mean, None
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return mean, z * sd / math.sqrt(n)

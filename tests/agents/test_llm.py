@@ -16,7 +16,8 @@ import pytest
 pytest.importorskip("openai")
 pytest.importorskip("verifiers")
 
-from ait_env.agents.llm import AgentSettings, family_list, main, run  # noqa: E402
+from ait_env.agents.llm import AgentSettings, family_list, run  # noqa: E402
+from ait_env.agents.llm.cli import main  # noqa: E402
 from ait_env.observe.metrics import Prices  # noqa: E402
 from ait_env.observe.ledger import CostLedger  # noqa: E402
 from tests.fakes.job_writer import job_writer_policy  # noqa: E402

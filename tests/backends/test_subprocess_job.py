@@ -98,6 +98,9 @@ def test_an_entry_point_stopped_with_sigterm_stops_its_running_job(tmp_path):
 
 def test_every_long_running_entry_point_runs_under_sigterm_as_exit():
     for path in ("trainers/local_outer.py", "trainers/tinker_grpo.py", "scripts/run_episode.py",
-                 "scripts/seed_baselines.py", "ait_env/agents/llm.py"):
+                 "scripts/seed_baselines.py"):
         main_block = (ROOT / path).read_text().split('if __name__ == "__main__":', 1)[1]
+        assert "with sigterm_as_exit():" in main_block, path
+    for path in ("ait_env/agents/llm/__main__.py",):   # a package's __main__ is its main block
+        main_block = (ROOT / path).read_text()
         assert "with sigterm_as_exit():" in main_block, path
