@@ -94,7 +94,7 @@ class GpuPrices(BaseModel):
 def attempt_billing(st: RunpodJobStatus | None, worker: dict[str, Any] | None, *, prices: GpuPrices,
                     gpu_type: str, gpus_per_worker: int, idle_timeout_s: float) -> Billing:
     """The bill of one attempt, the one place it is computed (the Runpod engine, :meth:`fleet.runpod_engine.RunpodEngine.bill`, and the fleet
-    simulator, ``fleet/simulate.py``, call it): (``delayTime`` + ``executionTime``, rounded up to a whole
+    simulator, ``fleet/simulate/``, call it): (``delayTime`` + ``executionTime``, rounded up to a whole
     second: Runpod bills "rounded up to the nearest second", ``serverless/pricing.mdx``) x $/GPU-s of the GPU
     type that ran it (``worker["gpus"]``, else ``gpu_type``) x its GPUs (else ``gpus_per_worker``), and as
     ``idle_usd`` ``idle_timeout_s`` x the same rate when a worker took the attempt and it did not end

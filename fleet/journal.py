@@ -46,7 +46,7 @@ Contract:
   :meth:`Journal.adopt`.
 - Time: every timestamp (``created``, ``updated``, ``started``/``ended``, sessions, the ``now`` of
   :meth:`Journal.run_costs`) comes from the journal's clock, ``now`` (default ``time.time``; the fleet
-  simulator, ``fleet/simulate.py``, injects its simulated clock). An explicit ``now`` argument wins, 0.0
+  simulator, ``fleet/simulate/``, injects its simulated clock). An explicit ``now`` argument wins, 0.0
   included.
 - Nothing secret is stored: keys, ids, statuses, the worker's (scrubbed) result and billing figures.
 

@@ -1,4 +1,4 @@
-"""fleet/simulate.py invariants on small workloads (the simulated server as the project's Runpod client; the
+"""fleet/simulate/ invariants on small workloads (the simulated server as the project's Runpod client; the
 Serverless path through the real journal and billing, agreeing with the simulator's own accounting where
 nothing but cold starts waits), and fleet/bench_matrix.py's dry run."""
 
