@@ -5,7 +5,7 @@ and ``sky.get(request_id)`` waits for its result (``sky/client/sdk.py`` ``get``)
 
 **How a job reaches the worker and its result comes back.** Inline, no bucket, no volume:
 
-- the request (the same :class:`gpu.worker.HandlerInput` Runpod's handler takes: settings, the packed bundle,
+- the request (the same :class:`gpu.runpod_handler.HandlerInput` Runpod's handler takes: settings, the packed bundle,
   baselines, tag) is JSON, gzip-compressed and base64-encoded into the task's ``envs`` as
   ``AIT_REQUEST``; the task's ``run`` is ``python -m gpu.worker --request-env AIT_REQUEST``;
 - the worker prints the handler's output to the job's log between ``AIT-RESULT-BEGIN`` and ``AIT-RESULT-END

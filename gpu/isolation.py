@@ -19,7 +19,7 @@ The rules (``gpu/README.md``, "Isolation", says which hold where):
 3. **Nothing of the tree outlives training** (:func:`kill_all`, :func:`processes_of_uid`): the runner
    is a child subreaper (orphans stay below it); after ``train`` the worker kills every process that
    appeared below the runner during training and every process of the jail's uid, and checks that none
-   is left before the post eval starts (``gpu/worker.py``, ``GuardedExecutor``).
+   is left before the post eval starts (``gpu/child.py``, ``GuardedExecutor``).
 
 Contract for trainer executors that start processes (the prime-rl executor): build the jail with
 :meth:`TrainingJail.from_env` (the worker passes its choice in ``$AIT_TRAINING_JAIL``), start every process

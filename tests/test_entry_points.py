@@ -3,7 +3,8 @@
 A module run with ``-m`` is imported as ``__main__``; when the same module is also imported by its name
 (an executor importing ``ait_env.runner``), its classes exist twice, and ``except JobFailed`` in the one
 copy does not catch the other's (every job failure of the local backend once ended ``infra_failed``).
-The rule: the ``__main__`` block imports ``main`` from the module's own dotted name. The sandbox's zygote
+The rule: the ``__main__`` block imports ``main`` from the module's own dotted name, or from its package's
+``cli`` module, where the command line of a package lives (``gpu.worker`` runs ``gpu.cli``). The sandbox's zygote
 is exempt: it runs from a copy of its file inside the sandbox and imports nothing of the project.
 """
 
@@ -37,6 +38,7 @@ def test_entry_points_run_their_canonical_module():
             continue
         dotted = rel[:-3].replace("/", ".")
         imports = [n for n in ast.walk(node) if isinstance(n, ast.ImportFrom)]
-        if not any(n.module == dotted and any(a.name == "main" for a in n.names) for n in imports):
-            wrong.append(f"{rel}: its __main__ block must run `from {dotted} import main`")
+        canonical = {dotted, dotted.rsplit(".", 1)[0] + ".cli"}
+        if not any(n.module in canonical and any(a.name == "main" for a in n.names) for n in imports):
+            wrong.append(f"{rel}: its __main__ block must run `from {dotted} import main` (or its package's cli)")
     assert not wrong, "\n".join(wrong)

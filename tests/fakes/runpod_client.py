@@ -7,7 +7,7 @@ n)`` (``n``: how many times a bundle with that job id was sent so far, from 1):
 
 - ``ok``: COMPLETED with the handler's output. ``instant`` mode makes it up (a succeeded JobResult whose
   score is a hash of the job id, on ``gpus`` of the fake's image ``revision``); ``real`` mode runs the
-  real handler (:func:`gpu.worker.handle_input`) in a pool of ``workers`` local processes;
+  real handler (:func:`gpu.runpod_handler.handle_input`) in a pool of ``workers`` local processes;
 - ``job_failed``: COMPLETED, the worker says the job failed; ``lost``: FAILED without output (a worker
   lost); ``timed_out``: TIMED_OUT; ``expired``: COMPLETED, but every status call answers 404
   (:class:`ResultExpired`); ``non_replica``: COMPLETED by a worker of another image revision; ``stuck``:
@@ -159,7 +159,7 @@ class _Store:
 
 
 def _real_handler(payload: dict[str, Any]) -> dict[str, Any]:
-    from gpu.worker import handle_input
+    from gpu.runpod_handler import handle_input
 
     return handle_input(payload)
 

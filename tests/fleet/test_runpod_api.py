@@ -192,7 +192,7 @@ def test_a_body_the_api_rejects_is_a_clear_error(fake_runpod):
 @pytest.mark.slow  # the default suite keeps a real job through the real handler (tests/backends/test_runpod_backend.py)
 @needs_tiny_model
 def test_a_real_job_runs_through_two_worker_processes(tmp_path):
-    """A tiny-model job goes through the queue to a worker process that runs gpu.worker.handle_input. The
+    """A tiny-model job goes through the queue to a worker process that runs gpu.runpod_handler.handle_input. The
     first worker to take it is SIGKILLed mid-job with its whole tree: the queue retries the job (as
     Runpod's automatic retry), and it completes on a worker whose results carry other versions (a
     non-replica). Progress shows while it runs; a bad input FAILs; stopping the fake leaves no process."""

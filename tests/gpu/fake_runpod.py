@@ -16,7 +16,7 @@ it made is stopped at the end; a plain function, since tests/gpu has no conftest
 ``python -m tests.gpu.fake_runpod --serve`` runs one by hand.
 
 Arguments of :class:`FakeRunpod`: ``workers`` (worker processes, each runs
-``gpu.worker.handle_input(input, progress, cancel)``, one job at a time), ``instant`` (no processes: every
+``gpu.runpod_handler.handle_input(input, progress, cancel)``, one job at a time), ``instant`` (no processes: every
 job completes as soon as it is submitted, with ``instant_output``; for throughput benchmarks),
 ``result_ttl_s`` (results of finished jobs are kept this long, then 404; Runpod: 30 min),
 ``max_worker_retries`` (a job whose worker dies is requeued this many times, then FAILED),
@@ -915,9 +915,9 @@ def _post(url: str, body: Any, timeout: float = 30.0) -> Any:
 
 
 def worker_main(base: str, index: int) -> int:
-    """One worker: take a job, run ``gpu.worker.handle_input`` on its input with a progress callback
+    """One worker: take a job, run ``gpu.runpod_handler.handle_input`` on its input with a progress callback
     that posts to the fake (and learns of a cancel or timeout), post the output or the error."""
-    from gpu import worker
+    from gpu import runpod_handler
 
     me = f"{base}/_fake/worker/{index}"
     while True:
@@ -947,7 +947,7 @@ def worker_main(base: str, index: int) -> int:
         watcher.start()
         output, error = None, None
         try:
-            output = worker.handle_input(job["input"] or {}, progress=progress, cancel=cancel)
+            output = runpod_handler.handle_input(job["input"] or {}, progress=progress, cancel=cancel)
         except Exception as e:  # the SDK marks the request FAILED with the exception's text
             error = f"{type(e).__name__}: {e}"
         finally:

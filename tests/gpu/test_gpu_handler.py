@@ -18,7 +18,7 @@ import pytest
 
 from ait_env.hidden.baselines import BaselineEntry
 from ait_env.jobs import wire
-from gpu import isolation, worker
+from gpu import isolation, runpod_handler, scrub
 from ait_env import processes
 from tests.gpu.helpers import FAKE_KEY, ROOT, local_settings, make_job, needs_tiny_model
 
@@ -72,18 +72,18 @@ def test_text_leaving_the_worker_is_scrubbed(tmp_path, monkeypatch):
 
     question = hidden_questions("arithmetic")[0]
     monkeypatch.setenv("RUNPOD_AI_API_KEY", FAKE_KEY)
-    scrub = worker.Scrubber(isolation.secret_values() | {"31415926535"})
-    scrub.add(worker._hidden_questions("arithmetic", None))
-    text = scrub(f"failed on {question!r} with key {FAKE_KEY}, seed 31415926535, in {ROOT}/ait_env/runner.py")
+    scrubber = scrub.Scrubber(isolation.secret_values() | {"31415926535"})
+    scrubber.add(scrub.hidden_questions("arithmetic", None))
+    text = scrubber(f"failed on {question!r} with key {FAKE_KEY}, seed 31415926535, in {ROOT}/ait_env/runner.py")
     assert question not in text and FAKE_KEY not in text and "31415926535" not in text
     assert str(ROOT) not in text and "<ait>/ait_env/runner.py" in text and text.count("<redacted>") == 3
 
 
 def test_input_that_does_not_validate_is_a_caller_error():
     with pytest.raises(ValueError):
-        worker.handle_input({"kind": "job"})
+        runpod_handler.handle_input({"kind": "job"})
     with pytest.raises(ValueError, match="needs 'bundle'"):
-        worker.handle_input({"settings": local_settings().model_dump()})
+        runpod_handler.handle_input({"settings": local_settings().model_dump()})
 
 
 @needs_tiny_model
@@ -95,8 +95,8 @@ def test_handler_runs_a_job_with_progress_and_the_callers_baselines(tmp_path, mo
     pin = BaselineEntry(backend="local", family="arithmetic", model="ait-tiny-s", score=0.123,
                         model_hash=weights_hash("ait-tiny-s"), seeded_at=1.0)
     progress: list[str] = []
-    monkeypatch.setattr(worker, "_sdk_progress", lambda job: progress.append)  # stands in for progress_update
-    out = asyncio.run(worker.handler({"id": "job-1", "input": {
+    monkeypatch.setattr(runpod_handler, "_sdk_progress", lambda job: progress.append)  # stands in for progress_update
+    out = asyncio.run(runpod_handler.handler({"id": "job-1", "input": {
         "executor": "local", "settings": local_settings(measure_pre=False).model_dump(mode="json"),
         "bundle": wire.pack_bundle(b.root), "baselines": [pin.model_dump(mode="json")]}}))
     assert set(out) == {"kind", "result", "baselines"} and out["kind"] == "job"   # never a top-level "error"
@@ -119,7 +119,7 @@ def test_a_stop_from_runpod_kills_the_job(tmp_path, monkeypatch):
     before = processes.live_descendants(os.getpid())
 
     async def main() -> None:
-        task = asyncio.create_task(worker.handler({"id": "job-2", "input": payload}))
+        task = asyncio.create_task(runpod_handler.handler({"id": "job-2", "input": payload}))
         for _ in range(600):   # until the runner child is up
             await asyncio.sleep(0.1)
             if any(b"--child" in _cmdline(p) for p in processes.live_descendants(os.getpid()) - before):

@@ -183,7 +183,7 @@ def test_guard_kills_what_training_left_before_the_post_eval(tmp_path):
         import json, os, subprocess, sys, time
         from ait_env import processes
         from gpu.isolation import JailConfig
-        from gpu.worker import GuardedExecutor
+        from gpu.child import GuardedExecutor
         from tests.gpu.helpers import pids_with
         processes.become_subreaper()
         marker = "ait-guard-daemon-{time.time_ns()}"
