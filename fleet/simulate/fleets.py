@@ -130,12 +130,8 @@ class SimulatedSkyPilotPool(_QueueFleet):
     def _idle_limit(self, w: _Worker) -> float | None:
         return None   # the autoscaler reaps
 
-    def _dispatch(self) -> None:
-        for w in self.workers:
-            if not self.queue:
-                break
-            if w.state == "IDLE":
-                self._run(w, self.queue.pop(0))
+    def _dispatch(self) -> None:   # workers are started by the autoscaler's ticks, not per waiting job
+        self._hand_out()
         self._tick_later()
 
     def _tick_later(self) -> None:

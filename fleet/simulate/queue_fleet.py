@@ -140,12 +140,17 @@ class _QueueFleet:
     def _idle_limit(self, w: _Worker) -> float | None:
         raise NotImplementedError
 
-    def _dispatch(self) -> None:
+    def _hand_out(self) -> None:
+        """Give the waiting jobs to the idle workers, oldest first."""
         for w in self.workers:
             if not self.queue:
                 break
             if w.state == "IDLE":
                 self._run(w, self.queue.pop(0))
+
+    def _dispatch(self) -> None:
+        """Hand out the waiting jobs, then start a worker for each job still waiting (within the limit)."""
+        self._hand_out()
         starting = sum(w.state == "STARTING" for w in self.workers)
         room = self.max_workers - len(self._alive())
         for _ in range(max(0, min(len(self.queue) - starting, room))):
