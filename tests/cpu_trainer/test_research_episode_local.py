@@ -1,7 +1,10 @@
 """A research episode on the real local backend (slow: about 2 minutes on 2 cores; run with ``pytest -m
-slow``): the two-job reference agent trains ait-tiny-m for 5 steps, reads the still-rising curve and
-submits the reference job, which scores better; the reward counts it, less the charge for a second job.
-The same as ``python scripts/run_episode.py agent=research env.max_jobs_per_episode=2``."""
+slow``): the two-job reference agent trains ait-tiny-m for 5 steps, reads the curve and submits the
+reference job (27 steps); the reward counts the better of the two jobs, less the charge for a second job.
+Which job is better depends on the machine (the tiny models' weights differ by CPU vendor: on an AMD EPYC
+the 5-step job already reaches the 27-step job's post score, 0.753 vs 0.757, and is cheaper), so the test
+holds the rule, not one machine's winner. The same as ``python scripts/run_episode.py agent=research
+env.max_jobs_per_episode=2``."""
 
 from __future__ import annotations
 
@@ -30,5 +33,7 @@ def test_the_second_job_of_the_two_job_reference_agent_improves_on_the_first(mak
     first, second = b["jobs"]
     assert first["status"] == second["status"] == "scored", obs
     assert [j["curves"]["eval_step"][-1] for j in info["jobs"]] == [5, 27]
-    assert second["post"] > first["post"] and b["best_job"] == 1 and b["end"] == "job_limit"
-    assert reward == b["total"] == pytest.approx(second["total"] - RewardSettings().research.per_extra_job)
+    assert b["end"] == "job_limit" and second["post"] > second["best_pre"]  # the longer job trains too
+    totals = [first["total"], second["total"]]
+    assert b["best_job"] == totals.index(max(totals))
+    assert reward == b["total"] == pytest.approx(max(totals) - RewardSettings().research.per_extra_job)
