@@ -86,6 +86,11 @@ class SandboxSettings(BaseModel):
         "verifiers", "verifiers.envs.tool_env", "verifiers.rubrics.rubric", "verifiers.rubrics.rubric_group",
         "verifiers.utils.message_utils", "datasets"])
     startup_timeout_s: float = 120.0
+    #: the interpreter the agent's code runs under; it must hold the inner stack the jobs are written for
+    #: (verifiers 0.2.0 and datasets: ``pip install 'ai-trains-ai[inner]'``). Default: this process's own. An
+    #: outer loop on another verifiers (the verifiers v1 adapter's venv, docs/verifiers.md) names the
+    #: project's main venv here, so jobs are still validated with the pinned stack.
+    python: str | None = None
 
 
 def bwrap_path() -> str | None:
@@ -261,15 +266,20 @@ class Sandbox:
             if mode == "fallback":
                 self.fallback_reason = "bubblewrap (bwrap) is not installed"
         preload = ",".join(self.settings.preload)
+        python = self.settings.python or sys.executable
+        if not os.access(python, os.X_OK):
+            raise SandboxError(f"the sandbox's interpreter {python} is not an executable: set "
+                               "probe.sandbox.python to a Python with the inner stack (pip install 'ai-trains-ai[inner]')")
         if mode == "bwrap":
             if not bwrap_path():
                 raise SandboxError("sandbox mode 'bwrap' requested but bubblewrap is not installed "
                                    "(apt-get install bubblewrap)")
-            argv = _bwrap_argv(self._work, self._runtime) + [sys.executable, *self._zygote_args("/opt/ait", preload)]
+            roots = python_roots(python) if self.settings.python else None
+            argv = _bwrap_argv(self._work, self._runtime, roots) + [python, *self._zygote_args("/opt/ait", preload)]
             env: dict[str, str] = {}
             self._work_inside, self._scratch_inside = "/sandbox", "/scratch"
         else:
-            argv = [sys.executable, *self._zygote_args(str(self._runtime), preload)]
+            argv = [python, *self._zygote_args(str(self._runtime), preload)]
             env = {"PATH": "/usr/bin:/bin", "HOME": str(self._scratch), "AIT_SANDBOX_NO_SETUID": "1",
                    "AIT_SANDBOX_FALLBACK": "1", "PYTHONDONTWRITEBYTECODE": "1"}
             self._work_inside, self._scratch_inside = str(self._work), str(self._scratch)

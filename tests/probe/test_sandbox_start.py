@@ -61,3 +61,27 @@ def test_a_failing_zygote_is_an_error_not_a_fallback(tmp_path, monkeypatch, capf
         assert "FALLING BACK" not in capfd.readouterr().err
     finally:
         sb.destroy()
+
+
+
+def test_the_agents_code_runs_under_the_interpreter_the_settings_name(tmp_path, make_env):
+    """``probe.sandbox.python``: the interpreter with the inner stack (an outer loop on another verifiers names
+    the project's venv); the jail binds its roots. The reference job validates under it; an interpreter that is
+    not an executable is refused, saying what to set."""
+    import sys
+    from pathlib import Path
+
+    from ait_env.agents.reference import ScriptedReferenceAgent
+    from ait_env.sandbox import SandboxSettings
+    from tests.helpers import play
+
+    venv_python = str(Path(sys.prefix) / "bin" / "python")   # as a user names it, not resolved
+    env = make_env(family="arithmetic", overrides={"env": {"probe": {"sandbox": {"python": venv_python}}}})
+    *_, info = play(env, ScriptedReferenceAgent(), seed=0)
+    assert info["reward"]["status"] == "scored" and info["reward"]["validated_attempt"] == 1, info["reward"]
+    bad = Sandbox(SandboxSettings(python=str(tmp_path / "no-python")))
+    try:
+        with pytest.raises(SandboxError, match="probe.sandbox.python"):
+            bad.new_workdir()
+    finally:
+        bad.destroy()
