@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import gymnasium as gym
 import pytest
 
 import ait_env  # noqa: F401  (registers the env)
-import torch
-from ait_env.tiny_models.chat import render
-from ait_env.tiny_models.model import TinyConfig, TinyLM
-from ait_env.tiny_models.tokenizer import ChatTokenizer, train_tokenizer
 from task_families import get_family
+
+if TYPE_CHECKING:  # torch and the tiny models only where a fixture needs them (.venv-vf1 has no torch)
+    from ait_env.tiny_models.model import TinyLM
+    from ait_env.tiny_models.tokenizer import ChatTokenizer
 
 
 from tests.helpers import worker_training_uid  # noqa: E402
@@ -99,12 +99,16 @@ def make_env(runs_dir: Path) -> Callable[..., gym.Env]:
 
 # ---- local backend: a micro model and tokenizer built in seconds (no cache, no download)
 def _texts(n: int = 300) -> list[str]:
+    from ait_env.tiny_models.chat import render
+
     f = get_family("arithmetic")
     return [render(f.eval_messages(i) + f.transcript(i), f.tool_schemas()) for i in f.generate(1, n)]
 
 
 @pytest.fixture(scope="session")
 def micro_tokenizer() -> ChatTokenizer:
+    from ait_env.tiny_models.tokenizer import ChatTokenizer, train_tokenizer
+
     return ChatTokenizer(train_tokenizer(_texts(), 512))
 
 
@@ -115,6 +119,9 @@ def micro_model(micro_tokenizer: ChatTokenizer, tmp_path_factory: pytest.TempPat
     Fitted once per test run: under xdist the first worker to need it saves its weights in the run's shared
     temporary folder (the parent of each worker's own), under a file lock, named by the tokenizer's
     vocabulary; the other worker loads them. Never shared between runs."""
+    import torch
+
+    from ait_env.tiny_models.model import TinyConfig, TinyLM
     import hashlib
     import os
 
@@ -135,6 +142,9 @@ def micro_model(micro_tokenizer: ChatTokenizer, tmp_path_factory: pytest.TempPat
 
 
 def _fit_micro_model(micro_tokenizer: ChatTokenizer) -> TinyLM:
+    import torch
+
+    from ait_env.tiny_models.model import TinyConfig, TinyLM
     torch.manual_seed(0)
     tok = micro_tokenizer
     m = TinyLM(TinyConfig(vocab_size=tok.vocab_size, max_position_embeddings=1024))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from pathlib import Path
 
 from ait_env.backends.base import Backend, BackendOptionsError, JobHandle
@@ -9,7 +11,7 @@ from ait_env.jobs.result import JobResult
 from ait_env.jobs.settings import BackendSettings, ModelInfo, TokenCounter
 
 __all__ = ["Backend", "BackendOptionsError", "BackendSettings", "JobHandle", "JobResult", "ModelInfo",
-           "TokenCounter", "make_backend"]
+           "TokenCounter", "backend_factory", "make_backend"]
 
 
 def make_backend(settings: BackendSettings, runs_dir: Path | str | None = None) -> Backend:
@@ -37,3 +39,14 @@ def make_backend(settings: BackendSettings, runs_dir: Path | str | None = None) 
         return SkypilotBackend(settings, runs_dir)
     raise ValueError(f"unknown backend {settings.name!r}; available: stub, local, gpu-local, runpod, skypilot. "
                      "Pass backend='stub' or add conf/backend/<name>.yaml with a matching implementation.")
+
+
+def backend_factory(spec: str | None) -> Callable[..., Backend]:
+    """:func:`make_backend`, or the ``module:Class`` that ``spec`` names (a custom or test backend, built as
+    ``Class(settings, runs_dir)``): what adapters that build their own backend accept as ``backend_factory``."""
+    if not spec:
+        return make_backend
+    mod, _, attr = spec.partition(":")
+    if not mod or not attr:
+        raise ValueError(f"backend_factory {spec!r}: give 'module:Class' (e.g. 'my_backends:FlakyBackend')")
+    return getattr(importlib.import_module(mod), attr)

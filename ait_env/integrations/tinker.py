@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import hashlib
-import importlib
 import json
 import logging
 import math
@@ -67,7 +66,7 @@ from tinker_cookbook.rl.rollout_strategy import MinViableGroup
 from tinker_cookbook.tokenizer_utils import get_tokenizer
 
 import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
-from ait_env.backends import Backend, make_backend
+from ait_env.backends import Backend, backend_factory
 from ait_env.config import compose, split_families
 from ait_env.observe.metrics import (
     Prices,
@@ -181,10 +180,7 @@ def run_backend(cfg: AdapterConfig) -> Backend:
     with _RUN_BACKENDS_LOCK:
         if key not in _RUN_BACKENDS or _RUN_BACKENDS[key][1].closed:
             settings = compose(backend=cfg.backend, overrides=cfg.env_overrides)
-            factory: Callable[..., Backend] = make_backend
-            if cfg.backend_factory:
-                mod, _, attr = cfg.backend_factory.partition(":")
-                factory = getattr(importlib.import_module(mod), attr)
+            factory = backend_factory(cfg.backend_factory)
             _RUN_BACKENDS[key] = (cfg.run_id, factory(settings.backend, settings.env.runs_path))
         return _RUN_BACKENDS[key][1]
 

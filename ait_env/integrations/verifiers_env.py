@@ -46,7 +46,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 import verifiers as vf
@@ -54,67 +54,22 @@ from datasets import Dataset
 
 import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.backends import Backend, make_backend
-from ait_env.config import compose, split_families
+from ait_env.config import compose
 from ait_env.episode.messages import action_text, env_arguments
-from ait_env.episode.spec import episode_tools, strip_tool_sections
+from ait_env.episode.spec import episode_tools
+from ait_env.integrations.episode_rows import GYM_ID, ToolFormat, episode_rows, opening, resolve_families
 from ait_env.integrations.verifiers_v0 import VERIFIERS_VERSION
-from task_families import FAMILY_NAMES
 
 __all__ = ["ENV_ID", "JobInfraFailed", "JobRubric", "JobWritingVerifiersEnv", "load_environment", "opening",
            "resolve_families", "scored_rewards", "tool_replies"]
 
 ENV_ID = "ait-job-writing"
-GYM_ID = "AIT/JobWriting-v0"
-ToolFormat = Literal["native", "text"]
 NOT_RUN = "error: this call was not run; see the note below."
 logger = logging.getLogger(__name__)
 
 
 class JobInfraFailed(vf.InfraError):
     """The episode could not be scored because our side failed (``infra_failed``): drop it."""
-
-
-# --------------------------------------------------------------------------- dataset
-def resolve_families(spec: str | Sequence[str]) -> list[str]:
-    """``"train"`` (families not held out), ``"heldout"``, ``"all"``, ``"a,b"`` or a list of names."""
-    train, held = split_families(FAMILY_NAMES)
-    named = {"train": train, "heldout": held, "all": list(FAMILY_NAMES)}
-    if isinstance(spec, str):
-        if spec in named:
-            return list(named[spec])
-        spec = [s.strip() for s in spec.split(",") if s.strip()]
-    unknown = [f for f in spec if f not in FAMILY_NAMES]
-    if unknown or not spec:
-        raise ValueError(f"families: unknown {unknown or spec!r}; use 'train', 'heldout', 'all' or names "
-                         f"from {list(FAMILY_NAMES)}")
-    return list(spec)
-
-
-def opening(messages: list[dict[str, Any]], tool_format: ToolFormat) -> list[dict[str, Any]]:
-    """The episode's first two messages as the model sees them (native tools: no text tool sections)."""
-    system, task = messages[0]["content"], messages[1]["content"]
-    if tool_format == "native":
-        system = strip_tool_sections(system)
-    return [{"role": "system", "content": system}, {"role": "user", "content": task}]
-
-
-def episode_rows(backend: Backend, overrides: Any, families: list[str], n: int, first_instance: int,
-                 tool_format: ToolFormat) -> list[dict[str, Any]]:
-    """``n`` rows cycling through ``families``; instance seeds ``first_instance + k // len(families)``.
-    Each prompt comes from a real ``reset`` (cheap: no job runs)."""
-    if n <= 0:
-        return []
-    env = gym.make(GYM_ID, backend=backend, overrides=overrides)
-    try:
-        rows = []
-        for k in range(n):
-            family, instance = families[k % len(families)], first_instance + k // len(families)
-            _, info = env.reset(seed=instance, options={"family": family, "instance": instance})
-            rows.append({"prompt": opening(info["messages"], tool_format),
-                         "info": {"family": family, "instance": instance}})
-        return rows
-    finally:
-        env.close()
 
 
 # --------------------------------------------------------------------------- rubric

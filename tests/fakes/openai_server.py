@@ -1,6 +1,6 @@
 """A scripted OpenAI-compatible chat server for tests and benchmarks.
 
-Serves ``POST /v1/chat/completions`` (non-streaming) and ``GET /v1/models`` on 127.0.0.1 at a free
+Serves ``POST /v1/chat/completions`` (a JSON answer, or server-sent events with ``stream``) and ``GET /v1/models`` on 127.0.0.1 at a free
 port, from an aiohttp app in a background thread. Replies come from a **policy**::
 
     policy(messages: list[dict], tools: list[dict]) -> dict   # an assistant message
@@ -76,6 +76,26 @@ def _normalise_tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+async def _stream(request: web.Request, head: dict[str, Any], message: dict[str, Any], finish: str,
+                  usage: dict[str, int], options: dict[str, Any]) -> web.StreamResponse:
+    """The answer as OpenAI's server-sent events: one ``chat.completion.chunk`` with the whole message as its
+    delta (tool calls with their ``index``), a usage chunk when ``stream_options.include_usage``, ``[DONE]``."""
+    delta = {k: v for k, v in message.items() if v is not None}
+    if "tool_calls" in delta:
+        delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(delta["tool_calls"])]
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    chunks = [{**head, "object": "chat.completion.chunk",
+               "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}]
+    if options.get("include_usage"):
+        chunks.append({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+    for chunk in chunks:
+        await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": {"message": message, "type": "scripted_error", "code": status}},
                              status=status)
@@ -123,9 +143,6 @@ class ScriptedOpenAIServer:
         if not isinstance(messages, list) or not messages:
             self._count(400)
             return _error(400, "messages must be a non-empty list")
-        if body.get("stream"):
-            self._count(400)
-            return _error(400, "streaming is not supported by the scripted server")
         with self._lock:
             self.requests.append(body)
         for m in messages:  # what vLLM does before rendering the chat template
@@ -160,13 +177,16 @@ class ScriptedOpenAIServer:
         prompt_chars = sum(len(str(m.get("content") or "")) for m in messages)
         completion_chars = len(message["content"] or "") + sum(len(json.dumps(c)) for c in calls)
         self._count(200)
-        return web.json_response({
-            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model", self.model),
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": "tool_calls" if calls else "stop"}],
-            "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": completion_chars // 4,
-                      "total_tokens": (prompt_chars + completion_chars) // 4}})
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "created": int(time.time()),
+                "model": body.get("model", self.model)}
+        usage = {"prompt_tokens": prompt_chars // 4, "completion_tokens": completion_chars // 4,
+                 "total_tokens": (prompt_chars + completion_chars) // 4}
+        finish = "tool_calls" if calls else "stop"
+        if body.get("stream"):
+            return await _stream(request, head, message, finish, usage, body.get("stream_options") or {})
+        return web.json_response({**head, "object": "chat.completion",
+                                  "choices": [{"index": 0, "message": message, "logprobs": None,
+                                               "finish_reason": finish}], "usage": usage})
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> ScriptedOpenAIServer:
