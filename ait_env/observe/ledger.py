@@ -161,7 +161,7 @@ class CostLedger:
         already has a record of that job for its episode; it closes the job's open reservation (the one held
         for ``meta["job_id"]``) when there is one. One step under the ledger's lock, so two processes
         recovering the same charge write it once. True when written: a charge a killed episode took from a
-        backend's journal and never wrote here (fleet/journal.py ``torn_charges``)."""
+        backend's journal and never wrote here (fleet/journal/costs.py ``torn_charges``)."""
         job_id = record.meta.get("job_id")
         with self._locked() as fd:
             records = self.records()
