@@ -144,7 +144,14 @@ def generic_files(family: str, model: str, backend: str, task_text: str) -> File
         raise ExpertError("the task text has no dev examples to build the generic job from")
     rows = "\n".join(f"    {json.dumps(e, ensure_ascii=False)}," for e in examples)
     env = GENERIC_ENV.format(system=eval_system_prompt(task_text), examples=rows)
-    return {"job.toml": generic_toml(reference_files(family, model, backend)["job.toml"]), "environment.py": env}
+    toml = generic_toml(reference_files(family, model, backend)["job.toml"])
+    bound = re.search(r"seq_len <= (\d+)", task_text)
+    # twice the reference's seq_len where the task allows it: the generic prompt (the dev examples and the eval's
+    # system prompt) is longer than the reference's, and a copy a few bytes longer must still fit (the local
+    # backend's 1,536-token context does not allow it; its short turns fit the reference's 1,024)
+    toml = re.sub(r"(?m)^seq_len = (\d+)$", lambda m: f"seq_len = {2 * int(m.group(1))}"
+                  if bound and 2 * int(m.group(1)) <= int(bound.group(1)) else m.group(0), toml, count=1)
+    return {"job.toml": toml, "environment.py": env}
 
 
 # --------------------------------------------------------------------------- flawed first attempts
