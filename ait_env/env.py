@@ -51,7 +51,7 @@ from ait_env.probe import ValidationProbe
 from ait_env.probe.dynamic import DynamicProbe
 from ait_env.sandbox.workspace import Workspace
 from task_families import FAMILY_NAMES, get_family
-from task_families.base import TOOLS_MODULE_NAME, Bounds, TaskFamily, TaskSpec
+from task_families.base import TASK_DATA_MODULE_NAME, TOOLS_MODULE_NAME, Bounds, TaskFamily, TaskSpec
 
 _log = logging.getLogger("ait_env")
 
@@ -127,7 +127,8 @@ class JobWritingEnv(gym.Env[str, str]):
         instance = options.get("instance")
         instance_seed = int(instance) if instance is not None else int(self.np_random.integers(0, 2**31 - 1))
         self._spec = self._family.make_task(instance_seed, self._bounds())
-        extra = {TOOLS_MODULE_NAME + ".py": self._family.tools_source()}
+        extra = {TOOLS_MODULE_NAME + ".py": self._family.tools_source(),
+                 TASK_DATA_MODULE_NAME + ".py": self._family.task_data_source(self._spec)}
         self._ws = Workspace.from_template(self._family.template_dir, quota=self.settings.env.workspace,
                                            read_only=extra)
         self._ws.root.joinpath("INSTRUCTIONS.md").write_text(self._family.instructions_text(), encoding="utf-8")

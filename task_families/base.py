@@ -54,6 +54,8 @@ AST_LOCK = threading.Lock()
 
 #: Name under which a family's tool module is importable inside a workspace and a job bundle.
 TOOLS_MODULE_NAME = "family_tools"
+#: Name of the read-only workspace module that holds a task's public data (:meth:`TaskFamily.task_data_source`).
+TASK_DATA_MODULE_NAME = "task_data"
 
 
 class Instance(BaseModel):
@@ -376,6 +378,20 @@ class TaskFamily(ABC):
     def tools_source(self) -> str:
         return Path(inspect.getfile(self.tools_module)).read_text(encoding="utf-8")
 
+    def task_data_source(self, spec: "TaskSpec") -> str:
+        """The read-only workspace module ``task_data.py`` of one task: the data the task text shows
+        (the hidden eval's system prompt, the dev examples), importable so that a job uses it without
+        copying it by hand. Public data only: the hidden eval never enters it."""
+        rows = "\n".join(f"    {json.dumps({'question': e.question, 'answer': e.answer}, ensure_ascii=False)},"
+                         for e in spec.dev_examples)
+        return (f'"""Public data of task {spec.instance_id} (read-only): what the task text shows.\n\n'
+                f'Use it from your environment: ``from {TASK_DATA_MODULE_NAME} import SYSTEM_PROMPT, DEV_EXAMPLES``.\n"""\n\n'
+                f"FAMILY = {self.name!r}\n"
+                f"#: the system prompt the hidden eval gives the trained model\n"
+                f"SYSTEM_PROMPT = {self.eval_system_prompt!r}\n"
+                f"#: the task's dev examples (never in the hidden eval)\n"
+                f"DEV_EXAMPLES = [\n{rows}\n]\n")
+
     @property
     def template_dir(self) -> Path:
         return Path(inspect.getfile(type(self))).parent / "template"
@@ -466,6 +482,8 @@ you never see them, and copying dev examples into training data does not help.
 
 ## Dev examples
 {examples}
+(The eval's system prompt and these examples are also importable: `from {TASK_DATA_MODULE_NAME} import SYSTEM_PROMPT,
+DEV_EXAMPLES`, read-only in your workspace.)
 
 Read INSTRUCTIONS.md for the job format, then write `job.toml` and `environment.py` and call
 `submit_job`. Use `get_baseline_scores` to see how the untrained base models score.

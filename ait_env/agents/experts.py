@@ -10,10 +10,10 @@ which names the family, and ``get_baseline_scores`` in one turn), then writes ``
 - ``slot``: a job of the slot policy's menu (:mod:`ait_env.agents.slot_policy`) with every slot drawn at random,
   the base model included one time in five (else the best baseline): varied, not always good, so that RL later
   has choices to tell apart;
-- ``generic``: a family-agnostic job any task allows: the task's dev examples (copied from the task text) as
-  the dataset, the eval's system prompt (quoted in the task text), a reward for the answer appearing in the
-  model's final message, the reference's ``job.toml`` settings. It needs no knowledge of the family, so it
-  is what transfers to a family never seen (stateless families only: a stateful family's probe needs a
+- ``generic``: a family-agnostic job any task allows: the task's dev examples as the dataset and the eval's
+  system prompt, both imported from the workspace's read-only ``task_data`` module (never copied by hand), a
+  reward for the answer appearing in the model's final message, the reference's ``job.toml`` settings. Its
+  ``environment.py`` is the same text for every task, so it is what transfers to a family never seen (stateless families only: a stateful family's probe needs a
   world per rollout);
 - ``recover``: a flawed first submission (the untouched template, another family's environment, or an
   unfilled base model), the probe's answer, then the ``generic`` job. The flawed turn is in the conversation
@@ -30,14 +30,13 @@ a demonstration whose intended job fails validation raises :class:`ExpertError` 
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ait_env.agents.reference import baseline_scores, pick_model, tool_call
-from ait_env.agents.slot_policy import SLOTS, job_files, slots_for
+from ait_env.agents.slot_policy import job_files, slots_for
 from task_families import FAMILY_NAMES, get_family, reference_files
 
 STRATEGIES = ("reference", "slot", "generic", "recover")
@@ -65,27 +64,6 @@ class Demonstration:
 
 
 # --------------------------------------------------------------------------- reading the task
-_DEV = re.compile(r'^\s*\d+\. question: (".*")\s*\n\s*answer: (".*")\s*$', re.M)
-_EVAL_PROMPT = re.compile(r"^> (.+)$", re.M)
-
-
-def dev_examples(task_text: str) -> list[dict[str, str]]:
-    """The task's dev examples (``question``/``answer`` pairs written as JSON strings in the task text)."""
-    out = []
-    for q, a in _DEV.findall(task_text):
-        try:
-            out.append({"question": json.loads(q), "answer": json.loads(a)})
-        except ValueError:
-            continue
-    return out
-
-
-def eval_system_prompt(task_text: str) -> str:
-    """The hidden eval's system prompt, quoted (``> ...``) in the task text; "" when there is none."""
-    m = _EVAL_PROMPT.search(task_text)
-    return m.group(1).strip() if m else ""
-
-
 def template_family(job_toml: str) -> str:
     m = re.search(r'(?m)^family = "([^"]+)"', job_toml)
     return m.group(1) if m else ""
@@ -96,11 +74,7 @@ GENERIC_ENV = '''import verifiers as vf
 from datasets import Dataset
 
 from family_tools import TOOLS
-
-SYSTEM_PROMPT = {system!r}
-EXAMPLES = [
-{examples}
-]
+from task_data import DEV_EXAMPLES, SYSTEM_PROMPT
 
 
 def reward(completion, answer, **kwargs) -> float:
@@ -109,7 +83,7 @@ def reward(completion, answer, **kwargs) -> float:
 
 
 def load_environment(num_examples: int = 64, **kwargs) -> vf.Environment:
-    rows = (EXAMPLES * num_examples)[:num_examples]
+    rows = (DEV_EXAMPLES * num_examples)[:num_examples]
     rubric = vf.Rubric(funcs=[reward])
     return vf.ToolEnv(dataset=Dataset.from_list(rows), tools=TOOLS, rubric=rubric, system_prompt=SYSTEM_PROMPT,
                       max_turns=6)
@@ -139,11 +113,6 @@ def generic_toml(reference_toml: str) -> str:
 
 def generic_files(family: str, model: str, backend: str, task_text: str) -> Files:
     """The ``generic`` strategy's job (module docstring): short, so that a small model copies it whole."""
-    examples = dev_examples(task_text)
-    if not examples:
-        raise ExpertError("the task text has no dev examples to build the generic job from")
-    rows = "\n".join(f"    {json.dumps(e, ensure_ascii=False)}," for e in examples)
-    env = GENERIC_ENV.format(system=eval_system_prompt(task_text), examples=rows)
     toml = generic_toml(reference_files(family, model, backend)["job.toml"])
     bound = re.search(r"seq_len <= (\d+)", task_text)
     # twice the reference's seq_len where the task allows it: the generic prompt (the dev examples and the eval's
@@ -151,7 +120,7 @@ def generic_files(family: str, model: str, backend: str, task_text: str) -> File
     # backend's 1,536-token context does not allow it; its short turns fit the reference's 1,024)
     toml = re.sub(r"(?m)^seq_len = (\d+)$", lambda m: f"seq_len = {2 * int(m.group(1))}"
                   if bound and 2 * int(m.group(1)) <= int(bound.group(1)) else m.group(0), toml, count=1)
-    return {"job.toml": toml, "environment.py": env}
+    return {"job.toml": toml, "environment.py": GENERIC_ENV}
 
 
 # --------------------------------------------------------------------------- flawed first attempts

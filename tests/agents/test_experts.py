@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
 import gymnasium as gym
 import pytest
 
-from ait_env.agents.experts import STRATEGIES, ExpertError, demonstrate, dev_examples, eval_system_prompt, generic_files
+from ait_env.agents.experts import GENERIC_ENV, STRATEGIES, ExpertError, demonstrate, generic_files
 
 
 @pytest.fixture
@@ -18,15 +19,18 @@ def env(runs_dir: Any) -> Any:
     e.close()
 
 
-def test_the_task_text_gives_the_dev_examples_and_the_eval_prompt(env: Any) -> None:
+def test_the_workspace_gives_the_task_texts_data_and_the_generic_job_uses_it(env: Any) -> None:
     _, info = env.reset(seed=3, options={"family": "triage"})
-    task = info["messages"][1]["content"]
-    examples = dev_examples(task)
-    assert len(examples) == 3 and all(e["question"].startswith("Incident inc-") for e in examples)
-    assert all(e["answer"].startswith("service=") for e in examples)
-    assert eval_system_prompt(task).startswith("Triage the incident")
+    task, ws = info["messages"][1]["content"], env.unwrapped.workspace
+    space: dict[str, Any] = {}
+    exec((ws.root / "task_data.py").read_text(), space)   # our own module, read-only in the workspace
+    examples = space["DEV_EXAMPLES"]
+    assert len(examples) == 3 and all(json.dumps(e["question"]) in task and json.dumps(e["answer"]) in task
+                                      for e in examples)
+    assert space["SYSTEM_PROMPT"].startswith("Triage the incident") and f"> {space['SYSTEM_PROMPT']}" in task
+    assert "task_data.py" in ws.read_only and "from task_data import" in task
     files = generic_files("triage", "Qwen/Qwen3-1.7B", "stub", task)
-    assert examples[0]["answer"] in files["environment.py"] and 'family = "triage"' in files["job.toml"]
+    assert files["environment.py"] == GENERIC_ENV and 'family = "triage"' in files["job.toml"]
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
