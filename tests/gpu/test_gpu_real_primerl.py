@@ -4,9 +4,9 @@
     AIT_TRAINING_UID=61031 AIT_PRIME_RL_DIR=~/.cache/ai-trains-ai/prime-rl-v0.7.0/prime-rl \\
         .venv/bin/python -m pytest -m slow tests/gpu/test_gpu_real_primerl.py -v -s
 
-(the default ``-n 2`` runs the cases side by side: each jail mode gets a training uid of its own,
-``$AIT_TRAINING_UID`` + 0 / + 1, since every jail kills all processes of its uid; give each suite its own
-base. User mode needs every folder above prime-rl's interpreter to let the training uid pass: under a
+(the default ``-n 2`` runs the cases side by side: each case gets a training uid of its own, the dry runs
+``$AIT_TRAINING_UID`` + 0 / + 1, the liveness cases + 2..9, since every jail kills all processes of its uid;
+give each suite its own base. User mode needs every folder above prime-rl's interpreter to let the training uid pass: under a
 0700 home the test opens them (``o+x``) for its run and restores them after.)
 
 For each jail mode (``bwrap``, ``user``, ``none``) and every family's reference bundle:
@@ -18,6 +18,12 @@ For each jail mode (``bwrap``, ``user``, ``none``) and every family's reference 
   run (``tests/gpu/primerl_env_probe.py``: ``prime_rl.orchestrator.envs.Env.start``: a ``spawn`` child with
   verifiers' legacy server, its address over a ``multiprocessing`` queue, then ``info()``), and
   ``localhost`` must resolve and a ``multiprocessing`` queue must work in the jail.
+
+``-k broken`` (issue 48): for the ``bwrap`` and ``none`` jails and four broken environments (raises, ``os._exit``,
+``sys.exit``, a sleep at import), ``PrimeRLExecutor.train`` with the real launcher, orchestrator and env server
+(``inference`` and ``torchrun`` are programs that wait) must end the job ``job_failed`` within 120 s of the env
+server's start, naming the cause. On a CPU install the orchestrator imports only with an import-only
+``ring_flash_attn`` (:data:`RING_FLASH_ATTN_STUB`; flash_attn is a CUDA build), used only where needed.
 """
 
 from __future__ import annotations
@@ -85,21 +91,22 @@ def bundles() -> Iterator[dict[str, Any]]:
 
 
 #: each jail mode's training uid above $AIT_TRAINING_UID: cases run side by side under -n 2, and a jail kills
-#: every process of its uid when it ends
+#: every process of its uid when it ends (the liveness cases take uids of their own above these: ``case``)
 UID_OFFSET = {"bwrap": 0, "user": 1}
 
 
-def _jail(mode: str) -> JailConfig:
+def _jail(mode: str, case: int = 0) -> JailConfig:
+    """The jail of one test case; ``case`` > 0 gives it a training uid no other case uses."""
     root = os.getuid() == 0
     if mode == "bwrap":
         ok, why = bwrap_works()
         if not ok:
             pytest.skip(f"bubblewrap cannot run here: {why}")
-        return JailConfig(mode="bwrap", uid=training_uid() + UID_OFFSET[mode] if root else None)
+        return JailConfig(mode="bwrap", uid=training_uid() + UID_OFFSET[mode] + 2 * case if root else None)
     if mode == "user":
         if not root:
             pytest.skip("the user jail needs root")
-        return JailConfig(mode="user", uid=training_uid() + UID_OFFSET[mode])
+        return JailConfig(mode="user", uid=training_uid() + UID_OFFSET[mode] + 2 * case)
     return JailConfig(mode="none")
 
 
@@ -203,6 +210,53 @@ BROKEN_ENVS = {
 FAKE_PROGRAM = "#!/bin/sh\necho \"fake $(basename $0) (no GPU here): waiting\"\nexec sleep 100000\n"
 
 
+#: gives the stand-in tokenizer (SmolLM2's) the special tokens prime-rl's Qwen3 renderer looks up, and no unk token
+QWEN3_TOKENS_ADDER = (
+    "import sys\nfrom transformers import AutoTokenizer\n"
+    "tok = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+    "need = ['<|im_start|>', '<|im_end|>', '<|endoftext|>', '<tool_call>', '</tool_call>', '<tool_response>',\n"
+    "        '</tool_response>', '<think>', '</think>']\n"
+    "tok.add_special_tokens({'additional_special_tokens': [t for t in need if t not in tok.get_vocab()]})\n"
+    "tok.save_pretrained(sys.argv[1])\n"
+    # SmolLM2's unk token is <|endoftext|> (id 0); Qwen3 has none, and the renderer refuses an id equal to unk's
+    "import json, pathlib\n"
+    "for name in ('special_tokens_map.json', 'tokenizer_config.json'):\n"
+    "    p = pathlib.Path(sys.argv[1], name)\n"
+    "    if p.is_file():\n"
+    "        d = json.loads(p.read_text()); d.pop('unk_token', None); p.write_text(json.dumps(d))\n")
+#: what prime-rl's CPU-only install lacks for the orchestrator to import: ``prime_rl/utils/cp.py`` (reached from
+#: ``orchestrator.py`` -> ``prime_rl.trainer.model``) imports ``update_ring_flash_attn_params`` from
+#: ``ring_flash_attn``, which imports ``flash_attn``'s CUDA kernels. The orchestrator never calls it (context
+#: parallelism is the trainer's); the stub raises if anything does. Everything else runs as installed.
+RING_FLASH_ATTN_STUB = (
+    '"""Import-only stand-in for ring_flash_attn on a CPU (flash_attn is a CUDA build)."""\n\n\n'
+    "def update_ring_flash_attn_params(*args, **kwargs):\n"
+    "    raise RuntimeError('ring_flash_attn stub: this CPU test has no CUDA kernels')\n")
+
+
+def _cuda_kernel_stub_needed(venv: Path) -> bool:
+    """Whether the orchestrator needs :data:`RING_FLASH_ATTN_STUB` to import (a CPU install), else skip the
+    test saying why it cannot import at all."""
+    def imports(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(venv / "python"), "-c", "import prime_rl.orchestrator.orchestrator"],
+                              capture_output=True, text=True, timeout=300, check=False, env={**os.environ, **env})
+
+    probe = imports({})
+    if probe.returncode == 0:      # the GPU image: flash_attn is installed
+        return False
+    last = (probe.stderr.strip().splitlines() or ["?"])[-1][:200]
+    if "flash_attn" not in probe.stderr:   # e.g. torchtitan: install_primerl.sh --git-dep torchtitan=<mirror>
+        pytest.skip(f"prime-rl's orchestrator cannot be imported from this install ({last})")
+    with tempfile.TemporaryDirectory() as stubs:
+        Path(stubs, "ring_flash_attn").mkdir()
+        Path(stubs, "ring_flash_attn", "__init__.py").write_text(RING_FLASH_ATTN_STUB)
+        again = imports({"PYTHONPATH": stubs})
+    if again.returncode != 0:
+        pytest.skip("prime-rl's orchestrator cannot be imported even with ring_flash_attn stubbed "
+                    f"({(again.stderr.strip().splitlines() or ['?'])[-1][:200]})")
+    return True
+
+
 @pytest.mark.parametrize("mode", ["bwrap", "none"])
 @pytest.mark.parametrize("broken", sorted(BROKEN_ENVS))
 def test_real_primerl_a_broken_environment_is_job_failed_within_120_s_of_its_start(
@@ -221,14 +275,7 @@ def test_real_primerl_a_broken_environment_is_job_failed_within_120_s_of_its_sta
     if why:
         pytest.skip(why)
     venv = PRIME_RL / ".venv" / "bin"
-    probe = subprocess.run([str(venv / "python"), "-c", "import prime_rl.trainer.model"], capture_output=True,
-                           text=True, timeout=300, check=False)
-    if probe.returncode != 0:   # the orchestrator imports it (orchestrator.py: setup_tokenizer)
-        # on a CPU install: torchtitan (a git source: install_primerl.sh --git-dep torchtitan=<mirror>), then
-        # flash_attn (prime_rl/utils/cp.py via trainer/models), a CUDA build no CPU machine installs
-        pytest.skip("prime-rl's orchestrator cannot be imported from this install (prime_rl.trainer.model: "
-                    f"{probe.stderr.strip().splitlines()[-1][:200]}): run it on the GPU image "
-                    "(scripts/gpu_e2e.sh runs it)")
+    cuda_stub = _cuda_kernel_stub_needed(venv)
     old, new, cause = BROKEN_ENVS[broken]
     root = Path(tempfile.mkdtemp(prefix="ait-live-", dir="/tmp"))
     root.chmod(0o755)
@@ -255,8 +302,15 @@ def test_real_primerl_a_broken_environment_is_job_failed_within_120_s_of_its_sta
             pytest.skip("needs SmolLM2's tokenizer: python -m ait_env.agent_models.obtain smollm2-135m")
         for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json"):
             shutil.copy(smol / name, snap / name)
+        # prime-rl's Qwen3 renderer (deps/renderers/renderers/qwen3.py, Qwen3Renderer.__init__) asserts Qwen3's
+        # special tokens are in the vocabulary: add the ones SmolLM2's lacks, with the install's transformers
+        subprocess.run([str(venv / "python"), "-c", QWEN3_TOKENS_ADDER, str(snap)], check=True, timeout=300,
+                       capture_output=True)
         for name in ("inference", "torchrun"):
             (fakebin / name).write_text(FAKE_PROGRAM)
+        if cuda_stub:
+            (fakebin / "cpu-stubs" / "ring_flash_attn").mkdir(parents=True)
+            (fakebin / "cpu-stubs" / "ring_flash_attn" / "__init__.py").write_text(RING_FLASH_ATTN_STUB)
         for f in fakebin.iterdir():
             f.chmod(0o755)
         ws = root / "ws"
@@ -271,15 +325,19 @@ def test_real_primerl_a_broken_environment_is_job_failed_within_120_s_of_its_sta
         bundle = build_bundle(ws, job, get_family("arithmetic"), root / "jobs", job_id=f"live-{broken}")
         for path in [root, *root.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else (path.stat().st_mode & 0o777) | 0o644)
-        cfg = _jail(mode)
+        # the executor's own PYTHONPATH (the bundle's src, PrimeRLExecutor.child_env), then the stub's folder
+        python_path = ({"PYTHONPATH": os.pathsep.join([str(bundle.root.resolve() / "src"), str(fakebin / "cpu-stubs")])}
+                       if cuda_stub else {})
+        cfg = _jail(mode, case=1 + sorted(BROKEN_ENVS).index(broken))   # -n 2: never another case's uid
         monkeypatch.setenv(JAIL_ENV, cfg.model_dump_json())
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
         settings = BackendSettings(name="gpu", models=[ModelInfo(name=MODEL)], bounds=BackendBounds(),
                                    options={"primerl_cmd": [str(fakebin / "rl")], "gpus": [0], "dry_run": True,
                                             "colocated_gpu_memory_utilization": 0.3, "kill_grace_s": 2.0,
-                                            "readable": [str(fakebin), str(PRIME_RL)], "wall_clock_s": 600.0,
+                                            "readable": [str(fakebin), str(PRIME_RL), *program_paths(venv / "python")], "wall_clock_s": 600.0,
                                             "env": {"PATH": f"{fakebin}:{venv}:/usr/bin:/bin",
-                                                    "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(root / "hf")}})
+                                                    "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(root / "hf"),
+                                                    **python_path}})
         lines: list[str] = []
         stamps: list[tuple[float, str]] = []
 
