@@ -56,6 +56,26 @@ def test_hidden_set_excludes_dev_examples(name):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
+def test_task_data_is_what_the_task_text_shows_and_nothing_hidden(name):
+    """The workspace's read-only ``task_data.py``: the spec's dev examples and the eval's system prompt, as the
+    task text shows them; valid Python whatever quotes the texts hold; no hidden-eval question."""
+    import json
+
+    from task_families.base import Bounds
+
+    fam = get_family(name)
+    spec = fam.make_task(7, Bounds(base_models=["m"], max_steps=10, max_batch_size=64, max_group_size=8,
+                                   max_seq_len=2048, max_tokens=256))
+    space: dict = {}
+    exec(compile(fam.task_data_source(spec), "task_data.py", "exec"), space)
+    assert space["FAMILY"] == name and space["SYSTEM_PROMPT"] == fam.eval_system_prompt
+    assert f"> {space['SYSTEM_PROMPT']}" in spec.text
+    assert space["DEV_EXAMPLES"] == [{"question": e.question, "answer": e.answer} for e in spec.dev_examples]
+    assert all(json.dumps(e["question"]) in spec.text for e in space["DEV_EXAMPLES"])
+    assert not {i.key for i in spec.dev_examples} & {i.key for i in hidden_set(name)}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
 def test_tools_are_plain_typed_documented_functions(name):
     fam = get_family(name)
     for schema in fam.tool_schemas():
