@@ -90,10 +90,13 @@ class _Polling(_State):
         job_id, o, now = entry.job_id, self.options, self._clock()
         assert job_id is not None
         if isinstance(answer, AttemptGone):
-            # the job is gone (its result expired, or its ttl ran out): it may have run up to now
+            # the job is gone (its result expired, or its ttl ran out): it may have run up to now, if this id is
+            # surely this attempt's job (seen in flight under it); an id never seen so (an adopted attempt, an id
+            # the provider gave twice while the first holder's record was lost) may name another job, and this
+            # attempt's own may still run: its whole bound
             self._attempt_failed(entry, "expired", f"the result of {job_id} expired before it was read "
                                                    f"({answer}); charged at its bound, estimated",
-                                 self._bound_bill(entry, now))
+                                 self._bound_bill(entry, now if entry.seen else None))
             return
         if isinstance(answer, Exception):
             entry.status_errors += 1

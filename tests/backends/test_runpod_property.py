@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -91,11 +92,10 @@ def base_settings() -> Any:
     return backend_settings(**LIMITS)   # conf/backend/runpod.yaml read once, not per schedule
 
 
-def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path, base: Any) -> None:
-    clock = Clock()
-    ids = [j.job_id for j in jobs[: s["jobs"]]]
+def make_fake(s: dict[str, Any], ids: list[str], clock: Clock) -> tuple[FakeServerlessClient, Callable[[dict[str, Any]], int]]:
+    """The fake Runpod of schedule ``s`` (its plan, timings, billing faults, outages) and ``which``: a run
+    input's job index."""
     calls = {"run": 0}
-
     index: dict[str, int] = {}        # a payload's bundle -> the job's index (decoded once per bundle)
 
     def which(inp: dict[str, Any]) -> int:
@@ -124,6 +124,13 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path, base: Any) -> N
     for route, key in (("status", "status_outages"), ("cancel", "cancel_outages"), ("run", "run_outages")):
         for start, length in s[key]:
             fake.outage(route, t0 + start, t0 + start + length)
+    return fake, which
+
+
+def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path, base: Any) -> None:
+    clock = Clock()
+    ids = [j.job_id for j in jobs[: s["jobs"]]]
+    fake, which = make_fake(s, ids, clock)
     per_job = (BOUND_S + 5) * RATE      # what one job holds: its bound plus the idle bound
     budget = None if s["budget_bounds"] is None else round(s["budget_bounds"] * per_job, 6)
     opts = {**base.options, "max_in_flight": s["max_in_flight"], "retry_budget": s["retry_budget"],
