@@ -84,7 +84,8 @@ def test_an_attempt_unreadable_up_to_its_deadline_is_cancelled_before_it_is_sent
 # ---------------------------------------------------------------------------------------------- item 2
 def test_an_expired_result_is_charged_at_its_bound_and_marked_estimated(tmp_path):
     """Item 2: a result that is gone (404) before it was read was an attempt that ran: it is charged at its
-    bound (the time from its send to the 404), marked estimated, and the job is sent again."""
+    bound (the time from its send to the 404: it was seen in flight under its id), marked estimated, and the job
+    is sent again."""
     fake = timed(plan=lambda inp, n: "expired" if n == 1 else "ok")
     (job,) = bundles(tmp_path, 1)
     with backend(tmp_path, fake, poll_interval_s=0.02) as b:
@@ -98,6 +99,22 @@ def test_an_expired_result_is_charged_at_its_bound_and_marked_estimated(tmp_path
         costs = b.run_costs()
         assert costs.estimated == pytest.approx(first["cost_usd"] + first["idle_usd"])
         assert r.timings["runpod_estimated_usd"] == pytest.approx(first["cost_usd"])
+
+
+def test_a_404_for_an_id_never_seen_in_flight_is_charged_the_whole_bound(tmp_path):
+    """Issue 47: a 404 says the job behind an id ended by now only when that id was seen in flight for this
+    attempt; here the first read comes after the result is gone, so nothing says when (or whether) this
+    attempt's own job ran (an id given twice, an adopted attempt): its whole bound, estimated."""
+    import math
+
+    fake = timed(plan=lambda inp, n: "expired" if n == 1 else "ok")
+    (job,) = bundles(tmp_path, 1)
+    with backend(tmp_path, fake, poll_interval_s=1.5) as b:
+        r = b.run(job, timeout=60)
+        first = b.journal.get(b._key(job), history=True).history[0]
+        assert r.status == "succeeded" and first["status"] == "expired" and first["estimated"] == 1
+        assert first["execution_time_ms"] == math.ceil(b.dispatch.limits().bound_s - 1e-9) * 1000
+        journal_covers_the_bill(b, fake)
 
 
 # ---------------------------------------------------------------------------------------------- item 5
