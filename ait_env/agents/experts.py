@@ -12,8 +12,9 @@ which names the family, and ``get_baseline_scores`` in one turn), then writes ``
   has choices to tell apart;
 - ``generic``: a family-agnostic job any task allows: the task's dev examples as the dataset and the eval's
   system prompt, both imported from the workspace's read-only ``task_data`` module (never copied by hand), a
-  reward for the answer appearing in the model's final message, the reference's ``job.toml`` settings. Its
-  ``environment.py`` is the same text for every task, so it is what transfers to a family never seen (stateless families only: a stateful family's probe needs a
+  reward for the answer appearing in the model's final message, one ``job.toml`` (:data:`GENERIC_TOML`) within
+  every task's bounds. Both files are the same text for every task but the family and the base model, so it is
+  what transfers to a family never seen (stateless families only: a stateful family's probe needs a
   world per rollout);
 - ``recover``: a flawed first submission (the untouched template, another family's environment, or an
   unfilled base model), the probe's answer, then the ``generic`` job. The flawed turn is in the conversation
@@ -88,39 +89,37 @@ def load_environment(num_examples: int = 64, **kwargs) -> vf.Environment:
     return vf.ToolEnv(dataset=Dataset.from_list(rows), tools=TOOLS, rubric=rubric, system_prompt=SYSTEM_PROMPT,
                       max_turns=6)
 '''
-#: the reference job.toml's keys the generic job keeps (the rest take prime-rl's defaults): short to copy
-GENERIC_KEYS = {"job": ("family", "base_model", "environment"),
-                "prime_rl": ("max_steps", "seq_len", "batch_size", "group_size"),
-                "prime_rl.sampling": ("temperature", "max_tokens"), "prime_rl.optim": ("lr",)}
+#: the generic ``job.toml``: the same settings for every family and backend (within every task's bounds: the
+#: local backend's 1,536-token context and 64-token turns are the tightest), so that only the family (named in the
+#: template the agent reads first) and the base model change; a small model cannot tell which of a dozen
+#: per-family, per-backend reference settings a task wants (the fourth run wrote the local backend's on stub)
+GENERIC_TOML = """[job]
+family = "{family}"
+base_model = "{model}"
+environment = "environment.py"
 
+[prime_rl]
+max_steps = 40
+seq_len = 1536
+batch_size = 64
+group_size = 8
 
-def generic_toml(reference_toml: str) -> str:
-    """The reference ``job.toml`` cut to :data:`GENERIC_KEYS` (no comments) and 64 rows of ``[env]``."""
-    out, table = [], ""
-    for line in reference_toml.splitlines():
-        line = line.split(" #", 1)[0].rstrip()
-        head = re.fullmatch(r"\[(.+)\]", line)
-        if head:
-            table = head.group(1)
-            if table in GENERIC_KEYS:
-                out += (["", line] if out else [line])
-            continue
-        key = line.split("=", 1)[0].strip()
-        if table in GENERIC_KEYS and key in GENERIC_KEYS[table]:
-            out.append(line)
-    return "\n".join(out + ["", "[env]", "num_examples = 64", ""])
+[prime_rl.sampling]
+temperature = 0.7
+max_tokens = 64
+
+[prime_rl.optim]
+lr = 3e-6
+
+[env]
+num_examples = 64
+"""
 
 
 def generic_files(family: str, model: str, backend: str, task_text: str) -> Files:
-    """The ``generic`` strategy's job (module docstring): short, so that a small model copies it whole."""
-    toml = generic_toml(reference_files(family, model, backend)["job.toml"])
-    bound = re.search(r"seq_len <= (\d+)", task_text)
-    # twice the reference's seq_len where the task allows it: the generic prompt (the dev examples and the eval's
-    # system prompt) is longer than the reference's, and a copy a few bytes longer must still fit (the local
-    # backend's 1,536-token context does not allow it; its short turns fit the reference's 1,024)
-    toml = re.sub(r"(?m)^seq_len = (\d+)$", lambda m: f"seq_len = {2 * int(m.group(1))}"
-                  if bound and 2 * int(m.group(1)) <= int(bound.group(1)) else m.group(0), toml, count=1)
-    return {"job.toml": toml, "environment.py": GENERIC_ENV}
+    """The ``generic`` strategy's job (module docstring): the same text for every task but the family and the
+    base model, so that a small model copies it whole and it transfers to a family never seen."""
+    return {"job.toml": GENERIC_TOML.format(family=family, model=model), "environment.py": GENERIC_ENV}
 
 
 # --------------------------------------------------------------------------- flawed first attempts
