@@ -16,8 +16,8 @@ which names the family, and ``get_baseline_scores`` in one turn), then writes ``
   every task's bounds. Both files are the same text for every task but the family and the base model, so it is
   what transfers to a family never seen (stateless families only: a stateful family's probe needs a
   world per rollout);
-- ``recover``: a flawed first submission (the untouched template, another family's environment, or an
-  unfilled base model), the probe's answer, then the ``generic`` job. The flawed turn is in the conversation
+- ``recover``: a flawed first submission (the untouched template, another family's environment, an unfilled
+  base model, or the generic job with too short a ``seq_len`` for its turns), the probe's answer, then the ``generic`` job. The flawed turn is in the conversation
   but not trained on (:attr:`Demonstration.trained`): the model learns to read an error and recover, not to
   make the error.
 
@@ -125,7 +125,7 @@ def generic_files(family: str, model: str, backend: str, task_text: str) -> File
 # --------------------------------------------------------------------------- flawed first attempts
 def flawed_files(family: str, model: str, backend: str, template: Files, rng: random.Random) -> tuple[str, Files]:
     """A first submission the probe refuses: (kind, files)."""
-    kinds = ["template", "unfilled_model"]
+    kinds = ["template", "unfilled_model", "short_seq_len"]
     others = [f for f in FAMILY_NAMES if f != family and f != "warehouse"]
     if others:
         kinds.append("foreign_environment")
@@ -133,6 +133,10 @@ def flawed_files(family: str, model: str, backend: str, template: Files, rng: ra
     if kind == "template":
         return kind, {"job.toml": template["job.toml"].replace("CHOOSE-A-BASE-MODEL", model),
                       "environment.py": template["environment.py"]}
+    if kind == "short_seq_len":   # the probe's seq_len rule: prompt + max_turns x max_tokens must fit
+        files = generic_files(family, model, backend, "")
+        return kind, {**files, "job.toml": files["job.toml"].replace("seq_len = 1536", "seq_len = 512", 1)
+                      .replace("max_tokens = 64", "max_tokens = 256", 1)}
     if kind == "unfilled_model":
         files = reference_files(family, model, backend)
         return kind, {**files, "job.toml": files["job.toml"].replace(f'"{model}"', '"CHOOSE-A-BASE-MODEL"', 1)}
