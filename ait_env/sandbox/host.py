@@ -478,7 +478,11 @@ class Sandbox:
             req = dict(request)
             req["id"] = next(self._ids)
             req["scratch"] = self._scratch_inside
-            req.setdefault("limits", self.settings.limits.model_dump())
+            req["limits"] = dict(req.get("limits") or self.settings.limits.model_dump())
+            # a pids cgroup caps this sandbox's processes alone; RLIMIT_NPROC counts every process of the shared
+            # sandbox uid on the machine (other sandboxes' threads made a probe's "can't start new thread"),
+            # so the zygote sets it only when no cgroup does the job
+            req["limits"]["pids_cgroup"] = self._cgroup is not None
             try:
                 line_out = json.dumps(req, allow_nan=False) + "\n"
             except (TypeError, ValueError) as exc:

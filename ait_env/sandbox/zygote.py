@@ -72,6 +72,10 @@ def _apply_limits(limits: dict[str, Any]) -> None:
 
 
 def _limit_processes(limits: dict[str, Any]) -> None:
+    """The process-count cap: the host's pids cgroup when it holds this sandbox (``pids_cgroup``), else
+    RLIMIT_NPROC, which counts every process and thread of the (shared) sandbox uid machine-wide."""
+    if limits.get("pids_cgroup"):
+        return
     nproc = int(limits.get("max_processes", 32))
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 

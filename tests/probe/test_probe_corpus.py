@@ -210,6 +210,40 @@ def test_reference_passes_and_sandbox_survives(probe, task, tmp_path):
     assert report.stages_run == ["static", "dynamic"] and report.sandbox
 
 
+def test_other_processes_of_the_sandbox_uid_never_change_a_verdict(probe, sandbox, task, tmp_path):
+    """Every sandbox drops to one uid, and RLIMIT_NPROC counts that uid's processes and threads machine-wide:
+    other sandboxes' work (a local job's rollout worker beside a probe) made a good job's rollouts fail with
+    "can't start new thread" (CI, 2026-12-05). With a pids cgroup holding the sandbox, that cgroup alone caps it."""
+    import subprocess
+
+    from ait_env.sandbox.zygote import UNPRIVILEGED
+
+    from ait_env.sandbox.host import _cgroup_for
+
+    if os.getuid() != 0:
+        pytest.skip("needs root (to run processes as the sandbox uid)")
+    probe_cg = subprocess.Popen(["sleep", "5"])
+    cg, _ = _cgroup_for(probe_cg.pid, 8)
+    probe_cg.kill()
+    probe_cg.wait()
+    if cg is None:
+        pytest.skip("no writable pids cgroup here: RLIMIT_NPROC is the only cap, shared by the sandbox uid")
+    cg.rmdir()
+    others = [subprocess.Popen(["sleep", "120"], preexec_fn=lambda: os.setuid(UNPRIVILEGED))
+              for _ in range(sandbox.settings.limits.max_processes + 8)]
+    try:
+        ws = tmp_path / "ok"
+        ws.mkdir()
+        for fname, text in reference().items():
+            (ws / fname).write_text(text)
+        report, job = probe.run(ws, task, FAMILY)
+        assert report.ok and job is not None, report.render()
+    finally:
+        for p in others:
+            p.kill()
+            p.wait()
+
+
 def test_prompt_tokens_are_counted_with_the_models_tokenizer_on_openai_tool_schemas(sandbox, task, tmp_path):
     # a backend with tokenizers (local) hands the probe its counter; the probe must hand it the
     # environment's tools as OpenAI-style schemas (dicts), whatever verifiers' own tool type is
