@@ -199,13 +199,17 @@ def test_corpus(probe, task, tmp_path, secret_files, listener):
     assert "key=None" in results["read_api_key"][0].render()
 
 
-def test_reference_passes_and_sandbox_survives(probe, task, tmp_path):
-    # after every attack above (module-scoped sandbox), a good job still validates
+def _reference_workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ok"
     ws.mkdir()
     for fname, text in reference().items():
         (ws / fname).write_text(text)
-    report, job = probe.run(ws, task, FAMILY)
+    return ws
+
+
+def test_reference_passes_and_sandbox_survives(probe, task, tmp_path):
+    # after every attack above (module-scoped sandbox), a good job still validates
+    report, job = probe.run(_reference_workspace(tmp_path), task, FAMILY)
     assert report.ok and job is not None, report.render()
     assert report.stages_run == ["static", "dynamic"] and report.sandbox
 
@@ -232,11 +236,7 @@ def test_other_processes_of_the_sandbox_uid_never_change_a_verdict(probe, sandbo
     others = [subprocess.Popen(["sleep", "120"], preexec_fn=lambda: os.setuid(UNPRIVILEGED))
               for _ in range(sandbox.settings.limits.max_processes + 8)]
     try:
-        ws = tmp_path / "ok"
-        ws.mkdir()
-        for fname, text in reference().items():
-            (ws / fname).write_text(text)
-        report, job = probe.run(ws, task, FAMILY)
+        report, job = probe.run(_reference_workspace(tmp_path), task, FAMILY)
         assert report.ok and job is not None, report.render()
     finally:
         for p in others:
