@@ -177,6 +177,8 @@ class Run:
                      "episodes_per_family": int(e.episodes),
                      "max_tokens": int(e.get("max_tokens") or self.p.max_tokens),
                      "temperature": float(e.get("temperature", self.p.temperature))}
+            if e.get("max_turns"):  # a shorter turn limit for this evaluation only (the zero-shot model never ends)
+                asked["max_turns"] = int(e.max_turns)
             before = self.summary.get("evals", {}).get(label, {})
             if (out / "results.json").is_file():
                 changed = {k: (before.get(k), v) for k, v in asked.items() if before.get(k) != v}
@@ -189,6 +191,8 @@ class Run:
             over = self.overrides()
             if str(e.backend) == "local" and self.p.get("local_options"):
                 over["backend"] = {"options": OmegaConf.to_container(self.p.local_options, resolve=True)}
+            if "max_turns" in asked:
+                over["env"]["max_turns"] = asked["max_turns"]
 
             def score(resume: bool) -> dict[str, Any]:
                 return score_agent(agent, resolve_families(str(e.families)), int(e.episodes), backend=str(e.backend),
