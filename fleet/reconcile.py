@@ -146,10 +146,14 @@ def journal_buckets(runs_dirs: list[Path], step: int, now: float | None = None,
             raise FileNotFoundError(f"no journal at {path}: pass the run dir a {kind} backend wrote "
                                     f"(backend={kind}, its runs_dir)")
         journal = Journal(path)
+        measure = journal.pool_measure()   # a pool's idle read from SkyPilot (fleet.reconcile_pool --correct)
         for a in journal.attempt_bills():
             billed_s = (a["delay_time_ms"] + a["execution_time_ms"]) / 1000
             add("jobs", spread(a["ended"] - billed_s, a["ended"], a["cost_usd"], step))
-            add("idle", spread(a["ended"], a["ended"], a["idle_usd"], step))
+            if measure is None:
+                add("idle", spread(a["ended"], a["ended"], a["idle_usd"], step))
+        if measure is not None:
+            add("idle", spread(measure.start, measure.end, measure.idle_usd, step))
         live = frozenset(s.id for s in journal.sessions() if s.ended is None and owner_alive(s.owner))
         for t0, t1, rate in journal.active_periods(now, live):
             add("active", spread(t0, t1, (t1 - t0) * rate, step))

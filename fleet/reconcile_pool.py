@@ -2,6 +2,7 @@
 
     python -m fleet.reconcile_pool --runs-dir DIR [--runs-dir DIR2 ...] [--pool NAME] [--days 30]
                                  [--bucket day|hour] [--tolerance-pct 5] [--tolerance-usd 0.05] [--json]
+                                 [--correct [--tail-s S] [--ledger FILE ...]]
 
 Contract
 --------
@@ -22,6 +23,16 @@ Contract
   estimate (workers kept up between runs, a ``workers_min`` above 0, a slow scale-down) or jobs the journal
   does not know of ran on the pool; ``JOURNAL HIGHER``: the idle estimate is above what the pool really idled,
   or the catalog's prices (SkyPilot's) are below ``fleet/prices.py``'s.
+- **``--correct``** (run it after the run, once the pool has scaled down; again later is harmless): SkyPilot's
+  figure becomes the run's. Each run dir's window is its first session to its last job's end + ``--tail-s``
+  (the workers' scale-down, default the pool's ``downscale_delay_s``); the workers' cost inside it (split by
+  the runs' jobs USD where runs overlap) minus its jobs is its **idle**, replacing the per-job estimate; its
+  share of the jobs controller's cost (its window + the controller's 10-minute autostop) is its
+  **controller** cost (:class:`fleet.journal.PoolMeasure`). What the run's cost ledger was not charged yet
+  goes to it (``gpu_idle``, ``gpu_controller``: run costs, no episode), once however often it runs. Then the
+  ledger's total is the pool's cost in the run's window as SkyPilot reports it, or above it where the per-job
+  estimate already charged was higher (a charge is never taken back, never negative). The pool's time in no
+  run's window (kept up between runs, ``min_workers``) is named in a note, not charged to a run.
 - Exit status 0: every bucket agrees; 1: at least one does not; 2: it could not compare (no journal, SkyPilot's
   API server unreachable), with what to do; 3: SkyPilot's SDK is not installed (the ``skypilot`` extra).
 
@@ -77,29 +88,35 @@ def is_worker(name: str, pool: str) -> bool:
     return re.fullmatch(re.escape(pool) + r"-\d+", name or "") is not None
 
 
-def worker_buckets(records: list[dict[str, Any]], pool: str, step: int,
-                   now: float | None = None) -> tuple[dict[int, float], list[str]]:
-    """SkyPilot's cost of ``pool``'s worker clusters per bucket, and their names: each record's ``total_cost``
-    spread over its ``usage_intervals`` in proportion to their lengths (an open one ends now)."""
-    now = now or time.time()
-    out: dict[int, float] = {}
-    names: list[str] = []
+def cost_spans(records: list[dict[str, Any]], keep: Any, now: float) -> list[tuple[float, float, float]]:
+    """``(start, end, usd)`` pieces of the records ``keep(name)`` selects: each record's ``total_cost`` spread over
+    its ``usage_intervals`` in proportion to their lengths (an open one ends ``now``); a record without a usable
+    interval: its whole cost at its launch."""
+    out: list[tuple[float, float, float]] = []
     for r in records:
-        if not is_worker(str(r.get("name")), pool):
+        if not keep(str(r.get("name") or "")):
             continue
-        names.append(str(r["name"]))
         spans = [(float(a), float(b) if b is not None else now) for a, b in (r.get("usage_intervals") or [])]
         spans = [(a, b) for a, b in spans if b > a]
         length = sum(b - a for a, b in spans)
-        cost = float(r.get("total_cost") or 0.0)
+        cost = max(0.0, float(r.get("total_cost") or 0.0))
         if not spans or length <= 0:
             launched = float(r.get("launched_at") or now)
-            spans, length = [(launched, launched)], 1.0
-        for a, b in spans:
-            share = cost * ((b - a) / length if b > a else 1.0)
-            for k, usd in spread(a, b, share, step).items():
-                out[k] = out.get(k, 0.0) + usd
-    return out, sorted(names)
+            out.append((launched, launched, cost))
+            continue
+        out += [(a, b, cost * (b - a) / length) for a, b in spans]
+    return out
+
+
+def worker_buckets(records: list[dict[str, Any]], pool: str, step: int,
+                   now: float | None = None) -> tuple[dict[int, float], list[str]]:
+    """SkyPilot's cost of ``pool``'s worker clusters per bucket, and their names (:func:`cost_spans`)."""
+    now = now or time.time()
+    out: dict[int, float] = {}
+    for a, b, usd in cost_spans(records, lambda n: is_worker(n, pool), now):
+        for k, v in spread(a, b, usd, step).items():
+            out[k] = out.get(k, 0.0) + v
+    return out, sorted(str(r["name"]) for r in records if is_worker(str(r.get("name")), pool))
 
 
 #: the jobs controller's cluster name prefix (``common.JOB_CONTROLLER_PREFIX``, sky/utils/common.py): a pool's
@@ -115,6 +132,137 @@ def cluster_costs(records: list[dict[str, Any]], pool: str) -> tuple[dict[str, f
     controllers = {str(r["name"]): float(r.get("total_cost") or 0.0) for r in records
                    if str(r.get("name") or "").startswith(CONTROLLER_PREFIX)}
     return workers, controllers
+
+
+#: how long SkyPilot's jobs controller VM stays up after its last job: ``CONTROLLER_AUTOSTOP`` (sky/jobs/constants.py,
+#: skypilot 0.14.1: ``idle_minutes`` 10), so a run's window on the controller ends that long after its last job
+CONTROLLER_AUTOSTOP_S = 600.0
+
+
+def attribute(spans: list[tuple[float, float, float]], windows: dict[str, tuple[float, float]],
+              weights: dict[str, float]) -> tuple[dict[str, float], float]:
+    """Split the cost ``spans`` (``(start, end, usd)``, spread evenly over each) among the runs whose
+    ``windows`` cover them: a time covered by several runs is split by their ``weights`` (equally when those
+    are all 0). Returns each run's USD and the USD no window covers. Conserves money: the runs' USD + the
+    uncovered USD == the spans' USD."""
+    out = {k: 0.0 for k in windows}
+    uncovered = 0.0
+    for a, b, usd in spans:
+        if b <= a:   # a point charge: the runs whose window holds it
+            pieces = [(a, a, usd)]
+        else:
+            cuts = sorted({a, b, *(t for w in windows.values() for t in w if a < t < b)})
+            pieces = [(x, y, usd * (y - x) / (b - a)) for x, y in zip(cuts, cuts[1:])]
+        for x, y, part in pieces:
+            covering = [k for k, (s, e) in windows.items() if s <= x and y <= e]
+            if not covering:
+                uncovered += part
+                continue
+            total = sum(max(0.0, weights.get(k, 0.0)) for k in covering)
+            for k in covering:
+                share = max(0.0, weights.get(k, 0.0)) / total if total > 0 else 1.0 / len(covering)
+                out[k] += part * share
+    return out, uncovered
+
+
+def run_window(journal: Any, tail_s: float) -> tuple[float, float] | None:
+    """The time a run dir's journal used the pool: from its first session (or attempt) to its last session's
+    end (or last attempt's end) + ``tail_s`` (the workers' scale-down after its last job); None if it holds
+    neither."""
+    sessions, bills = journal.sessions(), journal.attempt_bills()
+    starts = [s.started for s in sessions] + [a["ended"] - (a["delay_time_ms"] + a["execution_time_ms"]) / 1000
+                                              for a in bills]
+    ends = [s.ended if s.ended is not None else s.heartbeat for s in sessions] + [a["ended"] for a in bills]
+    if not starts:
+        return None
+    return min(starts), max(ends) + max(0.0, tail_s)
+
+
+class PoolCharge(BaseModel):
+    """What ``--correct`` recorded in one run dir's journal, and what it wrote to that run's cost ledger."""
+
+    runs_dir: str
+    start: str
+    end: str
+    jobs_usd: float                 # the run's jobs (its attempts' pod time)
+    workers_usd: float              # the run's share of the pool's workers' time up in its window
+    idle_before_usd: float          # the run's idle as the journal had it (the per-job estimate, or a reading)
+    idle_usd: float                 # workers - jobs (never below 0): the run's idle from now on
+    controller_usd: float           # the run's share of the jobs controller in its window (+ its autostop)
+    ledger: str
+    charged: dict[str, float]       # written to the ledger now, per part (what was not charged before)
+
+
+def correct_pool(sdk: SkySDK, runs_dirs: list[Path], pool: str, *, tail_s: float, days: int | None = None,
+                 controller_tail_s: float = CONTROLLER_AUTOSTOP_S, ledgers: list[Path] | None = None,
+                 now: float | None = None) -> tuple[list[PoolCharge], list[str]]:
+    """Record in each run dir's journal the pool's cost in that run's window from SkyPilot's cost report
+    (:class:`fleet.journal.PoolMeasure`: the run's idle is the workers' cost there minus its jobs, and the
+    jobs controller's share is a run cost), then write what its cost ledger (``<runs_dir>/costs.jsonl`` or
+    ``ledgers[i]``) was not charged yet (:func:`fleet.run_charges.charge_run_parts`). Workers' time shared by
+    overlapping runs is split by their jobs' USD; time no run covers is the pool's, reported in the notes
+    (workers kept up between runs: ``python -m fleet.pool cost``). Running it again after more of the tail is
+    in the report replaces the reading and charges only the difference."""
+    from ait_env.observe.ledger import CostLedger
+    from fleet.journal import Journal, PoolMeasure
+    from fleet.run_charges import charge_run_parts
+
+    now = now or time.time()
+    journals = {}
+    for d in runs_dirs:
+        path = Path(d) / JOURNAL_NAME
+        if not path.exists():
+            raise FileNotFoundError(f"no journal at {path}: pass the run dir a skypilot backend wrote "
+                                    "(backend=skypilot, its runs_dir)")
+        journals[str(d)] = Journal(path)
+    records = sdk.cost_report(days)
+    windows = {k: w for k, j in journals.items() if (w := run_window(j, tail_s)) is not None}
+    ctl_windows = {k: (a, b - max(0.0, tail_s) + controller_tail_s) for k, (a, b) in windows.items()}
+    jobs = {k: journals[k].spent_usd() for k in windows}
+    workers, loose = attribute(cost_spans(records, lambda n: is_worker(n, pool), now), windows, jobs)
+    ctl, ctl_loose = attribute(cost_spans(records, lambda n: n.startswith(CONTROLLER_PREFIX), now), ctl_windows, jobs)
+    notes = [f"no run in {d}: its journal holds no session or attempt" for d in journals if d not in windows]
+    if loose > 0.005:
+        notes.append(f"${loose:.4f} of the pool's workers falls in no run's window (workers up before or between "
+                     "runs, min_workers, a worker not reaped): the pool's, not charged to a run (python -m fleet.pool "
+                     "cost lists it)")
+    if ctl_loose > 0.005:
+        notes.append(f"${ctl_loose:.4f} of the jobs controller falls in no run's window (other managed jobs or pools "
+                     "of the API server's user): not charged")
+    out: list[PoolCharge] = []
+    for i, (k, (a, b)) in enumerate(windows.items()):
+        j = journals[k]
+        before = j.run_costs().idle
+        idle = max(0.0, workers[k] - jobs[k])
+        if workers[k] + 1e-9 < jobs[k]:
+            notes.append(f"{k}: the workers' cost in SkyPilot's report (${workers[k]:.4f}) is below the run's jobs "
+                         f"(${jobs[k]:.4f}): SkyPilot's catalog prices are below fleet/prices.py's, or the report "
+                         "misses a worker; idle is 0, the jobs stay as billed")
+        j.record_pool_measure(PoolMeasure(start=a, end=b, workers_usd=round(workers[k], 6), jobs_usd=round(jobs[k], 6),
+                                          idle_usd=round(idle, 6), controller_usd=round(ctl[k], 6),
+                                          source=f"sky.cost_report(days={days}) of pool {pool}", at=now))
+        ledger = CostLedger(ledgers[i] if ledgers else Path(k) / "costs.jsonl")
+        costs = j.run_costs()
+        charged = charge_run_parts(j, ledger, costs, {"backend": "skypilot", "pool": pool, "source": "sky.cost_report"})
+        if before > idle + 0.005:
+            notes.append(f"{k}: the per-job idle estimate already charged (${before:.4f}) is above the measured idle "
+                         f"(${idle:.4f}); the ledger keeps the estimate (a charge is never taken back)")
+        fmt = lambda t: datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")  # noqa: E731
+        out.append(PoolCharge(runs_dir=k, start=fmt(a), end=fmt(b), jobs_usd=round(jobs[k], 4),
+                              workers_usd=round(workers[k], 4), idle_before_usd=round(before, 4),
+                              idle_usd=round(idle, 4), controller_usd=round(ctl[k], 4), ledger=str(ledger.path),
+                              charged={p: round(v, 6) for p, v in charged.items()}))
+    return out, notes
+
+
+def format_charges(charges: list[PoolCharge], notes: list[str]) -> str:
+    """What ``--correct`` prints."""
+    lines = [f"{'run dir':<40} {'jobs':>9} {'workers':>9} {'idle was':>9} {'idle':>9} {'ctrl':>8}  charged now"]
+    for c in charges:
+        now = ", ".join(f"{p} ${v:.4f}" for p, v in c.charged.items() if v > 0) or "nothing new"
+        lines.append(f"{c.runs_dir[-40:]:<40} {c.jobs_usd:>9.4f} {c.workers_usd:>9.4f} {c.idle_before_usd:>9.4f} "
+                     f"{c.idle_usd:>9.4f} {c.controller_usd:>8.4f}  {now} -> {c.ledger}")
+    return "\n".join(lines + [f"note: {n}" for n in notes])
 
 
 def reconcile_pool(sdk: SkySDK, runs_dirs: list[Path], pool: str, bucket: str = "day", days: int | None = None,
@@ -192,13 +340,25 @@ def main(argv: list[str] | None = None, sdk: SkySDK | None = None) -> int:
     ap.add_argument("--tolerance-pct", type=float, default=TOLERANCE_PCT)
     ap.add_argument("--tolerance-usd", type=float, default=TOLERANCE_USD)
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    ap.add_argument("--correct", action="store_true",
+                    help="record SkyPilot's figure in each run's journal (its idle = the workers' cost in its window "
+                         "- its jobs; its share of the jobs controller) and charge what is new to its cost ledger")
+    ap.add_argument("--tail-s", type=float, default=None,
+                    help="--correct: seconds after a run's last job its workers still count as its (default: the "
+                         "pool's downscale_delay_s when it autoscales, else 0)")
+    ap.add_argument("--ledger", type=Path, action="append",
+                    help="--correct: the cost ledger of each --runs-dir, in order (default <runs_dir>/costs.jsonl)")
     args = ap.parse_args(argv)
+    if args.ledger and len(args.ledger) != len(args.runs_dir):
+        ap.error(f"--ledger given {len(args.ledger)} times for {len(args.runs_dir)} --runs-dir: give one per run "
+                 "dir, in the same order, or none")
     try:
-        pool = args.pool
-        if not pool:
-            from fleet.pool import load_spec
+        from fleet.pool import load_spec
 
-            pool = load_spec().name
+        spec = load_spec()
+        pool = args.pool or spec.name
+        tail = args.tail_s if args.tail_s is not None else (0.0 if spec.workers is not None
+                                                             else float(spec.downscale_delay_s))
         if sdk is None:
             try:
                 sdk = SkySDK()
@@ -207,6 +367,10 @@ def main(argv: list[str] | None = None, sdk: SkySDK | None = None) -> int:
 
                 print(missing_extra_line("python -m fleet.reconcile_pool", "sky", "skypilot"), file=sys.stderr)
                 return EXIT_MISSING_EXTRA
+        if args.correct:
+            charges, notes = correct_pool(sdk, args.runs_dir, pool, tail_s=tail, days=args.days, ledgers=args.ledger)
+            if not args.json:
+                print(format_charges(charges, notes) + "\n")
         report = reconcile_pool(sdk, args.runs_dir, pool, args.bucket, args.days, args.tolerance_pct,
                                 args.tolerance_usd)
     except FileNotFoundError as e:

@@ -47,8 +47,9 @@ the GPUs the job was given, not the worker's: SkyPilot's scheduler runs two 1-GP
 (``get_next_cluster_name``, sky/serve/serve_utils.py), so a whole-worker charge would bill that pod twice;
 queue wait is not billed to the job (no pod is held for it). The pool's time between jobs is the run's
 idle cost: each attempt a worker took carries ``idle_per_job_s`` x the same rate as its ``idle_usd`` (an
-estimate: the simulator's idle pod time per job of the default pool, docs/fleet.md). ``python -m fleet.reconcile_pool``
-compares the journal with SkyPilot's own cost report of the pool's workers (``sky.cost_report``).
+estimate: the simulator's idle pod time per job of the default pool, docs/fleet.md) until ``python -m
+fleet.reconcile_pool --correct`` replaces it by SkyPilot's own cost report (``sky.cost_report``): the workers'
+time up in the run's window minus its jobs, and the run's share of the jobs controller VM.
 """
 
 from __future__ import annotations

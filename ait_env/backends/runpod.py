@@ -199,19 +199,16 @@ class RunpodBackend(Backend):
         return self.journal.spent_usd()
 
     def charge_run_costs(self, ledger: CostLedger) -> RunCosts:
-        """Append to the env's cost ``ledger`` the idle and active USD of this run dir not charged before
-        (records ``kind="gpu_idle"`` and ``"gpu_active"``, no episode: run costs, not an agent's), once across
+        """Append to the env's cost ``ledger`` the idle, active and controller USD of this run dir not charged
+        before (:func:`fleet.run_charges.charge_run_parts`: no episode, run costs, not an agent's), once across
         orchestrators (:meth:`Journal.take_run_charges`); the ``gpu_job`` records the env writes hold the
         jobs. Returns the run costs charged up to. Call it at the end of a run (after :meth:`close`, the
         active workers stop counting) or whenever the ledger should catch up."""
-        from ait_env.observe.ledger import CostRecord
+        from fleet.run_charges import charge_run_parts
 
         self.recover_torn_charges(ledger)
         costs = self.run_costs()
-        for part, usd in self.journal.take_run_charges(costs).items():
-            if usd > 0:
-                ledger.append(CostRecord(kind=f"gpu_{part}", usd=usd, meta={
-                    "backend": self.name, "journal": str(self.journal.path), "run_total_usd": costs.total}))
+        charge_run_parts(self.journal, ledger, costs, {"backend": self.name})
         return costs
 
     def recover_torn_charges(self, ledger: CostLedger) -> int:

@@ -71,6 +71,10 @@ class SkypilotBackend(RunpodBackend):
         from fleet.pool import lifecycle_note
 
         self.dispatch.say(lifecycle_note(self.engine.pool))
+        if not self.run_costs().measured:
+            self.dispatch.say(f"this run's idle is a per-job estimate and its share of the jobs controller is not "
+                              f"charged yet: once the pool has scaled down, python -m fleet.reconcile_pool --runs-dir "
+                              f"{self.runs_dir} --correct charges SkyPilot's figures to the run's cost ledger")
 
     def gpus_for(self, bundle: JobBundle) -> int:
         """GPUs this job gets: ``gpus_per_job``, else the one rule on its base model and seq_len."""

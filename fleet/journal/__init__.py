@@ -25,8 +25,11 @@ Contract:
   execution); the idle time Runpod bills after an attempt (``idle_usd``, an upper bound: see
   :mod:`ait_env.backends.runpod`) and the active workers of the sessions are **run** costs, never charged
   to a job: :meth:`Journal.run_costs` sums the three (``jobs + idle + active == total``), and
-  :meth:`Journal.take_run_charges` hands the idle and active USD not handed out before to exactly one
-  caller (``run_charged``: a cost ledger gets them once).
+  :meth:`Journal.take_run_charges` hands the idle, active and controller USD not handed out before to exactly
+  one caller (``run_charged``: a cost ledger gets them once). A SkyPilot pool's run dir may hold its pool's
+  cost read from SkyPilot (:meth:`Journal.record_pool_measure`, ``python -m fleet.reconcile_pool --correct``):
+  then the run's idle is that reading's (workers' time up in the run's window - its jobs) instead of the
+  per-job estimate, and the jobs controller's share is a run cost too.
 - **An attempt is recorded before it is sent** (:meth:`Journal.mark_sending`: a client-generated ``tag``,
   also put in the request's input, and ``sent_at``), so an attempt whose remote id never came back (a 5xx
   on a non-idempotent submit, a crash between the submit and :meth:`Journal.attach`) is still known: its
@@ -56,9 +59,9 @@ remote job is re-attached by id) and shared by processes.
 """
 
 from fleet.journal.journal import Journal
-from fleet.journal.records import (ATTACHED, DUPLICATE_ID, FINAL, JOURNAL_NAME, MOVED_ON, Billing, JournalRow, RowStatus,
-                                   RunCosts, Session)
+from fleet.journal.records import (ATTACHED, DUPLICATE_ID, FINAL, JOURNAL_NAME, MOVED_ON, Billing, JournalRow, PoolMeasure,
+                                   RowStatus, RunCosts, Session)
 from fleet.journal.store import owner_alive, this_owner
 
 __all__ = ["ATTACHED", "DUPLICATE_ID", "FINAL", "JOURNAL_NAME", "MOVED_ON", "Billing", "Journal", "JournalRow",
-           "RowStatus", "RunCosts", "Session", "owner_alive", "this_owner"]
+           "PoolMeasure", "RowStatus", "RunCosts", "Session", "owner_alive", "this_owner"]

@@ -8,7 +8,7 @@ import sqlite3
 from typing import Any
 
 
-from fleet.journal.records import FINAL, Billing, JournalRow, RunCosts, Session
+from fleet.journal.records import FINAL, Billing, JournalRow, PoolMeasure, RunCosts, Session
 from fleet.journal.store import _Store, owner_alive
 
 
@@ -185,21 +185,42 @@ class _Costs(_Store):
         :meth:`active_periods`)."""
         periods = self.active_periods(now, live)
         jobs, idle = round(self.spent_usd(), 6), round(self.idle_usd(), 6)
+        measure = self.pool_measure()
+        controller = 0.0
+        if measure is not None:   # SkyPilot's report of the pool replaces the per-job idle estimate
+            idle, controller = round(measure.idle_usd, 6), round(measure.controller_usd, 6)
         active = round(sum((b - a) * r for a, b, r in periods), 6)
         wall = sum(b - a for a, b, _ in periods)
         estimated = float(self._db().execute("SELECT COALESCE(SUM(cost_usd + idle_usd), 0) FROM attempts "
                                              "WHERE estimated = 1").fetchone()[0])
-        return RunCosts(jobs=jobs, idle=idle, active=active, total=round(jobs + idle + active, 6),
-                        wall_s=round(wall, 3), estimated=round(estimated, 6), reserved=round(self.reserved_usd(), 6))
+        return RunCosts(jobs=jobs, idle=idle, active=active, controller=controller, measured=measure is not None,
+                        total=round(jobs + idle + active + controller, 6), wall_s=round(wall, 3),
+                        estimated=round(estimated, 6), reserved=round(self.reserved_usd(), 6))
+
+    def record_pool_measure(self, measure: PoolMeasure) -> None:
+        """Record SkyPilot's report of the pool's cost in this run's window (one record: a later reading, which
+        sees more of the pool's tail, replaces an earlier one)."""
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO pool_measured (id, start, end, workers_usd, jobs_usd, idle_usd, "
+                       "controller_usd, source, at) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (measure.start, measure.end, measure.workers_usd, measure.jobs_usd, measure.idle_usd,
+                        measure.controller_usd, measure.source, measure.at))
+
+    def pool_measure(self) -> PoolMeasure | None:
+        """The pool's cost in this run's window as last read from SkyPilot (:meth:`record_pool_measure`)."""
+        r = self._db().execute("SELECT * FROM pool_measured WHERE id = 1").fetchone()
+        return None if r is None else PoolMeasure.model_validate({k: r[k] for k in r.keys() if k != "id"})
 
     def take_run_charges(self, costs: RunCosts) -> dict[str, float]:
-        """The part of ``costs.idle`` and ``costs.active`` not handed out before (``{"idle": usd, "active":
-        usd}``), recorded as handed out: of callers in any process, each dollar goes to one (a cost ledger
-        gets the run costs once)."""
+        """The part of ``costs.idle``, ``costs.active`` and ``costs.controller`` not handed out before
+        (``{"idle": usd, "active": usd, "controller": usd}``), recorded as handed out: of callers in any
+        process, each dollar goes to one (a cost ledger gets the run costs once). A part never goes down: a
+        measured idle below the estimate already handed out leaves the ledger at the estimate (above the bill,
+        never below it)."""
         with self._tx() as db:
             done = {r[0]: float(r[1]) for r in db.execute("SELECT part, usd FROM run_charged")}
             out = {}
-            for part, now in (("idle", costs.idle), ("active", costs.active)):
+            for part, now in (("idle", costs.idle), ("active", costs.active), ("controller", costs.controller)):
                 out[part] = round(max(0.0, now - done.get(part, 0.0)), 6)
                 db.execute("INSERT INTO run_charged (part, usd) VALUES (?, ?) ON CONFLICT(part) DO UPDATE "
                            "SET usd = MAX(usd, excluded.usd)", (part, now))

@@ -43,6 +43,10 @@ CREATE TABLE IF NOT EXISTS sessions (
     pool TEXT NOT NULL DEFAULT '', active_usd_per_s REAL NOT NULL DEFAULT 0,
     idle_timeout_s REAL NOT NULL DEFAULT 0, source TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS run_charged (part TEXT PRIMARY KEY, usd REAL NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS pool_measured (
+    id INTEGER PRIMARY KEY CHECK (id = 1), start REAL NOT NULL, end REAL NOT NULL, workers_usd REAL NOT NULL,
+    jobs_usd REAL NOT NULL, idle_usd REAL NOT NULL, controller_usd REAL NOT NULL, source TEXT NOT NULL,
+    at REAL NOT NULL);
 """
 #: columns added after the first release: (table, column, declaration); added to an older file on open
 _ADDED = (("jobs", "idle_usd", "REAL NOT NULL DEFAULT 0"),
@@ -93,16 +97,35 @@ class Session(BaseModel):
     source: str = ""
 
 
+class PoolMeasure(BaseModel):
+    """A SkyPilot pool's cost in one run dir's window, read from SkyPilot's cost report
+    (``python -m fleet.reconcile_pool --correct``): the run's share of its workers' time up (busy and idle)
+    and of the jobs controller's; ``idle_usd`` = workers - the run's jobs (never below 0) replaces the per-job
+    idle estimate in :meth:`Journal.run_costs`."""
+
+    start: float
+    end: float
+    workers_usd: float = Field(ge=0)
+    jobs_usd: float = Field(ge=0)
+    idle_usd: float = Field(ge=0)
+    controller_usd: float = Field(ge=0)
+    source: str
+    at: float
+
+
 class RunCosts(BaseModel):
     """What a run dir cost, in USD: ``jobs`` (every attempt's delay + execution: what the agent is
-    charged), ``idle`` (workers idling after attempts, an upper bound), ``active`` (active workers over the
-    sessions' wall time, overlapping sessions counted once); ``total`` is their sum. ``estimated``: the part
-    of jobs + idle charged at attempts' bounds (unread bills); ``reserved``: the bounds open attempts hold
-    (not spent, not in ``total``)."""
+    charged), ``idle`` (workers idling after attempts: an upper bound, or measured from SkyPilot's report
+    when ``measured``), ``active`` (active workers over the sessions' wall time, overlapping sessions counted
+    once), ``controller`` (a SkyPilot pool's jobs controller, measured); ``total`` is their sum.
+    ``estimated``: the part of jobs + idle charged at attempts' bounds (unread bills); ``reserved``: the
+    bounds open attempts hold (not spent, not in ``total``)."""
 
     jobs: float = 0.0
     idle: float = 0.0
     active: float = 0.0
+    controller: float = 0.0
+    measured: bool = False
     total: float = 0.0
     wall_s: float = 0.0
     estimated: float = 0.0

@@ -347,6 +347,7 @@ def test_closing_the_backend_says_the_pool_keeps_billing_and_how_to_stop_it(tmp_
     said = "\n".join(r.getMessage() for r in caplog.records)
     assert "pool ait-workers stays up after this run" in said and "python -m fleet.pool down" in said
     assert "python -m fleet.reconcile_pool --runs-dir" in said                    # not Runpod's reconcile
+    assert f"--runs-dir {tmp_path / 'runs'} --correct" in said and "jobs controller" in said
 
 
 # ---------------------------------------------------------------------------------------------- faults
