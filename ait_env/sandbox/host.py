@@ -39,11 +39,9 @@ import itertools
 import json
 import os
 import queue
-import re
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -53,15 +51,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ait_env.processes import kill_tree, python_roots
+from ait_env.processes import kill_tree
+from ait_env.sandbox.jail import bwrap_argv, bwrap_path, cgroup_for, remove_tree
+from ait_env.sandbox.link import SandboxError, _Closed, _ZygoteLink, unreadable_answer
+
+__all__ = ["Sandbox", "SandboxError", "SandboxLimits", "SandboxSettings", "bwrap_argv", "bwrap_path", "cgroup_for",
+           "remove_tree", "shared_sandbox", "unreadable_answer"]
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 CONFINE = Path(__file__).with_name("confine.py")
 ADAPTER = Path(__file__).resolve().parents[1] / "integrations" / "verifiers_v0.py"
-
-
-class SandboxError(RuntimeError):
-    """The sandbox itself failed (not the agent's code): an infrastructure problem."""
 
 
 class SandboxLimits(BaseModel):
@@ -93,106 +92,7 @@ class SandboxSettings(BaseModel):
     python: str | None = None
 
 
-def bwrap_path() -> str | None:
-    return shutil.which("bwrap")
-
-
-def remove_tree(path: Path, timeout_s: float = 60.0) -> bool:
-    """Delete ``path`` whatever agent code left in it: any depth (no recursion in this process, no
-    path-length limit: coreutils' ``rm`` walks by file descriptor), folders without permissions, and
-    bounded in time. Never raises; returns whether the path is gone."""
-    path = Path(path)
-    if not os.path.lexists(path):
-        return True
-    try:
-        subprocess.run(["chmod", "-R", "u+rwx", "--", str(path)], timeout=timeout_s / 2, check=False,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], timeout=timeout_s / 2, check=False,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
-        pass
-    if os.path.lexists(path) and _shallow(path):  # no `rm` here: Python's recursive rmtree, where it is safe
-        shutil.rmtree(path, ignore_errors=True)
-    gone = not os.path.lexists(path)
-    if not gone:
-        sys.stderr.write(f"ait sandbox: could not remove {path} within {timeout_s:g} s; remove it by hand\n")
-    return gone
-
-
-def _shallow(path: Path, depth: int = 200) -> bool:
-    """Whether ``path`` is shallow enough for shutil.rmtree (a fallback where ``rm`` is missing)."""
-    todo = [(str(path), 0)]
-    while todo:
-        cur, d = todo.pop()
-        if d > depth:
-            return False
-        try:
-            with os.scandir(cur) as it:
-                todo += [(e.path, d + 1) for e in it if e.is_dir(follow_symlinks=False)]
-        except OSError:
-            continue
-    return True
-
-
-def _bwrap_argv(work: Path, runtime: Path, roots: list[str] | None = None) -> list[str]:
-    # No --die-with-parent: its PR_SET_PDEATHSIG fires when the *thread* that started bwrap exits (the
-    # sandbox is warmed up from a short-lived thread). The zygote exits at EOF on stdin instead, which
-    # happens when the orchestrator exits or dies, and the pid namespace takes every child with it.
-    argv = [bwrap_path() or "bwrap", "--new-session",
-            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/scratch",
-            "--setenv", "PYTHONDONTWRITEBYTECODE", "1"]
-    for d in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin"):
-        if Path(d).exists():
-            argv += ["--ro-bind", d, d]
-    # the private /tmp first: an interpreter under /tmp (a checkout's .venv there) is bound on top of it
-    # below; mounted last, the tmpfs hid it and bubblewrap could not start. Only the zygote may write
-    # there: a request writes to its own scratch tmpfs (/scratch, mounted per request by confine.py).
-    argv += ["--perms", "0755", "--tmpfs", "/tmp", "--perms", "0755", "--dir", "/scratch"]
-    made: set[str] = {"/tmp"}
-    for root in map(Path, python_roots() if roots is None else roots):
-        # bwrap would create missing parents with mode 0700, unreadable after the uid drop.
-        for parent in reversed(root.parents):
-            if str(parent) != "/" and str(parent) not in made and not any(
-                    str(parent) == d or str(parent).startswith(d + "/") for d in ("/usr", "/lib", "/lib64", "/bin")):
-                argv += ["--perms", "0755", "--dir", str(parent)]
-                made.add(str(parent))
-        argv += ["--ro-bind", str(root), str(root)]
-    argv += ["--ro-bind", str(runtime), "/opt/ait",
-             "--bind", str(work), "/sandbox",
-             "--proc", "/proc", "--dev", "/dev", "--chdir", "/sandbox"]
-    return argv
-
-
-def _cgroup_for(pid: int, max_pids: int) -> tuple[Path | None, str]:
-    """Put ``pid`` in a fresh pids cgroup capped at ``max_pids`` (best effort: v1 or v2 when writable)."""
-    for base in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")):
-        if not base.is_dir():
-            continue
-        cg = base / f"ait-sandbox-{pid}-{uuid.uuid4().hex[:6]}"
-        try:
-            cg.mkdir()
-        except OSError:
-            continue
-        try:
-            if not (cg / "pids.max").exists():
-                raise OSError("no pids controller here")
-            (cg / "pids.max").write_text(str(max_pids))
-            (cg / "cgroup.procs").write_text(str(pid))
-            return cg, f"pids cgroup (max {max_pids})"
-        except OSError:
-            try:
-                cg.rmdir()
-            except OSError:
-                pass
-    return None, "no pids cgroup (not writable here)"
-
-
-class _Closed(SandboxError):
-    """The sandbox was closed while it was starting (never a reason to fall back)."""
-
-
-class Sandbox:
+class Sandbox(_ZygoteLink):
     """A resident sandboxed process. Thread-safe (one request at a time); restarts after failures.
 
     Every request runs in a fresh child with its own scratch space (see ``confine.py``); its folder
@@ -238,13 +138,6 @@ class Sandbox:
         # request folders are reachable by their (random) names only: nobody inside can list them
         os.chmod(self._work, 0o711)
 
-    def _drop_bwrap(self, reason: str) -> None:
-        """Give up on bubblewrap for this sandbox, loudly, with the reason."""
-        self.fallback_reason = reason.strip() or "no reason given"
-        sys.stderr.write(f"ait sandbox: bubblewrap failed to start ({self.fallback_reason[-300:]}); "
-                         "FALLING BACK to the weaker subprocess sandbox\n")
-        self.settings = self.settings.model_copy(update={"mode": "fallback"})
-
     def _start(self) -> None:
         with self._state:
             generation = self._generation
@@ -258,126 +151,6 @@ class Sandbox:
                 closed = self._generation != generation
             raise (_Closed("the sandbox was closed while it was starting") if closed
                    else SandboxError(f"the sandbox could not be started: {exc}")) from None
-
-    def _launch(self, generation: int) -> None:
-        mode = self.settings.mode
-        if mode == "auto":
-            mode = "bwrap" if bwrap_path() else "fallback"
-            if mode == "fallback":
-                self.fallback_reason = "bubblewrap (bwrap) is not installed"
-        preload = ",".join(self.settings.preload)
-        python = self.settings.python or sys.executable
-        if not os.access(python, os.X_OK):
-            raise SandboxError(f"the sandbox's interpreter {python} is not an executable: set "
-                               "probe.sandbox.python to a Python with the inner stack (pip install 'ai-trains-ai[inner]')")
-        if mode == "bwrap":
-            if not bwrap_path():
-                raise SandboxError("sandbox mode 'bwrap' requested but bubblewrap is not installed "
-                                   "(apt-get install bubblewrap)")
-            roots = python_roots(python) if self.settings.python else None
-            argv = _bwrap_argv(self._work, self._runtime, roots) + [python, *self._zygote_args("/opt/ait", preload)]
-            env: dict[str, str] = {}
-            self._work_inside, self._scratch_inside = "/sandbox", "/scratch"
-        else:
-            argv = [python, *self._zygote_args(str(self._runtime), preload)]
-            env = {"PATH": "/usr/bin:/bin", "HOME": str(self._scratch), "AIT_SANDBOX_NO_SETUID": "1",
-                   "AIT_SANDBOX_FALLBACK": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-            self._work_inside, self._scratch_inside = str(self._work), str(self._scratch)
-
-        def _pre() -> None:
-            os.setsid()
-            if mode == "fallback" and os.getuid() == 0:
-                try:
-                    os.unshare(os.CLONE_NEWNET)  # type: ignore[attr-defined]
-                except (AttributeError, OSError):
-                    pass
-
-        # stderr goes to a file: an undrained pipe would fill up (progress bars, logs) and block the zygote.
-        log = open(self._log_path, "w")  # noqa: SIM115 - owned by the child process
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                text=True, env=env, cwd=str(self._work), preexec_fn=_pre, bufsize=1)
-        log.close()
-        with self._state:
-            if self._generation != generation:  # close() ran while we were starting it
-                kill_tree(proc)
-                raise _Closed("the sandbox was closed while it was starting")
-            self._proc = proc
-        self._lines = queue.Queue()
-        threading.Thread(target=self._reader, args=(proc, self._lines), daemon=True).start()
-        self._cgroup, cg_text = _cgroup_for(proc.pid, self.settings.limits.max_processes + 8)
-        ready = self._readline(self.settings.startup_timeout_s)
-        if ready is None or not ready.get("ready"):
-            with self._state:
-                closed = self._generation != generation
-            exited = proc.poll() is not None
-            err = self.log_tail()
-            self.close()
-            if closed:
-                raise _Closed("the sandbox was closed while it was starting")
-            # Fall back only on bubblewrap's own refusal (it exits with a "bwrap: ..." message); a zygote
-            # that fails or is merely slow (a loaded machine) is an infrastructure error, never a weaker
-            # sandbox.
-            refusal = [ln for ln in err.splitlines() if ln.startswith("bwrap: ")]
-            if mode == "bwrap" and self.settings.mode == "auto" and exited and refusal:
-                self._drop_bwrap(refusal[-1])
-                with self._state:
-                    generation = self._generation
-                return self._launch(generation)
-            state = "exited" if exited else f"did not answer within {self.settings.startup_timeout_s:g} s"
-            raise SandboxError(f"the sandbox did not start ({mode}: {state}): {err.strip()[-1000:] or 'no output'}")
-        if mode == "fallback":
-            netns = "new network namespace" if os.getuid() == 0 else "no network namespace (not root)"
-            self.description = (f"fallback (no bubblewrap: {self.fallback_reason or 'requested'}): same uid, "
-                                f"cleared env, rlimits, Python audit hook blocking sockets/processes/outside "
-                                f"files, {netns}, {cg_text}")
-            sys.stderr.write(f"ait sandbox: WEAKER MODE in force: {self.description}\n")
-        else:
-            drop = ready.get("drop_to")
-            self.description = (f"bwrap: mount/pid/net/ipc/uts namespaces, read-only system binds, no network, "
-                                f"{'uid ' + str(drop) if drop is not None else 'same uid (not root)'}, rlimits, "
-                                f"{cg_text}")
-        self.mode = mode
-
-    def _zygote_args(self, runtime: str, preload: str) -> list[str]:
-        """The zygote's command line, with ``runtime`` the folder of its files as the zygote sees it."""
-        jobs = [arg for name in self.jobs for arg in ("--job", f"{name}={runtime}/job_{name}.py")]
-        return [f"{runtime}/zygote.py", "--adapter", f"{runtime}/verifiers_v0.py", "--confine",
-                f"{runtime}/confine.py", *jobs, "--preload", preload]
-
-    def _readline(self, timeout: float) -> dict[str, Any] | None:
-        """Next JSON line from the zygote (a persistent reader thread feeds a queue, so a timed-out
-        wait never loses a later line); an answer too deep or too large to parse here is an error answer to its
-        request (:func:`unreadable_answer`)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                return None
-            if line is None:
-                return None
-            try:
-                obj = json.loads(line)
-            except (ValueError, RecursionError):
-                obj = unreadable_answer(line)
-            if isinstance(obj, dict):
-                return obj
-            sys.stderr.write(f"ait sandbox: ignored a non-protocol line: {line[:200]!r}\n")
-
-    def _reader(self, proc: "subprocess.Popen[str]", q: "queue.Queue[str | None]") -> None:
-        assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                q.put(line)
-        except (OSError, ValueError):
-            pass  # the stream was closed by close()
-        q.put(None)
-
-    def log_tail(self, limit: int = 2000) -> str:
-        try:
-            return self._log_path.read_text(errors="replace")[-limit:]
-        except OSError:
-            return ""
 
     def close(self) -> None:
         """Stop the resident process and everything it started (a start in progress is abandoned, never
@@ -518,20 +291,6 @@ class Sandbox:
     def release(self, workdir: Path) -> None:
         """Delete a request's folder (never raises, bounded in time, any tree the request left)."""
         remove_tree(workdir)
-
-
-def unreadable_answer(line: str) -> dict[str, Any] | None:
-    """An answer line of the zygote (``{"id": N, "response": ...}``) that this process cannot parse: what the
-    request's code returned nests deeper than this thread's stack allows (the zygote parsed it higher up its
-    own stack) or is otherwise past the parser. Its request gets an error response that says so (the code's
-    fault, reported by the request's caller) instead of no answer (which would be the sandbox's failure)."""
-    m = re.match(r'\{"id": (\d{1,18}), "response": ', line)
-    if m is None:
-        return None
-    return {"id": int(m.group(1)), "response": {
-        "status": "error", "stage": "result", "kind": "exception",
-        "error": "what your code returned cannot be read: lists or objects nested hundreds of levels deep, or "
-                 "numbers past Python's limits; return plain strings, small numbers and flat lists"}}
 
 
 _SHARED: dict[str, Sandbox] = {}

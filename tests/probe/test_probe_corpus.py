@@ -222,12 +222,12 @@ def test_other_processes_of_the_sandbox_uid_never_change_a_verdict(probe, sandbo
 
     from ait_env.sandbox.zygote import UNPRIVILEGED
 
-    from ait_env.sandbox.host import _cgroup_for
+    from ait_env.sandbox.jail import cgroup_for
 
     if os.getuid() != 0:
         pytest.skip("needs root (to run processes as the sandbox uid)")
     probe_cg = subprocess.Popen(["sleep", "5"])
-    cg, _ = _cgroup_for(probe_cg.pid, 8)
+    cg, _ = cgroup_for(probe_cg.pid, 8)
     probe_cg.kill()
     probe_cg.wait()
     if cg is None:

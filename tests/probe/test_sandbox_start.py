@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("verifiers")
 
-import ait_env.sandbox.host as sandbox_mod  # noqa: E402
+import ait_env.sandbox.jail as sandbox_mod  # noqa: E402  (where the launch looks bubblewrap up)
 from ait_env.sandbox import Sandbox, SandboxError, bwrap_path  # noqa: E402
 
 

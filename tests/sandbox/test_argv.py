@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import ait_env.sandbox.host as sb
+import ait_env.sandbox.jail as sb
 
 
 def test_an_interpreter_under_tmp_is_bound_after_the_private_tmp(tmp_path: Path) -> None:
     venv = Path("/tmp/some-checkout/.venv")
-    argv = sb._bwrap_argv(tmp_path / "work", tmp_path / "runtime", roots=[str(venv)])
+    argv = sb.bwrap_argv(tmp_path / "work", tmp_path / "runtime", roots=[str(venv)])
     tmpfs = argv.index("--tmpfs")
     assert argv[tmpfs + 1] == "/tmp"
     bind = next(i for i in range(len(argv) - 2) if argv[i:i + 3] == ["--ro-bind", str(venv), str(venv)])
