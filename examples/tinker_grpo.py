@@ -23,7 +23,8 @@ from ait_env.extras import missing_extras_exit
 with missing_extras_exit("examples/tinker_grpo.py", active=__name__ == "__main__"):  # one line, exit 3
     from tinker_cookbook.rl import train
 
-from ait_env.integrations.tinker import JobWritingDatasetBuilder, close_run_backends, drop_infra_strategy, get_renderer
+from ait_env.integrations.tinker import close_run_backends, get_renderer
+from ait_env.integrations.tinker_datasets import JobWritingDatasetBuilder, drop_infra_strategy
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--model", default="Qwen/Qwen3-4B-Instruct-2507")

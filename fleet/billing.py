@@ -35,7 +35,7 @@ class RunpodJobStatus(Protocol):
 
 
 class ManagementLike(Protocol):
-    """The part of ``fleet.runpod_api.ManagementClient`` this backend uses (the endpoint's settings)."""
+    """The part of ``fleet.runpod_management.ManagementClient`` this backend uses (the endpoint's settings)."""
 
     def get(self, endpoint_id: str) -> dict[str, Any]: ...
 

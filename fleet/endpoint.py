@@ -6,7 +6,7 @@
 
 Contract: the settings are the simulator's fleet defaults (``fleet/fleet_defaults.yaml``: workers, idle
 timeout, GPUs, the GPU priority list), ``fleet/endpoint.yaml`` (the rest of a
-:class:`fleet.runpod_api.EndpointSpec`) and ``--config FILE``, merged in that order; the endpoint is found by its ``name`` (or ``--id``). ``up`` creates it
+:class:`fleet.runpod_management.EndpointSpec`) and ``--config FILE``, merged in that order; the endpoint is found by its ``name`` (or ``--id``). ``up`` creates it
 or updates it in place. ``status`` prints what exists: id, GPU pools, GPUs per worker, workers min/max,
 idle and execution timeouts, the workers Runpod has allocated, the queue (``/health``) and what it costs
 per hour idle (``workers_min`` x GPUs per worker x the active $/s of the first pool x 3600,
@@ -30,8 +30,8 @@ from typing import Any
 
 from fleet import prices
 from fleet.settings import FLEET_DEFAULTS, fleet_settings  # noqa: F401  (python -m fleet.endpoint's defaults)
-from fleet.runpod_api import (API_KEY_ENV, EndpointSpec, ManagementClient, RunpodAPIError, ServerlessClient,
-                            delete_endpoint, upsert_endpoint)
+from fleet.runpod_api import API_KEY_ENV, RunpodAPIError, ServerlessClient
+from fleet.runpod_management import EndpointSpec, ManagementClient, delete_endpoint, upsert_endpoint
 
 DEFAULT_CONFIG = Path(__file__).with_name("endpoint.yaml")
 def load_config(config: Path | None = None) -> dict[str, Any]:

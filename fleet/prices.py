@@ -9,7 +9,7 @@ this sheet (and its ``date``) when they do. :func:`cost_usd` is the only place t
 into dollars for the fleet simulator and the bench matrix.
 
 Each GPU type also names its Serverless **pool** (what Runpod's REST v2 ``gpu.pools`` takes,
-:class:`fleet.runpod_api.EndpointSpec.gpu_type_ids`; ``references/gpu-types.mdx``, "GPU pools"):
+:class:`fleet.runpod_management.EndpointSpec.gpu_type_ids`; ``references/gpu-types.mdx``, "GPU pools"):
 :func:`pool_of`, :func:`price_per_s` and :func:`cost_per_hour` (what ``python -m fleet.endpoint`` prints)
 read the same figures by pool. Online, ``GET https://api.runpod.io/v2/catalog/gpus`` gives
 ``price.serverless`` per type's ``pool`` (``api-reference-v2/openapi.json``, ``GpuType``).

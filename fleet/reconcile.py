@@ -12,7 +12,7 @@ Contract
   sessions (their ``$/s`` over their wall time; a session still open counts up to now while its
   orchestrator lives). Several ``--runs-dir`` are summed: give every run dir that used the endpoint in the
   window, or Runpod's side includes jobs the journal does not know of.
-- **Runpod's side**: :meth:`fleet.runpod_api.ManagementClient.billing`, ``GET /v2/billing/serverless``
+- **Runpod's side**: :meth:`fleet.runpod_management.ManagementClient.billing`, ``GET /v2/billing/serverless``
   with ``serverlessId`` (runpod/docs a900806e ``api-reference-v2/openapi.json``, ``listServerlessBilling``:
   per endpoint and bucket, ``gpuAmount``, ``cpuAmount``, ``diskAmount``, ``feeAmount``, ``totalAmount``
   in USD). The journal models GPU time only, so the verdict compares it with ``gpuAmount``; the rest
@@ -52,7 +52,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from fleet.runpod_api import API_KEY_ENV, ManagementClient, RunpodAPIError, ServerlessClient, parse_rfc3339
+from fleet.runpod_api import API_KEY_ENV, RunpodAPIError, ServerlessClient
+from fleet.runpod_management import ManagementClient, parse_rfc3339
 
 STEP_S = {"hour": 3600, "day": 86400}
 TOLERANCE_PCT, TOLERANCE_USD = 5.0, 0.05

@@ -29,7 +29,7 @@ from fleet.runpod_api import ResultExpired, RunpodAPIError, SubmitUncertain
 from fleet.settings import RunpodOptions
 
 if TYPE_CHECKING:
-    from fleet.runpod_api import ManagementClient
+    from fleet.runpod_management import ManagementClient
 
 _log = logging.getLogger(__name__)
 #: Runpod's per-request policy limits (runpod/docs a900806e, send-requests.mdx: executionTimeout "Min 5
@@ -77,7 +77,8 @@ class RunpodEngine:
         """Where the REST v2 API (the endpoint's settings) is read: ``rest_base_url``, else
         ``$AIT_RUNPOD_REST_BASE_URL``, else the job API's base URL when it was overridden (``base_url`` or
         ``$RUNPOD_ENDPOINT_BASE_URL``: a fake or a proxy serves both), else Runpod's REST host."""
-        from fleet.runpod_api import DEFAULT_REST_BASE_URL, JOB_BASE_ENV, REST_BASE_ENV
+        from fleet.runpod_api import JOB_BASE_ENV
+        from fleet.runpod_management import DEFAULT_REST_BASE_URL, REST_BASE_ENV
 
         return (self.options.rest_base_url or os.environ.get(REST_BASE_ENV) or self.options.base_url
                 or os.environ.get(JOB_BASE_ENV) or DEFAULT_REST_BASE_URL)
@@ -86,7 +87,8 @@ class RunpodEngine:
         key = os.environ.get("RUNPOD_API_KEY")
         if not key:
             return None
-        from fleet.runpod_api import ManagementClient, RetryPolicy
+        from fleet.runpod_api import RetryPolicy
+        from fleet.runpod_management import ManagementClient
 
         # one GET at start: a short retry budget, the defaults stand in when it fails
         return ManagementClient(key, base_url=self.rest_base_url(), timeout_s=10.0,

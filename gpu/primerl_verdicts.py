@@ -12,7 +12,7 @@ from ait_env.runner import InfraFailed, JobFailed
 from gpu.primerl_logs import Signal, StepLine, env_start_failure
 
 if TYPE_CHECKING:
-    from gpu.primerl_executor import _RunWatch
+    from gpu.primerl_watch import _RunWatch
 
 MAX_EMPTY_BATCHES = 10       # src/prime_rl/orchestrator/orchestrator.py MAX_CONSECUTIVE_EMPTY_BATCHES
 

@@ -46,7 +46,7 @@ from gpu.isolation import JailConfig, probe
 PRIME_RL_LOCKED: dict[str, str] = {"torch": "2.11.0+cu128", "vllm": "0.24.0+cu129", "transformers": "5.6.2",
                                    "verifiers": VERIFIERS_VERSION}
 #: GPUs a worker needs: one runs prime-rl's default 1 inference + 1 trainer colocated (filesystem weight
-#: broadcast, gpu/primerl_executor.py ``plan_gpus``); two give each its own; a job asking for more than the
+#: broadcast, gpu/gpu_plan.py ``plan_gpus``); two give each its own; a job asking for more than the
 #: worker has is refused by the executor with what it needs
 GPU_JOB_MIN_GPUS = 1
 DEFAULT_PRIME_RL_DIR = "/opt/prime-rl"

@@ -161,7 +161,7 @@ def build_train_config(cfg: DictConfig) -> Any:
     from tinker_cookbook.rl import train
 
     from ait_env.conf import conf_dir, group_options
-    from ait_env.integrations.tinker import JobWritingDatasetBuilder, drop_infra_strategy
+    from ait_env.integrations.tinker_datasets import JobWritingDatasetBuilder, drop_infra_strategy
     from ait_env.observe.plots import run_label, write_run_label
 
     from ait_env.hidden.secrets import default_hidden_seeds

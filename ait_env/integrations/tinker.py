@@ -1,7 +1,7 @@
 """``AIT/JobWriting-v0`` as a tinker-cookbook RL environment (pinned: tinker-cookbook 0.5.8, tinker 0.38).
 
-Every cookbook-specific call of the project lives here (plus the offline helpers in
-:mod:`ait_env.integrations.tinker_offline`). The shape:
+Every cookbook-specific call of the project lives here, in :mod:`ait_env.integrations.tinker_datasets` (the
+groups and datasets) and in the offline helpers (:mod:`ait_env.integrations.tinker_offline`). The shape:
 
 - :class:`JobWritingMessageEnv` (a cookbook ``MessageEnv``): one gym episode. Its first
   observation is the episode's system prompt *without* the env's own tool section, with the
@@ -24,10 +24,10 @@ Every cookbook-specific call of the project lives here (plus the offline helpers
   appends one ``kind="llm"`` record per sampling call to the env's cost ledger (prompt, cached and
   sampled tokens, USD from dated config prices) *before* the env step, under the env's
   ``episode_id``, so the env's per-episode budget counts the agent's tokens too.
-- :class:`JobWritingGroupBuilder`: G envs of the **same** (family, instance). ``compute_group_rewards``
+- :class:`~ait_env.integrations.tinker_datasets.JobWritingGroupBuilder`: G envs of the **same** (family, instance). ``compute_group_rewards``
   adds no reward (the env's reward arrives on the last step) but attaches the per-episode metrics of
   :mod:`ait_env.observe.metrics` and logs the group's train tokens.
-- :class:`JobWritingDataset` over the training families only (``split_families``), and
+- :class:`~ait_env.integrations.tinker_datasets.JobWritingDataset` over the training families only (``split_families``), and
   :class:`EvalDataset`: the held-out families (tag ``heldout``) plus a comparison arm of training
   families (tag ``train``), with fixed instances so evaluations at different checkpoints compare.
 - One backend per run (:func:`run_backend`): every episode's env is given the run's backend instance
@@ -35,7 +35,7 @@ Every cookbook-specific call of the project lives here (plus the offline helpers
   it when the run ends (``trainers/tinker_grpo.py``) or at exit. ``backend_factory`` builds a custom
   backend class once per run.
 - ``infra_failed`` episodes: the message env raises :class:`InfraFailedEpisode`; the rollout strategy
-  :func:`drop_infra_strategy` (the cookbook's ``MinViableGroup``) removes that trajectory from its
+  :func:`~ait_env.integrations.tinker_datasets.drop_infra_strategy` (the cookbook's ``MinViableGroup``) removes that trajectory from its
   group (optionally re-running a fresh episode of the same instance) and keeps the group when at
   least ``min_group`` episodes remain, else drops the group. A dropped episode is never scored.
 """
@@ -44,41 +44,30 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import hashlib
 import json
 import logging
-import math
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-import chz
 import gymnasium as gym
 from tinker_cookbook import renderers
 from tinker_cookbook.rl import types
 from tinker_cookbook.rl.message_env import EnvFromMessageEnv, MessageEnv, MessageStepResult
-from tinker_cookbook.rl.rollout_strategy import MinViableGroup
 from tinker_cookbook.tokenizer_utils import get_tokenizer
 
 import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.backends import Backend, backend_factory
-from ait_env.config import compose, split_families
-from ait_env.observe.metrics import (
-    Prices,
-    common_prefix_len,
-    episode_metrics,
-    fill_model_share,
-    trained_tokens,
-)
+from ait_env.config import compose
+from ait_env.observe.metrics import Prices, common_prefix_len
 from ait_env.episode.messages import action_text
 from ait_env.observe.ledger import CostRecord
 from ait_env.episode.spec import strip_tool_sections
-from task_families import FAMILY_NAMES
 
 logger = logging.getLogger(__name__)
 
@@ -400,183 +389,6 @@ class MeteredEnv(EnvFromMessageEnv):
         return result
 
 
-# --------------------------------------------------------------------------- groups and datasets
-class JobWritingGroupBuilder(types.EnvGroupBuilder):
-    """``group_size`` episodes of the same (family, instance); picklable (envs are built lazily)."""
-
-    def __init__(self, cfg: AdapterConfig, family: str, instance: int, group_size: int, split: str,
-                 tags: Sequence[str]) -> None:
-        self.cfg = cfg
-        self.family = family
-        self.instance = instance
-        self.group_size = group_size
-        self.split = split
-        self.tags = list(tags)
-        self._made: list[MeteredEnv] = []
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_made"] = []
-        return state
-
-    async def make_envs(self) -> Sequence[types.Env]:
-        renderer = get_renderer(self.cfg.renderer_name, self.cfg.model_name)
-        envs = [MeteredEnv(renderer, JobWritingMessageEnv(self.cfg, self.family, self.instance, self.split),
-                           failed_parse_reward=self.cfg.failed_parse_reward, terminate_on_parse_error=True,
-                           max_trajectory_tokens=self.cfg.max_trajectory_tokens,
-                           max_generation_tokens=self.cfg.max_tokens,
-                           context_overflow_reward=self.cfg.context_overflow_reward)
-                for _ in range(self.group_size)]
-        self._made.extend(envs)
-        return envs
-
-    async def compute_group_rewards(self, trajectory_group: list[types.Trajectory],
-                                    env_group: Sequence[types.Env]) -> list[tuple[float, types.Metrics]]:
-        started = [e for e in self._made if e.message_env.env is not None]
-        n_drop = sum(1 for e in started if e.message_env.dropped)
-        drop_frac = n_drop / max(1, len(started))
-        out: list[dict[str, float]] = []
-        prices = Prices.from_dict(self.cfg.prices)
-        for traj, env in zip(trajectory_group, env_group, strict=True):
-            assert isinstance(env, MeteredEnv)
-            me = env.message_env
-            total = sum(t.reward for t in traj.transitions)
-            m = episode_metrics(me.info.get("reward") if me.finished else None, me.job() if me.finished else None,
-                                self.family, me.turns, total, aborted=not me.finished,
-                                research="jobs_left" in me.info)
-            m.update({"ait/infra_dropped_frac": drop_frac, "ait/llm_usd": me.llm_usd,
-                      "ait/llm_tokens_in": float(me.tokens_in), "ait/llm_tokens_out": float(me.tokens_out)})
-            n_train = trained_tokens(env.turns)
-            m["ait/train_tokens"] = float(n_train)
-            if me.env is not None and self.split == "train":
-                await _in_thread(self.cfg, me.env.unwrapped.ledger.append, CostRecord(
-                    kind="llm_train", episode_id=me.episode_id, tokens_in=n_train, usd=prices.train_usd(n_train),
-                    meta={"model": self.cfg.model_name, "run": self.cfg.run_id, "prices_as_of": prices.as_of,
-                          "billing": "estimate"}))
-            out.append(m)
-        catalog = []
-        if started and started[0].message_env.info:
-            catalog = [b["name"] for b in started[0].message_env.info.get("base_models", [])]
-        fill_model_share(out, catalog)
-        return [(0.0, m) for m in out]
-
-    async def cleanup(self) -> None:
-        for env in self._made:
-            try:
-                await _in_thread(self.cfg, env.message_env.close)
-            except Exception as exc:  # noqa: BLE001 - cleanup must not mask rollout errors
-                logger.warning("closing an env failed: %s", exc)
-        self._made = []
-
-    def logging_tags(self) -> list[str]:
-        return self.tags
-
-
-def instance_seed(seed: int, stream: str, k: int) -> int:
-    """Deterministic instance id for item ``k`` of a stream (resume-safe, no RNG state)."""
-    return int(hashlib.sha256(f"{seed}:{stream}:{k}".encode()).hexdigest()[:8], 16)
-
-
-class JobWritingDataset(types.RLDataset):
-    """Batches of ``groups_per_batch`` groups over the training families (round-robin, fresh instances)."""
-
-    def __init__(self, cfg: AdapterConfig, families: Sequence[str], groups_per_batch: int, group_size: int,
-                 n_batches: int, seed: int = 0) -> None:
-        if not families:
-            raise ValueError("no training families: every family is marked held_out in conf/family/")
-        self.cfg = cfg
-        self.families = list(families)
-        self.groups_per_batch = groups_per_batch
-        self.group_size = group_size
-        self.n_batches = n_batches
-        self.seed = seed
-
-    def get_batch(self, index: int) -> Sequence[types.EnvGroupBuilder]:
-        out = []
-        for j in range(self.groups_per_batch):
-            k = index * self.groups_per_batch + j
-            fam = self.families[k % len(self.families)]
-            out.append(JobWritingGroupBuilder(self.cfg, fam, instance_seed(self.seed, "train", k), self.group_size,
-                                              "train", tags=["train", fam]))
-        return out
-
-    def __len__(self) -> int:
-        return self.n_batches
-
-
-class EvalDataset(types.RLDataset):
-    """One batch: ``heldout_groups`` groups per held-out family (tag ``heldout``) and ``train_groups`` per
-    training family (tag ``train``), on fixed instances disjoint from the training stream."""
-
-    def __init__(self, cfg: AdapterConfig, heldout: Sequence[str], train: Sequence[str], heldout_groups: int,
-                 train_groups: int, group_size: int, seed: int = 0) -> None:
-        self.builders: list[types.EnvGroupBuilder] = []
-        for arm, fams, n in (("heldout", heldout, heldout_groups), ("train", train, train_groups)):
-            for fam in fams:
-                for k in range(n):
-                    self.builders.append(JobWritingGroupBuilder(
-                        cfg, fam, instance_seed(seed, f"eval:{fam}", k), group_size, "eval", tags=[arm, fam]))
-
-    def get_batch(self, index: int) -> Sequence[types.EnvGroupBuilder]:
-        return self.builders if index == 0 else []
-
-    def __len__(self) -> int:
-        return 1 if self.builders else 0
-
-
-@chz.chz
-class JobWritingDatasetBuilder(types.RLDatasetBuilder):
-    """chz builder the cookbook's ``train.Config`` takes; its fields are JSON-friendly (``config.json``)."""
-
-    model_name: str
-    renderer_name: str
-    group_size: int
-    groups_per_batch: int
-    n_batches: int
-    seed: int = 0
-    backend: str = "stub"
-    env_overrides_json: str = "{}"
-    max_tokens: int = 4096
-    max_trajectory_tokens: int | None = None
-    eval_heldout_groups: int = 1
-    eval_train_groups: int = 0
-    eval_group_size: int = 4
-    prices_json: str = "{}"
-    run_budget_usd: float | None = None
-    run_id: str = ""
-    backend_factory: str | None = None
-    env_threads: int = 64
-
-    def adapter_config(self) -> AdapterConfig:
-        return AdapterConfig(model_name=self.model_name, renderer_name=self.renderer_name, backend=self.backend,
-                             env_overrides=json.loads(self.env_overrides_json), max_tokens=self.max_tokens,
-                             max_trajectory_tokens=self.max_trajectory_tokens, prices=json.loads(self.prices_json),
-                             run_budget_usd=self.run_budget_usd, run_id=self.run_id, backend_factory=self.backend_factory,
-                             env_threads=self.env_threads)
-
-    def datasets(self) -> tuple[JobWritingDataset, EvalDataset | None]:
-        cfg = self.adapter_config()
-        train, heldout = split_families(FAMILY_NAMES)
-        train_ds = JobWritingDataset(cfg, train, self.groups_per_batch, self.group_size, self.n_batches, self.seed)
-        eval_ds = EvalDataset(cfg, heldout, train, self.eval_heldout_groups, self.eval_train_groups,
-                              self.eval_group_size, self.seed)
-        return train_ds, (eval_ds if len(eval_ds) else None)
-
-    async def __call__(self) -> tuple[types.RLDataset, types.RLDataset | None]:
-        get_renderer(self.renderer_name, self.model_name)  # fail early on a missing tokenizer / renderer
-        return self.datasets()
-
-
-def drop_infra_strategy(group_size: int, min_group: int | None = None, max_retries: int = 1,
-                        timeout_s: float | None = None) -> MinViableGroup:
-    """The cookbook's ``MinViableGroup``: failed episodes (``infra_failed`` raises) leave the group,
-    are re-run on a fresh env of the same instance while fewer than ``min_group`` succeeded and
-    retries remain, and a group below ``min_group`` is dropped whole (no advantage from too few)."""
-    floor = min_group if min_group is not None else max(2, math.ceil(group_size / 2))
-    return MinViableGroup(min_successful=min(floor, group_size), max_retries=max_retries,
-                          per_rollout_timeout=timeout_s)
-
-
-__all__ = ["AdapterConfig", "EvalDataset", "close_run_backends", "run_backend", "InfraFailedEpisode", "JobWritingDataset", "JobWritingDatasetBuilder",
-           "JobWritingGroupBuilder", "JobWritingMessageEnv", "MeteredEnv", "RunBudgetExhausted",
-           "canonical_assistant", "drop_infra_strategy", "message_to_action", "serialize_tokenizer", "strip_tool_sections"]
+__all__ = ["AdapterConfig", "InfraFailedEpisode", "JobWritingMessageEnv", "MeteredEnv", "RunBudgetExhausted",
+           "canonical_assistant", "close_run_backends", "get_renderer", "message_to_action", "run_backend",
+           "serialize_tokenizer", "strip_tool_sections"]

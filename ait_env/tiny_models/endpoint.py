@@ -2,7 +2,7 @@
 
 Routes (the subset of vLLM's API that verifiers and the hidden-eval harness use):
 
-- ``GET /v1/models``;
+- ``GET /health`` (200 once serving, as vLLM's) and ``GET /v1/models``;
 - ``POST /v1/chat/completions``: messages + tools rendered with the model's chat template
   (:mod:`ait_env.tiny_models.chat`), sampling (``temperature``, ``top_p``, ``max_tokens`` /
   ``max_completion_tokens``; ``n`` must be 1), ``<tool_call>`` output parsed into ``tool_calls``.

@@ -108,6 +108,7 @@ class _Routes:
         self._loop = loop
         asyncio.set_event_loop(loop)
         app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/ait/work", self._work)
@@ -125,6 +126,9 @@ class _Routes:
         loop.run_forever()
 
     # ------------------------------------------------------------------ handlers
+    async def _health(self, request: web.Request) -> web.Response:  # noqa: ARG002
+        return web.Response(status=200)
+
     async def _models(self, request: web.Request) -> web.Response:  # noqa: ARG002
         return web.json_response({"object": "list", "data": [
             {"id": self.model_name, "object": "model", "owned_by": "ai-trains-ai", "max_model_len": self.max_model_len}]})

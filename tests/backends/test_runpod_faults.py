@@ -344,7 +344,7 @@ def test_the_rest_api_follows_base_url_and_a_lost_answer_over_http_is_charged(tm
     """Item 9: with base_url pointing at a fake, the endpoint's settings are read from the fake too (the
     conftest guard fails any test that reaches another host). Item 7 over HTTP: the real client turns the
     fake's 502 after queueing into SubmitUncertain, and the queued job's input carries the journal's tag."""
-    from fleet.runpod_api import EndpointSpec, ManagementClient
+    from fleet.runpod_management import EndpointSpec, ManagementClient
     from tests.gpu.fake_runpod import start_fake_runpod
 
     output = {"kind": "job", "baselines": [], "result": {

@@ -13,7 +13,7 @@ import pytest
 
 from ait_env.backends.runpod import RunpodBackend
 from fleet import prices, reconcile
-from fleet.runpod_api import EndpointSpec, ManagementClient
+from fleet.runpod_management import EndpointSpec, ManagementClient
 from tests.backends.test_runpod_backend import bundles, run_all, settings
 from tests.gpu.fake_runpod import FakeRunpod, fakes
 

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from fleet.runpod_api import (EndpointSpec, ManagementClient, ResultExpired, RetryPolicy, RunpodAPIError,
-                            ServerlessClient, SubmitUncertain, delete_endpoint, upsert_endpoint)
+from fleet.runpod_api import ResultExpired, RetryPolicy, RunpodAPIError, ServerlessClient, SubmitUncertain
+from fleet.runpod_management import EndpointSpec, ManagementClient, delete_endpoint, upsert_endpoint
 from tests.gpu.fake_runpod import FakeRunpod, fakes, start_fake_runpod
 from tests.gpu.helpers import local_settings, make_job, needs_tiny_model, worker_env
 

@@ -21,7 +21,8 @@ from ait_env.tiny_models.model import TinyLM
 from ait_env.tiny_models.tokenizer import ChatTokenizer
 from ait_env.runner import InfraFailed
 from gpu.isolation import training_uid
-from gpu.primerl_executor import PrimeRLExecutor, dir_hash, hf_revision, plan_gpus
+from gpu.gpu_plan import plan_gpus
+from gpu.primerl_executor import PrimeRLExecutor, dir_hash, hf_revision
 from tests.gpu.gpu_helpers import MODEL, OTHER, leftovers
 from tests.helpers import load_scaled
 

@@ -17,7 +17,7 @@ import pytest
 
 from ait_env.jobs.gpus import GIB, KV_SEQUENCES, MODELS, OVERHEAD_GIB, trainer_need_gib
 from gpu.gpu_share import colocated_kv_cache_bytes, colocated_share
-from gpu.primerl_executor import plan_gpus
+from gpu.gpu_plan import plan_gpus
 
 
 def available_kv(total: float, util: float, weights: float, activation_peak: float, non_torch: float,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,7 @@ def _server(tmp_path: Path, model: str, run_id: str, **kw: object) -> VllmServer
 
 
 def test_serves_a_weights_folder_until_stopped(tmp_path: Path, micro_dirs: dict[str, str]) -> None:
-    run_id = "vllm-" + tmp_path.name
+    run_id = "vllm-" + uuid.uuid4().hex[:8]   # unique: a killed earlier run may leave a same-named tree
     with _server(tmp_path, micro_dirs[MODEL], run_id) as served:
         assert served.model == MODEL and served.base_url.startswith("http://127.0.0.1:")
         models = json.loads(urllib.request.urlopen(served.base_url + "/models").read())
@@ -68,14 +69,14 @@ def test_serves_a_weights_folder_until_stopped(tmp_path: Path, micro_dirs: dict[
 
 
 def test_a_server_that_dies_at_start_is_infra_with_its_log(tmp_path: Path) -> None:
-    run_id = "vllm-dies-" + tmp_path.name
+    run_id = "vllm-dies-" + uuid.uuid4().hex[:8]   # unique: a killed earlier run may leave a same-named tree
     with pytest.raises(InfraFailed, match=r"exited with code 1 before it was ready(.|\n)*cannot download"):
         _server(tmp_path, "Qwen/Qwen3-0.6B", run_id).start()
     assert leftovers(run_id) == set()
 
 
 def test_a_server_never_ready_times_out_and_is_killed(tmp_path: Path, micro_dirs: dict[str, str]) -> None:
-    run_id = "vllm-hangs-" + tmp_path.name
+    run_id = "vllm-hangs-" + uuid.uuid4().hex[:8]   # unique: a killed earlier run may leave a same-named tree
     server = _server(tmp_path, micro_dirs[MODEL], run_id, env={"FAKE_VLLM_HANG": "1"}, startup_timeout_s=3.0)
     with pytest.raises(InfraFailed, match="not ready within 3 s"):
         server.start()
@@ -94,14 +95,13 @@ def test_the_eval_vllm_starts_under_a_100_character_tmpdir(tmp_path: Path, micro
     100-character worker TMPDIR that path (137 characters) is refused by the kernel (sun_path: 107 bytes) and
     every eval failed. The server gets its own short runtime folder, removed when it stops."""
     import socket
-    import uuid
 
     long_tmp = tmp_path / ("t" * max(1, 100 - len(str(tmp_path)) - 1))
     long_tmp.mkdir()
     assert len(str(long_tmp)) == 100
     with socket.socket(socket.AF_UNIX) as sock, pytest.raises(OSError):   # what vLLM met there
         sock.bind(f"{long_tmp}/{uuid.uuid4()}")
-    run_id = "vllm-tmp-" + tmp_path.name
+    run_id = "vllm-tmp-" + uuid.uuid4().hex[:8]   # unique: a killed earlier run may leave a same-named tree
     server = _server(tmp_path, micro_dirs[MODEL], run_id, env={"TMPDIR": str(long_tmp),
                                                                 "VLLM_RPC_BASE_PATH": str(long_tmp)})
     with server as served:

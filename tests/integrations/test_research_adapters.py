@@ -161,7 +161,8 @@ tinker_cookbook = pytest.importorskip("tinker_cookbook", reason="install the out
 from tinker_cookbook.rl.rollouts import do_group_rollout  # noqa: E402
 from tinker_fixtures import local_tokenizer  # noqa: E402,F401  (fixture)
 
-from ait_env.integrations.tinker import AdapterConfig, JobWritingGroupBuilder, drop_infra_strategy, get_renderer  # noqa: E402
+from ait_env.integrations.tinker import AdapterConfig, get_renderer  # noqa: E402
+from ait_env.integrations.tinker_datasets import JobWritingGroupBuilder, drop_infra_strategy  # noqa: E402
 from ait_env.integrations.tinker_offline import ScriptedPolicy  # noqa: E402
 
 INSTRUCT = "Qwen/Qwen3-4B-Instruct-2507"

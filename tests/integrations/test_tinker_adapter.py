@@ -26,14 +26,12 @@ from tinker_fixtures import local_tokenizer  # noqa: F401  (fixture)
 from task_families import reference_files
 from ait_env.integrations.tinker import (
     AdapterConfig,
-    JobWritingDatasetBuilder,
-    JobWritingGroupBuilder,
-    drop_infra_strategy,
     get_renderer,
     message_to_action,
     serialize_tokenizer,
     strip_tool_sections,
 )
+from ait_env.integrations.tinker_datasets import JobWritingDatasetBuilder, JobWritingGroupBuilder, drop_infra_strategy
 from ait_env.integrations.tinker_offline import PlanContext, ScriptedPolicy, _job_files
 from ait_env.episode.spec import system_prompt
 

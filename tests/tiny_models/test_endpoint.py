@@ -41,6 +41,7 @@ def test_chat_completion_fields_and_records(micro_model, micro_tokenizer):
         assert bad.status_code == 400 and "maximum context length" in bad.text
         models = httpx.get(ep.base_url + "/models").json()
         assert models["data"][0]["id"] == "micro"
+        assert httpx.get(ep.base_url.removesuffix("/v1") + "/health").status_code == 200   # as vLLM's
 
 
 def test_hidden_eval_harness_against_the_endpoint(micro_model, micro_tokenizer):

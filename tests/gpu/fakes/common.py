@@ -34,28 +34,12 @@ def scenario() -> str:
 
 def serve_local(model_dir: str | Path, name: str, host: str, port: int,
                 max_model_len: int | None = None) -> Any:
-    """The project's :class:`~ait_env.tiny_models.endpoint.LocalEndpoint` for an HF folder, plus vLLM's
-    ``GET /health`` (added to the aiohttp application the endpoint builds, in this process only)."""
-    from aiohttp import web
-
+    """The project's :class:`~ait_env.tiny_models.endpoint.LocalEndpoint` for an HF folder (it answers vLLM's
+    ``GET /health`` too)."""
     from ait_env.tiny_models import endpoint
     from ait_env.tiny_models.model import TinyLM
     from ait_env.tiny_models.tokenizer import ChatTokenizer
 
-    async def health(_request: web.Request) -> web.Response:
-        return web.Response(status=200)
-
-    class _WebWithHealth:
-        def __getattr__(self, attr: str) -> Any:
-            return getattr(web, attr)
-
-        @staticmethod
-        def Application(*args: Any, **kwargs: Any) -> web.Application:
-            app = web.Application(*args, **kwargs)
-            app.router.add_get("/health", health)
-            return app
-
-    endpoint.web = _WebWithHealth()  # type: ignore[assignment]
     model = TinyLM.load(model_dir)
     limit = min(max_model_len or 10**9, model.cfg.max_position_embeddings)
     return endpoint.LocalEndpoint(model, ChatTokenizer.load(model_dir), name, host=host, port=port,
