@@ -238,6 +238,17 @@ def verdict_of(journal: float, runpod: float, pct: float, usd: float, remote: st
     return f"{remote} HIGHER" if runpod > journal else "JOURNAL HIGHER"
 
 
+def verdict_notes(rows: list[Any], total: Any, remote: str, open_note: str, remote_higher: str,
+                  journal_higher: str) -> list[str]:
+    """The notes a comparison table ends with, by the verdicts it holds (``rows`` and ``total`` carry
+    ``verdict`` and ``open``): an open bucket, ``<remote> HIGHER`` and ``JOURNAL HIGHER``, each said once with
+    what usually causes it (:func:`reconcile` and :func:`fleet.reconcile_pool.reconcile_pool`)."""
+    every = [*rows, total]
+    return ([open_note] if any(getattr(r, "open", False) for r in rows) else []) \
+        + ([remote_higher] if any(r.verdict == f"{remote} HIGHER" for r in every) else []) \
+        + ([journal_higher] if any(r.verdict == "JOURNAL HIGHER" for r in every) else [])
+
+
 def reconcile(mgmt: ManagementClient, runs_dirs: list[Path], endpoint_id: str, bucket: str = "day",
               tolerance_pct: float = TOLERANCE_PCT, tolerance_usd: float = TOLERANCE_USD,
               now: float | None = None) -> Report:
@@ -269,17 +280,14 @@ def reconcile(mgmt: ManagementClient, runs_dirs: list[Path], endpoint_id: str, b
     total = Row(start="total", journal=tj, journal_usd=round(tj.total, 4), runpod_gpu_usd=round(tg, 4),
                 runpod_other_usd=round(to, 4), difference_usd=round(tg - tj.total, 4),
                 verdict=verdict_of(tj.total, tg, tolerance_pct, tolerance_usd))
-    if any(r.open for r in rows):
-        notes.append("a bucket marked * has not ended: Runpod's figure may still grow; run again after it")
-    if any(r.verdict == "RUNPOD HIGHER" for r in [*rows, total]):
-        notes.append("RUNPOD HIGHER: jobs on this endpoint the journal does not know of (other run "
-                     "dirs: pass them all with --runs-dir; requests sent by hand), active workers outside "
-                     "the runs' sessions, cold starts longer than delayTime shows, or prices in "
-                     "fleet/prices.py older than Runpod's")
-    if any(r.verdict == "JOURNAL HIGHER" for r in [*rows, total]):
-        notes.append("JOURNAL HIGHER: the journal over-estimates by design (delayTime counts the queue wait, "
-                     "which Runpod does not bill; the idle charge assumes every worker idles its full "
-                     "timeout), or Runpod's figure for the bucket is not complete yet, or prices fell")
+    notes += verdict_notes(
+        rows, total, "RUNPOD", "a bucket marked * has not ended: Runpod's figure may still grow; run again after it",
+        "RUNPOD HIGHER: jobs on this endpoint the journal does not know of (other run dirs: pass them all with "
+        "--runs-dir; requests sent by hand), active workers outside the runs' sessions, cold starts longer than "
+        "delayTime shows, or prices in fleet/prices.py older than Runpod's",
+        "JOURNAL HIGHER: the journal over-estimates by design (delayTime counts the queue wait, which Runpod does "
+        "not bill; the idle charge assumes every worker idles its full timeout), or Runpod's figure for the "
+        "bucket is not complete yet, or prices fell")
     if to:
         notes.append(f"'other' = Runpod's disk, platform fee and CPU amounts (${to:.4f}): not modelled by "
                      "the journal and not in the verdict")

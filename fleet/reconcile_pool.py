@@ -52,7 +52,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from fleet.reconcile import STEP_S, TOLERANCE_PCT, TOLERANCE_USD, Parts, journal_buckets, spread, verdict_of
+from fleet.reconcile import (STEP_S, TOLERANCE_PCT, TOLERANCE_USD, Parts, journal_buckets, spread, verdict_notes,
+                             verdict_of)
 from fleet.skypilot_engine import JOURNAL_NAME, SkySDK
 
 
@@ -299,16 +300,14 @@ def reconcile_pool(sdk: SkySDK, runs_dirs: list[Path], pool: str, bucket: str = 
     total = PoolRow(start="total", journal=tj, journal_usd=round(tj.total, 4), skypilot_usd=round(ts, 4),
                     difference_usd=round(ts - tj.total, 4),
                     verdict=verdict_of(tj.total, ts, tolerance_pct, tolerance_usd, "SKYPILOT"))
-    if any(r.open for r in rows):
-        notes.append("a bucket marked * has not ended (a worker still up adds to SkyPilot's figure)")
-    if any(r.verdict == "SKYPILOT HIGHER" for r in [*rows, total]):
-        notes.append("SKYPILOT HIGHER: the pool's workers were up longer than the journal's jobs and per-job idle "
-                     "estimate (workers kept between runs, workers_min above 0, a slow scale-down: "
-                     "python -m fleet.pool down after a run), or other jobs ran on the pool (pass every run dir "
-                     "with --runs-dir)")
-    if any(r.verdict == "JOURNAL HIGHER" for r in [*rows, total]):
-        notes.append("JOURNAL HIGHER: the per-job idle estimate (idle_per_job_s) is above what the pool idled, "
-                     "or SkyPilot's catalog prices are below fleet/prices.py's")
+    notes += verdict_notes(
+        rows, total, "SKYPILOT", "a bucket marked * has not ended (a worker still up adds to SkyPilot's figure)",
+        "SKYPILOT HIGHER: the pool's workers were up longer than the journal's jobs and per-job idle estimate "
+        "(workers kept between runs, workers_min above 0, a slow scale-down: python -m fleet.pool down after a "
+        "run; python -m fleet.reconcile_pool --correct charges the run its measured idle), or other jobs ran on "
+        "the pool (pass every run dir with --runs-dir)",
+        "JOURNAL HIGHER: the per-job idle estimate (idle_per_job_s) is above what the pool idled, or SkyPilot's "
+        "catalog prices are below fleet/prices.py's")
     notes.append("SkyPilot's figure is its catalog price x the workers' time up (sky cost-report), an estimate; "
                  "the cloud's invoice is the final word")
     return PoolReport(pool=pool, bucket=bucket, tolerance_pct=tolerance_pct, tolerance_usd=tolerance_usd,

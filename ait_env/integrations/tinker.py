@@ -291,13 +291,7 @@ class JobWritingMessageEnv(MessageEnv):
         metrics: types.Metrics = {}
         reward = 0.0
         if done:
-            self.finished = True
-            breakdown = self.info.get("reward") or {}
-            if breakdown.get("drop"):
-                self.dropped = True
-                raise InfraFailedEpisode(f"episode {self.episode_id} ({self.example_id}) infra_failed: "
-                                         f"{breakdown.get('reason', '')}"[:500])
-            reward = float(breakdown.get("total") or 0.0)
+            reward = self._final_reward()
             metrics[f"{types.STOP_METRIC_PREFIX}"
                     f"{types.StopReason.MAX_TURNS if truncated else types.StopReason.TOOL_STOPPED}"] = 1.0
         return MessageStepResult(reward=reward, episode_done=done, next_messages=list(self.history),
@@ -327,6 +321,11 @@ class JobWritingMessageEnv(MessageEnv):
         it scored on those jobs; returns that reward (an infra_failed episode raises, as in :meth:`step`)."""
         assert self.env is not None
         self.info = await _in_thread(self.cfg, self.env.unwrapped.end_episode, reason)
+        return self._final_reward()
+
+    def _final_reward(self) -> float:
+        """The ended episode's reward from its info (an ``infra_failed`` episode raises
+        :class:`InfraFailedEpisode`: dropped, never scored)."""
         self.finished = True
         breakdown = self.info.get("reward") or {}
         if breakdown.get("drop"):
