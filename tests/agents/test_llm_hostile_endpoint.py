@@ -135,3 +135,32 @@ def test_an_echoed_api_key_is_in_nothing_the_runner_writes(tmp_path):
     records, out = _run(tmp_path, echo, episodes=1)
     assert records[0]["status"] == "endpoint_failed" and "<redacted>" in records[0]["error"]
     _no_key_anywhere(out)
+
+
+@pytest.mark.parametrize("refusal", [
+    "This model's maximum context length is 8192 tokens. However, your request has 8266 input tokens.",  # vLLM
+    "context_length_exceeded",                                                                             # OpenAI
+])
+def test_a_conversation_that_outgrows_the_context_is_the_agents_outcome_not_the_endpoints(tmp_path, refusal):
+    """The first turn is answered, the second refused with a 400 context-length error (the agent's long turns
+    outgrew the model): the env ends the episode as at its turn limit (no job ran: invalid or unparsable, a
+    reward that counts), never ``endpoint_failed``. A 400 on the first turn is still the endpoint's."""
+    turns: list[int] = []
+
+    def answer(h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        turns.append(len(body["messages"]))
+        if len([m for m in body["messages"] if m["role"] == "assistant"]) == 0:
+            _send(h, 200, json.dumps(_completion('<tool_call>{"name": "list_files", "arguments": {}}</tool_call>'
+                                                 )).encode())
+        else:
+            _send(h, 400, json.dumps({"error": {"message": refusal, "type": "BadRequestError",
+                                                "code": "context_length_exceeded" if "_" in refusal else 400}}).encode())
+
+    records, _ = _run(tmp_path, answer, episodes=1)
+    (rec,) = records
+    assert rec["status"] not in ("endpoint_failed", "") and rec["reward"] is not None, rec
+    assert "outgrew the model's context" in rec["error"] and rec["turns"] == 1
+
+    first = lambda h, b: _send(h, 400, json.dumps({"error": {"message": refusal}}).encode())  # noqa: E731
+    records, _ = _run(tmp_path / "first", first, episodes=1)
+    assert records[0]["status"] == "endpoint_failed"

@@ -22,7 +22,9 @@ Contract:
   endpoint that still fails ends the episode as ``endpoint_failed``: never the agent's failure, left
   out of every reward statistic (like ``infra_failed``) and counted in the table. So does any answer
   that is not a usable chat completion (an HTML page with status 200, no choices, a body that does not
-  parse): the episode ends, the run goes on.
+  parse): the episode ends, the run goes on. A 400 saying the conversation is longer than the model's
+  context after the first turn (the agent's own long turns or tool results) is the agent's outcome: the env
+  ends the episode as at its turn limit (scored on the jobs that ran, else ``invalid`` or ``unparsable``).
 - **Deadlines**: every attempt has an overall deadline of ``--timeout`` seconds from its start to the
   last byte of its answer (a server that drips a byte at a time is cut off; httpx's own timeouts apply
   per read), so a request lasts at most ``(max_retries + 1) × timeout`` plus the backoff.

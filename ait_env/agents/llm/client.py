@@ -155,3 +155,14 @@ def served_model(client: Any, model: str) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - a hosted API may not list models; nothing depends on it
         pass
     return {}
+
+
+#: how endpoints say a request is longer than the model's context: vLLM's 400 ("This model's maximum context
+#: length is N tokens"), the local endpoints' (the same words), OpenAI's error code ``context_length_exceeded``
+CONTEXT_OVERFLOW_HINTS = ("maximum context length", "context_length_exceeded", "context length")
+
+
+def context_overflow(exc: BaseException) -> bool:
+    """Whether an endpoint's 400 says the request is longer than the model's context."""
+    text = f"{getattr(exc, 'code', '') or ''} {exc}".lower()
+    return any(h in text for h in CONTEXT_OVERFLOW_HINTS)

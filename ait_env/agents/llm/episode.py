@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ait_env.agents.llm.client import AgentSettings, read_reply, redactor
+from ait_env.agents.llm.client import AgentSettings, context_overflow, read_reply, redactor
 from ait_env.episode.messages import action_text
 from ait_env.episode.spec import strip_tool_sections
 from ait_env.jobs.schema import Job, parse_job
@@ -104,6 +104,12 @@ def play_episode(env: Any, client: Any, agent: AgentSettings, family: str, seed:
             if mode == "native" and agent.tool_mode == "auto" and rec.turns == 0:
                 mode = "text"  # the endpoint refuses tools: the model writes <tool_call> blocks itself
                 continue
+            if rec.turns and context_overflow(exc):
+                # the agent's own conversation outgrew the model's context (its long turns, long tool results):
+                # the agent's outcome, not the endpoint's; the env scores the episode as at its turn limit
+                rec.error = redact(f"the conversation outgrew the model's context: {exc}")[:500]
+                info = env.unwrapped.end_episode("the conversation outgrew the model's context")
+                break
             rec.status, rec.error = "endpoint_failed", redact(f"the endpoint refused the request: {exc}")[:500]
             break
         except APIError as exc:  # retries exhausted (429, 5xx, connection, timeout)
