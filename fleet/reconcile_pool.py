@@ -230,8 +230,9 @@ def correct_pool(sdk: SkySDK, runs_dirs: list[Path], pool: str, *, tail_s: float
     if ctl_loose > 0.005:
         notes.append(f"${ctl_loose:.4f} of the jobs controller falls in no run's window (other managed jobs or pools "
                      "of the API server's user): not charged")
+    ledger_of = {str(d): Path(ledgers[i]) if ledgers else Path(d) / "costs.jsonl" for i, d in enumerate(runs_dirs)}
     out: list[PoolCharge] = []
-    for i, (k, (a, b)) in enumerate(windows.items()):
+    for k, (a, b) in windows.items():
         j = journals[k]
         before = j.run_costs().idle
         idle = max(0.0, workers[k] - jobs[k])
@@ -242,7 +243,7 @@ def correct_pool(sdk: SkySDK, runs_dirs: list[Path], pool: str, *, tail_s: float
         j.record_pool_measure(PoolMeasure(start=a, end=b, workers_usd=round(workers[k], 6), jobs_usd=round(jobs[k], 6),
                                           idle_usd=round(idle, 6), controller_usd=round(ctl[k], 6),
                                           source=f"sky.cost_report(days={days}) of pool {pool}", at=now))
-        ledger = CostLedger(ledgers[i] if ledgers else Path(k) / "costs.jsonl")
+        ledger = CostLedger(ledger_of[k])   # by run dir: a run dir without a window has no ledger turn
         costs = j.run_costs()
         charged = charge_run_parts(j, ledger, costs, {"backend": "skypilot", "pool": pool, "source": "sky.cost_report"})
         if before > idle + 0.005:
