@@ -2,8 +2,7 @@
 
 Contract of :func:`collect`: for each family and each of ``per_family`` task instances (seeds
 ``seed, seed + 1, ...``), one demonstration (:func:`ait_env.agents.experts.demonstrate`) whose strategy is drawn
-from ``weights`` (strategies a family cannot take, ``generic``/``recover`` on a stateful family, are left out of
-its draw), on each backend of ``backends`` (the task text, the base models and the job settings differ by
+from ``weights``, on each backend of ``backends`` (the task text, the base models and the job settings differ by
 backend). Every line of the file is one demonstration (:meth:`Demonstration.to_json`); a run that stops is
 resumed by calling :func:`collect` again with the same arguments: the demonstrations already in the file are
 kept and not played again. The draw of a demonstration depends only on (seed, backend, family, instance), so a
@@ -24,11 +23,6 @@ import gymnasium as gym
 
 import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.agents.experts import STRATEGIES, ExpertError, demonstrate
-from task_families import get_family
-
-#: strategies a stateful family cannot take (the generic job is a plain ToolEnv)
-STATELESS_ONLY = ("generic", "recover")
-
 
 def _rng(*parts: Any) -> random.Random:
     return random.Random(int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little"))
@@ -76,7 +70,7 @@ def collect(path: Path, families: list[str], per_family: int, backends: list[str
         try:
             for k, (_, family, s) in enumerate(mine):
                 rng = _rng(seed, backend, family, s)
-                names = [n for n in weights if not (get_family(family).state_args and n in STATELESS_ONLY)]
+                names = list(weights)
                 strategy = rng.choices(names, weights=[weights[n] for n in names])[0]
                 try:
                     demo = demonstrate(env, family, s, strategy, rng).to_json()

@@ -14,8 +14,9 @@ which names the family, and ``get_baseline_scores`` in one turn), then writes ``
   system prompt, both imported from the workspace's read-only ``task_data`` module (never copied by hand), a
   reward for the answer appearing in the model's final message, one ``job.toml`` (:data:`GENERIC_TOML`) within
   every task's bounds. Both files are the same text for every task but the family and the base model, so it is
-  what transfers to a family never seen (stateless families only: a stateful family's probe needs a
-  world per rollout);
+  what transfers to a family never seen. It serves a stateful family too: ``task_data``'s ``STATE_ARGS`` and
+  ``rollout_state`` (empty in a stateless family) give each rollout its own world from its row's ``info``, and
+  there the reward also needs a tool call (an answer alone is not the state the eval reads);
 - ``recover``: a flawed first submission (the untouched template, another family's environment, an unfilled
   base model, or the generic job with too short a ``seq_len`` for its turns), the probe's answer, then the ``generic`` job. The flawed turn is in the conversation
   but not trained on (:attr:`Demonstration.trained`): the model learns to read an error and recover, not to
@@ -75,19 +76,33 @@ GENERIC_ENV = '''import verifiers as vf
 from datasets import Dataset
 
 from family_tools import TOOLS
-from task_data import DEV_EXAMPLES, SYSTEM_PROMPT
+from task_data import DEV_EXAMPLES, STATE_ARGS, SYSTEM_PROMPT, rollout_state
 
 
 def reward(completion, answer, **kwargs) -> float:
     said = [m["content"] or "" for m in completion if m["role"] == "assistant"]
-    return 1.0 if said and str(answer) in said[-1].split("</think>")[-1] else 0.0
+    acted = not STATE_ARGS or any(m.get("tool_calls") for m in completion if m["role"] == "assistant")
+    return 1.0 if acted and said and str(answer) in said[-1].split("</think>")[-1] else 0.0
+
+
+class TaskEnv(vf.StatefulToolEnv):
+    def __init__(self, **kwargs):
+        super().__init__(tools=[], **kwargs)
+        for tool in TOOLS:
+            self.add_tool(tool, args_to_skip=STATE_ARGS)
+
+    async def setup_state(self, state):
+        state.update(rollout_state(state.get("info")))  # one world per rollout (none in a stateless family)
+        return await super().setup_state(state)
+
+    def update_tool_args(self, tool_name, tool_args, messages, state, **kwargs):
+        return {**tool_args, **{arg: state[arg] for arg in STATE_ARGS}}
 
 
 def load_environment(num_examples: int = 64, **kwargs) -> vf.Environment:
     rows = (DEV_EXAMPLES * num_examples)[:num_examples]
     rubric = vf.Rubric(funcs=[reward])
-    return vf.ToolEnv(dataset=Dataset.from_list(rows), tools=TOOLS, rubric=rubric, system_prompt=SYSTEM_PROMPT,
-                      max_turns=6)
+    return TaskEnv(dataset=Dataset.from_list(rows), rubric=rubric, system_prompt=SYSTEM_PROMPT, max_turns=8)
 '''
 #: the generic ``job.toml``: the same settings for every family and backend (within every task's bounds: the
 #: local backend's 1,536-token context and 64-token turns are the tightest), so that only the family (named in the

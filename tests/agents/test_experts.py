@@ -52,6 +52,20 @@ def test_each_strategy_validates_and_trains_only_its_own_turns(env: Any, strateg
     assert env.unwrapped.backend.name == "stub" and not list((env.unwrapped.runs_dir / "jobs").glob("*"))
 
 
-def test_a_stateful_family_has_no_generic_job(env: Any) -> None:
-    with pytest.raises(ExpertError, match="did not validate"):
-        demonstrate(env, "warehouse", 0, "generic", random.Random(0))
+def test_the_generic_job_serves_a_stateful_family_by_its_rules(env: Any) -> None:
+    """One generic environment for every family: on warehouse it builds a world per rollout from the row's
+    ``info`` and its reward needs the tools to have acted; the probe's stateful checks refuse each shortcut."""
+    from ait_env.agents.experts import _validate
+
+    demo = demonstrate(env, "warehouse", 0, "generic", random.Random(0))
+    assert "generic" == demo.strategy and "submit_job" in demo.messages[-1]["content"]
+    ws = env.unwrapped.workspace
+    shortcuts = {
+        "state_ignored": GENERIC_ENV.replace("acted and ", ""),
+        "world_per_rollout": GENERIC_ENV.replace('state.update(rollout_state(state.get("info")))', "state.update(W)")
+                                        .replace("def reward", 'W = rollout_state(DEV_EXAMPLES[0]["info"])\n\n\ndef reward'),
+    }
+    for problem, text in shortcuts.items():
+        ws.write("environment.py", text)
+        ok, report = _validate(env)
+        assert not ok and f"[{problem}]" in report, report

@@ -67,10 +67,23 @@ def test_task_data_is_what_the_task_text_shows_and_nothing_hidden(name):
     spec = fam.make_task(7, Bounds(base_models=["m"], max_steps=10, max_batch_size=64, max_group_size=8,
                                    max_seq_len=2048, max_tokens=256))
     space: dict = {}
-    exec(compile(fam.task_data_source(spec), "task_data.py", "exec"), space)
+    import sys
+    from unittest import mock
+
+    with mock.patch.dict(sys.modules, {"family_tools": fam.tools_module}):   # the workspace's read-only module
+        exec(compile(fam.task_data_source(spec), "task_data.py", "exec"), space)
     assert space["FAMILY"] == name and space["SYSTEM_PROMPT"] == fam.eval_system_prompt
     assert f"> {space['SYSTEM_PROMPT']}" in spec.text
-    assert space["DEV_EXAMPLES"] == [{"question": e.question, "answer": e.answer} for e in spec.dev_examples]
+    assert space["DEV_EXAMPLES"] == [{"question": e.question, "answer": e.answer,
+                                      **({"info": fam.job_info(e)} if fam.job_info(e) else {})}
+                                     for e in spec.dev_examples]
+    # how a rollout gets its world: a fresh one per call, equal to the family's own (none when stateless)
+    assert space["STATE_ARGS"] == list(fam.state_args)
+    for row, e in zip(space["DEV_EXAMPLES"], spec.dev_examples):
+        state, again = space["rollout_state"](row.get("info")), space["rollout_state"](row.get("info"))
+        assert set(state) == set(fam.state_args)
+        for arg in fam.state_args:
+            assert state[arg] is not again[arg] and state[arg].snapshot() == fam.new_world(e).snapshot()
     assert all(json.dumps(e["question"]) in spec.text for e in space["DEV_EXAMPLES"])
     assert not {i.key for i in spec.dev_examples} & {i.key for i in hidden_set(name)}
 
