@@ -314,8 +314,7 @@ class JobWritingEnv(gym.Env[str, str]):
         or the current hidden set is said to be measured by the job, not shown with a stale figure."""
         assert self._spec is not None
         models = self._spec.bounds.base_models
-        holding, missing = self.backend.baselines.for_job(
-            self._spec.family, models, {m: self.backend.built_weights_hash(m) for m in models})
+        holding, missing = self.backend.baselines.for_job(self.backend.job_context(self._spec.family, models))
         fam = self._spec.family
         why = {m: (f"not seeded; `{seed_command(self.backend.name, fam)}` measures it ahead of time"
                    if r == "not seeded" else r) for m, r in missing.items()}

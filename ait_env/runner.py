@@ -189,7 +189,7 @@ def _phases(bundle: JobBundle, backend: BackendSettings, store: BaselineStore, r
             hidden_seeds: str) -> JobResult:
     """The phases; ``known`` receives the base scores as soon as they are known (a job that fails in
     training still reports what it was compared with)."""
-    from ait_env.hidden.secrets import hidden_set, hidden_set_hash
+    from ait_env.hidden.secrets import hidden_set, job_context
 
     log(f"hidden-eval seeds: {hidden_seeds}")
     settings = RunnerSettings.of(backend.options)
@@ -204,18 +204,19 @@ def _phases(bundle: JobBundle, backend: BackendSettings, store: BaselineStore, r
     executor = factory(bundle, backend, log, progress)
     try:
         models = [m.name for m in backend.models]
-        hashes = {m: executor.weights_hash(m) for m in models}
-        baselines, missing = store.for_job(fam.name, models, hashes)
+        # the job's context in the process that scores it: derived once, read by every phase below
+        ctx = job_context(fam.name, models, {m: executor.weights_hash(m) for m in models})
+        baselines, missing = store.for_job(ctx)
         for name, why in missing.items():
             log(f"the {fam.name} baseline of {name} is {why}; measuring it")
 
         def pin(name: str, res: Any) -> None:
-            if record and full_set and hashes.get(name):
+            if record and full_set and ctx.weights_hash(name):
                 store.record_measured(BaselineEntry(
-                    backend=backend.name, family=fam.name, model=name, score=res.score, ci95=res.ci95, n=res.n,
-                    hidden_set_hash=hidden_set_hash(fam.name), model_hash=hashes[name],
+                    backend=backend.name, family=ctx.family, model=name, score=res.score, ci95=res.ci95, n=res.n,
+                    hidden_set_hash=ctx.hidden_set_hash, model_hash=ctx.weights_hash(name),
                     command="measured by a job (python -m ait_env.runner)"))
-                log(f"pinned {name}'s {fam.name} baseline {res.score:.3f} for weights {hashes[name]}")
+                log(f"pinned {name}'s {ctx.family} baseline {res.score:.3f} for weights {ctx.weights_hash(name)}")
 
         timings: dict[str, float] = {"setup": round(time.time() - t_start, 2)}
         served = executor.serve_base()
@@ -228,7 +229,7 @@ def _phases(bundle: JobBundle, backend: BackendSettings, store: BaselineStore, r
             pin(model_name, res)
         pre = baselines[model_name]
         for other in models:
-            if other not in baselines and hashes.get(other):  # built here, pin stale or missing
+            if other not in baselines and ctx.weights_hash(other):  # built here, pin stale or missing
                 t0 = time.time()
                 res = executor.measure_base(other, lambda s: evaluate(s, len(hidden)))
                 baselines[other] = res.score

@@ -102,7 +102,7 @@ def measure_baseline(req: WorkerRequest, log: Callable[[str], None]) -> Baseline
     """The baseline request, in the runner child: ``measure_base`` of the executor on the full hidden set
     (``eval_limit`` in tests), through the same harness the runner uses."""
     import ait_env.runner as runner
-    from ait_env.hidden.secrets import hidden_set, hidden_set_hash
+    from ait_env.hidden.secrets import hidden_set, job_context
     from task_families import get_family
 
     assert req.family and req.model
@@ -123,10 +123,10 @@ def measure_baseline(req: WorkerRequest, log: Callable[[str], None]) -> Baseline
         try:
             log(f"measuring the untrained {req.model} on {n} hidden {fam.name} instances")
             res = executor.measure_base(req.model, evaluate)
-            entry = BaselineEntry(backend=req.settings.name, family=fam.name, model=req.model,
-                                  score=res.score, ci95=res.ci95, n=res.n,
-                                  hidden_set_hash=hidden_set_hash(fam.name),
-                                  model_hash=executor.weights_hash(req.model),
+            ctx = job_context(fam.name, [req.model], {req.model: executor.weights_hash(req.model)})
+            entry = BaselineEntry(backend=req.settings.name, family=ctx.family, model=req.model,
+                                  score=res.score, ci95=res.ci95, n=res.n, hidden_set_hash=ctx.hidden_set_hash,
+                                  model_hash=ctx.weights_hash(req.model),
                                   command=f"python scripts/seed_baselines.py backend={req.settings.name}")
             log(f"{req.model} on {fam.name}: {entry.score:.3f} ± {entry.ci95:.3f} (n={entry.n})")
             return BaselineOutcome(status="succeeded", entry=entry)

@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from ait_env.hidden.baselines import BaselineEntry, BaselinesNotSeeded, BaselineStore
+from ait_env.hidden.secrets import job_context
 from tests.helpers import call
 
 
@@ -104,22 +105,22 @@ def _two_pins(tmp_path: Path, hashes: dict[str, str]) -> BaselineStore:
 
 def test_pins_of_the_built_weights_hold(tmp_path: Path) -> None:
     store = _two_pins(tmp_path, {"small": "aa", "large": "bb"})
-    assert store.for_job("arithmetic", ["small", "large"], {"small": "aa", "large": "bb"}) == (
+    assert store.for_job(job_context("arithmetic", ["small", "large"], {"small": "aa", "large": "bb"})) == (
         {"small": 0.1, "large": 0.4}, {})
 
 
 def test_pins_of_other_weights_are_missing_with_the_reason(tmp_path: Path) -> None:
     store = _two_pins(tmp_path, {"small": "aa", "large": "bb"})
-    holding, missing = store.for_job("arithmetic", ["small", "large"], {"small": "zz", "large": "cc"})
+    holding, missing = store.for_job(job_context("arithmetic", ["small", "large"], {"small": "zz", "large": "cc"}))
     assert holding == {}
     assert missing == {"small": "measured on other weights (aa, built here: zz)",
                        "large": "measured on other weights (bb, built here: cc)"}
-    assert store.for_job("arithmetic", ["small", "large"], {"small": "zz", "large": "bb"})[0] == {"large": 0.4}
+    assert store.for_job(job_context("arithmetic", ["small", "large"], {"small": "zz", "large": "bb"}))[0] == {"large": 0.4}
 
 
 def test_pins_without_a_hash_hold_and_unseeded_models_are_missing(tmp_path: Path) -> None:
     store = _two_pins(tmp_path, {"small": "", "large": "bb"})
-    holding, missing = store.for_job("arithmetic", ["small", "large", "absent"], {"small": "aa"})
+    holding, missing = store.for_job(job_context("arithmetic", ["small", "large", "absent"], {"small": "aa"}))
     assert holding == {"small": 0.1, "large": 0.4} and missing == {"absent": "not seeded"}
 
 
@@ -131,15 +132,15 @@ def test_each_build_takes_its_own_pin_and_a_pin_of_another_hidden_set_is_missing
     store.put([BaselineEntry(backend="unit-test-backend", family="arithmetic", model="large", score=s,
                              model_hash=h, n=300, hidden_set_hash=now) for h, s in (("intel", 0.44), ("amd", 0.43))])
     for built, want in (("intel", 0.44), ("amd", 0.43)):
-        assert store.for_job("arithmetic", ["large"], {"large": built})[0] == {"large": want}
+        assert store.for_job(job_context("arithmetic", ["large"], {"large": built}))[0] == {"large": want}
     # a measurement on another hidden set (another installation's private seeds) sits beside it, never over it
     store.put([BaselineEntry(backend="unit-test-backend", family="arithmetic", model="large", score=0.5,
                              model_hash="amd", n=300, hidden_set_hash="an-old-set")])
-    assert store.for_job("arithmetic", ["large"], {"large": "amd"})[0] == {"large": 0.43}
+    assert store.for_job(job_context("arithmetic", ["large"], {"large": "amd"}))[0] == {"large": 0.43}
     other = BaselineStore("unit-test-backend", user_dir=tmp_path / "other")
     other.put([BaselineEntry(backend="unit-test-backend", family="arithmetic", model="large", score=0.5,
                              model_hash="amd", n=300, hidden_set_hash="an-old-set")])
-    holding, missing = other.for_job("arithmetic", ["large"], {"large": "amd"})
+    holding, missing = other.for_job(job_context("arithmetic", ["large"], {"large": "amd"}))
     assert holding == {} and missing == {"large": f"measured on another hidden set (an-old-set, now: {now})"}
 
 
@@ -154,16 +155,16 @@ def test_published_and_private_measurements_of_one_build_live_side_by_side(tmp_p
     store = BaselineStore("unit-test-backend", user_dir=tmp_path)
     store.put([BaselineEntry(backend="unit-test-backend", family="arithmetic", model="m", score=s, model_hash="w",
                              n=300, hidden_set_hash=h) for h, s in ((pub_hash, 0.4), (priv_hash, 0.3))])
-    assert store.for_job("arithmetic", ["m"], {"m": "w"})[0] == {"m": 0.4}          # the suite: published
+    assert store.for_job(job_context("arithmetic", ["m"], {"m": "w"}))[0] == {"m": 0.4}          # the suite: published
     monkeypatch.setenv("AIT_HIDDEN_SEEDS", "private")
-    assert store.for_job("arithmetic", ["m"], {"m": "w"})[0] == {"m": 0.3}
+    assert store.for_job(job_context("arithmetic", ["m"], {"m": "w"}))[0] == {"m": 0.3}
 
 
 def test_a_measured_base_is_recorded_and_then_holds(tmp_path: Path) -> None:
     store = BaselineStore("unit-test-backend", user_dir=tmp_path)
-    assert store.for_job("arithmetic", ["m"], {"m": "h1"}) == ({}, {"m": "not seeded"})
+    assert store.for_job(job_context("arithmetic", ["m"], {"m": "h1"})) == ({}, {"m": "not seeded"})
     store.record_measured(BaselineEntry(backend="unit-test-backend", family="arithmetic", model="m", score=0.33,
                                         model_hash="h1"))
-    assert store.for_job("arithmetic", ["m"], {"m": "h1"}) == ({"m": 0.33}, {})
+    assert store.for_job(job_context("arithmetic", ["m"], {"m": "h1"})) == ({"m": 0.33}, {})
     assert BaselineStore("unit-test-backend").record_measured(
         BaselineEntry(backend="unit-test-backend", family="arithmetic", model="m", score=0.3)) is None

@@ -9,6 +9,7 @@ Backends also publish their model catalog (name + role) and the bounds they allo
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,6 +19,7 @@ from ait_env.conf import baselines_dir, default_runs_dir
 from ait_env.hidden.baselines import BaselineEntry, BaselineStore
 from ait_env.jobs.bundle import JobBundle
 from ait_env.jobs.cache import JobCache, job_key
+from ait_env.jobs.context import JobContext
 from ait_env.jobs.result import JobResult
 from ait_env.jobs.settings import BackendSettings, ModelInfo, TokenCounter
 
@@ -87,6 +89,15 @@ class Backend(abc.ABC):
         baseline recorded on other weights is then flagged to the agent (the job re-measures it)."""
         return ""
 
+    def job_context(self, family: str, models: Sequence[str] | None = None) -> JobContext:
+        """The orchestrator's :class:`~ait_env.jobs.context.JobContext` of a job of ``family``: this process's
+        hidden set and seeds, ``models`` (default: the backend's base models) and the weights this machine
+        would build for each (:meth:`built_weights_hash`)."""
+        from ait_env.hidden.secrets import job_context
+
+        models = [m.name for m in self.settings.models] if models is None else list(models)
+        return job_context(family, models, {m: self.built_weights_hash(m) for m in models})
+
     @property
     def executor(self) -> str | None:
         """The trainer executor this backend's jobs run on (``options.executor`` where the backend has one;
@@ -151,10 +162,10 @@ class Backend(abc.ABC):
     def _run(self, bundle: JobBundle, timeout: float | None) -> JobResult:
         if self.job_cache is None:
             return self.wait(self.submit(bundle), timeout=timeout)
-        from ait_env.hidden.secrets import hidden_set_hash
-
-        key = job_key(bundle, self.settings.model_dump(exclude={"job_cache"}),
-                      self.built_weights_hash(bundle.job.job.base_model), hidden_set_hash(bundle.manifest.family))
+        model = bundle.job.job.base_model
+        job = self.job_context(bundle.manifest.family, [model])
+        key = job_key(bundle, self.settings.model_dump(exclude={"job_cache"}), job.weights_hash(model),
+                      job.hidden_set_hash)
         data, hit = self.job_cache.get_or_run(
             key, lambda: self.wait(self.submit(bundle), timeout=timeout).model_dump(), bundle.manifest.family)
         result = JobResult.model_validate(data)

@@ -134,13 +134,13 @@ class LocalBackend(SubprocessBackend):
         return result
 
     def measure_baseline(self, family: str, model: str) -> BaselineEntry:
-        from ait_env.tiny_models.catalog import weights_hash
         from ait_env.cpu_trainer.executor import measure_untrained
-        from ait_env.hidden.secrets import hidden_set, hidden_set_hash
+        from ait_env.hidden.secrets import hidden_set
 
+        job = self.job_context(family, [model])
         opts = self.options.model_copy(update={"seed": 0})
         res = measure_untrained(model, family, opts, len(hidden_set(family)))
         return BaselineEntry(backend=self.name, family=family, model=model, score=res.score, ci95=res.ci95, n=res.n,
-                             hidden_set_hash=hidden_set_hash(family), model_hash=weights_hash(model),
+                             hidden_set_hash=job.hidden_set_hash, model_hash=job.weights_hash(model),
                              command=f"python scripts/seed_baselines.py backend={self.name}")
 

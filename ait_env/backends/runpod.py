@@ -233,14 +233,12 @@ class RunpodBackend(Backend):
 
     # ------------------------------------------------------------------ keys, payloads, results
     def _key(self, bundle: JobBundle) -> str:
-        from ait_env.hidden.secrets import hidden_set_hash
-
         worker = {"settings": self._worker_json, "executor": self.options.executor,
                   "require_revision": self.options.require_revision}
         nonce = bundle.job_id if self.options.rerun else "0"
         family = bundle.manifest.family
-        if family not in self._set_hashes:
-            self._set_hashes[family] = hidden_set_hash(family)
+        if family not in self._set_hashes:   # one context per family for the process's life (its seeds are fixed)
+            self._set_hashes[family] = self.job_context(family, []).hidden_set_hash
         return f"{job_key(bundle, worker, '', self._set_hashes[family])}:{nonce}"
 
     def _payload(self, bundle: JobBundle) -> dict[str, Any]:
@@ -314,10 +312,8 @@ class RunpodBackend(Backend):
     def measure_baseline(self, family: str, model: str) -> BaselineEntry:
         """The untrained ``model`` on ``family``'s hidden set, measured by a Runpod worker (a request of
         kind "baseline" through the same handler and journal)."""
-        from ait_env.hidden.secrets import hidden_set_hash
-
         spec = {"family": family, "model": model, "settings": self.worker_settings.model_dump(mode="json"),
-                "executor": self.options.executor, "hidden_set": hidden_set_hash(family)}
+                "executor": self.options.executor, "hidden_set": self.job_context(family, [model]).hidden_set_hash}
         key = "baseline:" + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32] + ":0"
         payload = {"kind": "baseline", "executor": self.options.executor, "family": family, "model": model,
                    "settings": spec["settings"], "require_revision": self.options.require_revision,

@@ -342,5 +342,5 @@ class EpisodeJobs(_ResearchJobs):
     def _best_pre(self, result: JobResult) -> float:
         """The best untrained score of the allowed models: what the job was compared with (its result's
         baselines), completed by the one baselines policy (:meth:`BaselineStore.best_pre`)."""
-        return self.backend.baselines.best_pre(self._spec.family, self._spec.bounds.base_models, result.baselines,
-                                               self.backend.built_weights_hash)
+        job = self.backend.job_context(self._spec.family, self._spec.bounds.base_models)
+        return self.backend.baselines.best_pre(job, result.baselines)

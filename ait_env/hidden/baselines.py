@@ -18,11 +18,13 @@ import fcntl
 import json
 import os
 import time
+from dataclasses import replace
 from importlib import resources
-from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+
+from ait_env.jobs.context import JobContext
 
 STORE_VERSION = 1
 
@@ -118,17 +120,20 @@ class BaselineStore:
         return max(found, key=lambda ue: (bool(weights_hash) and ue[1].model_hash == weights_hash,
                                           not ue[1].measured_on_other_set(set_hash), ue[0], ue[1].seeded_at))[1]
 
-    def lookup(self, family: str, model: str, weights_hash: str = "") -> tuple[BaselineEntry, str]:
-        """(:meth:`get`'s entry, why it does not hold for these weights and the current hidden set, or "").
-        A measurement holds only for the set it was measured on (a formula, ``n == 0``, for any)."""
-        from ait_env.hidden.secrets import hidden_set_hash
+    def lookup(self, family: str, model: str, weights_hash: str = "", set_hash: str | None = None
+               ) -> tuple[BaselineEntry, str]:
+        """(:meth:`get`'s entry, why it does not hold for these weights and the hidden set ``set_hash``
+        (default: the current one), or ""). A measurement holds only for the set it was measured on (a
+        formula, ``n == 0``, for any)."""
+        if set_hash is None:
+            from ait_env.hidden.secrets import hidden_set_hash
 
-        set_hash = hidden_set_hash(family)
+            set_hash = hidden_set_hash(family)
         entry = self.get(family, model, weights_hash, set_hash)
         return entry, entry.stale(weights_hash, set_hash)
 
-    def for_job(self, family: str, models: list[str], built_hashes: dict[str, str]) -> tuple[dict[str, float], dict[str, str]]:
-        """THE baseline policy: which untrained score each model of a job is compared with.
+    def for_job(self, job: JobContext) -> tuple[dict[str, float], dict[str, str]]:
+        """THE baseline policy: which untrained score each model of a job (``job.models``) is compared with.
 
         Returns ``(holding, missing)``: the score of every model whose entry holds (:meth:`lookup`: the
         user store's entry, else the pinned one, measured on the weights built here and on the current
@@ -138,9 +143,9 @@ class BaselineStore:
         reward's ``best_pre`` always read the same numbers."""
         holding: dict[str, float] = {}
         missing: dict[str, str] = {}
-        for name in models:
+        for name in job.models:
             try:
-                entry, reason = self.lookup(family, name, built_hashes.get(name, ""))
+                entry, reason = self.lookup(job.family, name, job.weights_hash(name), job.hidden_set_hash)
             except BaselinesNotSeeded:
                 missing[name] = "not seeded"
                 continue
@@ -150,18 +155,17 @@ class BaselineStore:
                 holding[name] = entry.score
         return holding, missing
 
-    def best_pre(self, family: str, allowed: list[str], measured: dict[str, float],
-                 built_hash: Callable[[str], str]) -> float:
-        """The best untrained score of the ``allowed`` models a job is compared with: the scores the job
+    def best_pre(self, job: JobContext, measured: dict[str, float]) -> float:
+        """The best untrained score of the models a job is compared with (``job.models``): the scores the job
         measured or read (its result's ``baselines``), completed by :meth:`for_job` for the others (the
         reward's ``best_pre``). Raises :class:`BaselinesNotSeeded` when none is known."""
-        scores = {m: s for m, s in measured.items() if m in allowed}
-        rest = [m for m in allowed if m not in scores]
+        scores = {m: s for m, s in measured.items() if m in job.models}
+        rest = tuple(m for m in job.models if m not in scores)
         if rest:
-            holding, _ = self.for_job(family, rest, {m: built_hash(m) for m in rest})
+            holding, _ = self.for_job(replace(job, models=rest))
             scores.update(holding)
         if not scores:
-            raise BaselinesNotSeeded(f"no baselines for family {family!r} on backend {self.backend!r}")
+            raise BaselinesNotSeeded(f"no baselines for family {job.family!r} on backend {self.backend!r}")
         return max(scores.values())
 
     def record_measured(self, entry: BaselineEntry) -> Path | None:

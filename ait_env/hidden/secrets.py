@@ -34,11 +34,13 @@ import os
 import secrets as _random
 import stat
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
+from ait_env.jobs.context import JobContext
 from task_families import FAMILY_NAMES, get_family
 from task_families.base import Instance, instances_hash
 
@@ -249,3 +251,10 @@ def hidden_questions(family: str, seeds: HiddenSeeds | None = None) -> list[str]
 def hidden_set_hash(family: str, seeds: HiddenSeeds | None = None) -> str:
     """Which hidden set a score was measured on (:func:`task_families.base.instances_hash`)."""
     return instances_hash(hidden_set(family, seeds))
+
+
+def job_context(family: str, models: Sequence[str] = (), weights: Mapping[str, str] | None = None) -> JobContext:
+    """The :class:`~ait_env.jobs.context.JobContext` of a job of ``family`` in this process: the hidden set
+    and seeds it is scored with here, and the given ``models`` and their built ``weights`` hashes."""
+    return JobContext(family=family, hidden_set_hash=hidden_set_hash(family), hidden_seeds=hidden_seeds_label(),
+                      models=tuple(models), weights=dict(weights or {}))

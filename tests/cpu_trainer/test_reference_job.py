@@ -12,6 +12,7 @@ from task_families import reference_files  # noqa: E402
 from ait_env.jobs.settings import BackendSettings  # noqa: E402
 from ait_env.config import load_group  # noqa: E402
 from ait_env.runner import run  # noqa: E402
+from ait_env.hidden.secrets import job_context
 from tests.helpers import make_bundle  # noqa: E402
 
 MODEL = "ait-tiny-m"
@@ -37,4 +38,4 @@ def test_the_arithmetic_reference_job_lifts_the_model(tmp_path):
         from ait_env.hidden.baselines import BaselineStore
 
         store = BaselineStore("local", user_dir=tmp_path / "baselines")
-        assert store.for_job("arithmetic", [MODEL], {MODEL: catalog.weights_hash(MODEL)})[0] == {MODEL: pre}
+        assert store.for_job(job_context("arithmetic", [MODEL], {MODEL: catalog.weights_hash(MODEL)}))[0] == {MODEL: pre}

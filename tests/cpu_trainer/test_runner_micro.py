@@ -14,6 +14,7 @@ from ait_env.jobs.settings import BackendBounds, BackendSettings, ModelInfo
 from ait_env.jobs.bundle import build_bundle
 from ait_env.jobs.schema import parse_job
 from ait_env.tiny_models.model import TinyLM
+from ait_env.hidden.secrets import job_context
 from task_families import get_family
 
 pytest.importorskip("verifiers")
@@ -103,5 +104,5 @@ def test_a_stale_pin_of_the_other_model_is_measured(tmp_path, monkeypatch, micro
         in res.log_tail
     assert "pre_eval_other" in res.timings
     # measured on a subset (eval_limit): never pinned; a full-set measurement would be
-    assert store.for_job("arithmetic", ["other"], {"other": "new"})[0] == {}
+    assert store.for_job(job_context("arithmetic", ["other"], {"other": "new"}))[0] == {}
     assert "pinned other" not in res.log_tail
