@@ -5,8 +5,10 @@ random fault schedules (hypothesis, on a simulated clock), as test_runpod_proper
 ``task``, ``launch``, ``queue``, ``cancel``, ``logs``) whose managed jobs live on the test's clock, written
 from skypilot 0.14.1's source as tests/fakes/fake_sky.py is: a job is PENDING until a worker takes it,
 RUNNING for its execution time, then SUCCEEDED (its log has the handler's result between the markers),
-FAILED, FAILED_CONTROLLER (a worker lost, no recovery left) or CANCELLED; ``job_duration`` is its running
-time; a job the queue no longer lists is gone. Faults drawn per schedule: the API server unreachable at a
+FAILED, FAILED_CONTROLLER (a worker lost, no recovery left) or CANCELLED; a job whose worker is lost with a
+recovery left goes RUNNING -> RECOVERING -> PENDING -> RUNNING on another worker -> SUCCEEDED (``recovery_count``
+1); ``job_duration`` is its running time summed over its runs (sky/jobs/state.py "total_job_duration"); a job
+the queue no longer lists is gone. Faults drawn per schedule: the API server unreachable at a
 launch (``ApiServerConnectionError``, nothing launched), a launch whose answer is lost after the job was
 queued (found again by name, or not yet listed), queue outages, a SUCCEEDED job whose log has no result,
 a job the queue forgets after it ended, billing times garbled (negative, absurd), max_in_flight,
@@ -38,7 +40,9 @@ from tests.backends.test_runpod_backend import bundles
 from tests.backends.test_skypilot_backend import settings as backend_settings
 from tests.fakes.runpod_client import bundle_job_id, instant_output
 
-OUTCOMES = ["ok", "ok", "ok", "failed", "lost", "no_markers", "forgotten", "stuck"]
+OUTCOMES = ["ok", "ok", "ok", "failed", "lost", "recovered", "no_markers", "forgotten", "stuck"]
+#: a recovered job: its worker is lost halfway through, RECOVERING this long, then PENDING this long
+RECOVERING_S, REQUEUED_S = 2.0, 1.0
 LIMITS = {"execution_timeout_s": 12, "startup_allowance_s": 4, "ttl_margin_s": 4, "poll_interval_s": 2,
           "status_backoff_max_s": 8, "idle_per_job_s": 5, "gpus_per_job": 1, "gpu_type": "NVIDIA RTX A5000",
           "pool": {"accelerators": ["RTXA5000"], "gpus_per_worker": 1}}
@@ -113,7 +117,8 @@ class SimSky:
             raise ConnectionError("the API server did not answer (sim)")
         for jid in job_ids:
             j = self.jobs.get(jid)
-            if j is not None and j["cancelled_at"] is None and self._state(j, now)[0] in ("PENDING", "RUNNING"):
+            if j is not None and j["cancelled_at"] is None and self._state(j, now)[0] in ("PENDING", "RUNNING",
+                                                                                            "RECOVERING"):
                 j["cancelled_at"] = now
 
     def logs(self, job_id: int) -> str:
@@ -123,8 +128,22 @@ class SimSky:
         return "\n".join(["setup done", *result_lines(instant_output(j["body"], "ok", "rev-1"))])
 
     # -- the sim
+    def _runs(self, j: dict[str, Any]) -> list[tuple[float, float]]:
+        """The spans the job runs on a worker: one, or two for a recovered job (its worker lost halfway)."""
+        if j["outcome"] == "stuck":
+            return [(j["start"], math.inf)]
+        if j["outcome"] != "recovered":
+            return [(j["start"], j["start"] + j["exec"])]
+        lost = j["start"] + j["exec"] / 2
+        again = lost + RECOVERING_S + REQUEUED_S
+        return [(j["start"], lost), (again, again + j["exec"])]
+
     def _end(self, j: dict[str, Any]) -> float:
-        return math.inf if j["outcome"] == "stuck" else j["start"] + j["exec"]
+        return self._runs(j)[-1][1]
+
+    def _ran(self, j: dict[str, Any], t: float) -> float:
+        """Running seconds up to ``t`` (summed over the job's runs)."""
+        return sum(max(0.0, min(t, b) - a) for a, b in self._runs(j))
 
     def _state(self, j: dict[str, Any], now: float) -> tuple[str, float | None]:
         """(status, running seconds so far) of a job now."""
@@ -132,15 +151,19 @@ class SimSky:
             return "PENDING", None             # the pool cannot take it (no worker)
         end = self._end(j)
         if j["cancelled_at"] is not None and j["cancelled_at"] < end:
-            ran = max(0.0, j["cancelled_at"] - j["start"])
+            ran = self._ran(j, j["cancelled_at"])
             return ("CANCELLED" if now >= j["cancelled_at"] else "CANCELLING"), ran or None
         if now < j["start"]:
             return "PENDING", None
         if now < end:
-            return "RUNNING", now - j["start"]
-        final = {"ok": "SUCCEEDED", "no_markers": "SUCCEEDED", "forgotten": "SUCCEEDED", "failed": "FAILED",
-                 "lost": "FAILED_CONTROLLER"}[j["outcome"]]
-        return final, j["exec"]
+            runs = self._runs(j)
+            if any(a <= now < b for a, b in runs):
+                return "RUNNING", self._ran(j, now)
+            lost = runs[0][1]                  # between the runs: the worker was lost
+            return ("RECOVERING" if now < lost + RECOVERING_S else "PENDING"), self._ran(j, now)
+        final = {"ok": "SUCCEEDED", "no_markers": "SUCCEEDED", "forgotten": "SUCCEEDED", "recovered": "SUCCEEDED",
+                 "failed": "FAILED", "lost": "FAILED_CONTROLLER"}[j["outcome"]]
+        return final, self._ran(j, end)
 
     def _record(self, j: dict[str, Any], now: float) -> dict[str, Any] | None:
         status, ran = self._state(j, now)
@@ -149,8 +172,10 @@ class SimSky:
         duration: Any = ran
         if status in ("SUCCEEDED", "FAILED", "FAILED_CONTROLLER", "CANCELLED") and ran is not None:
             duration = self.garble(j["body"]) or ran
+        lost = self._runs(j)[0][1] if j["outcome"] == "recovered" else math.inf
+        cut = j["cancelled_at"] if j["cancelled_at"] is not None else math.inf
         return {"job_id": j["id"], "job_name": j["name"], "status": status, "job_duration": duration,
-                "recovery_count": 0, "failure_reason": "the job failed (sim)" if status.startswith("FAILED") else None,
+                "recovery_count": int(lost <= min(now, cut)), "failure_reason": "the job failed (sim)" if status.startswith("FAILED") else None,
                 "current_cluster_name": "ait-workers-1" if ran else None, "pool": "ait-workers"}
 
     def bill(self, j: dict[str, Any]) -> float:
@@ -159,7 +184,11 @@ class SimSky:
         return math.ceil((ran or 0.0) - 1e-9) * self.rate * j["gpus"]
 
     def running(self) -> bool:
-        return any(self._state(j, self.clock())[0] in ("RUNNING", "CANCELLING") for j in self.jobs.values())
+        """Some job still runs on the pool, or will again (a recovered job between its runs)."""
+        now = self.clock()
+        return any(self._state(j, now)[0] in ("RUNNING", "CANCELLING", "RECOVERING")
+                   or (j["outcome"] == "recovered" and self._state(j, now)[0] == "PENDING" and self._ran(j, now) > 0)
+                   for j in self.jobs.values())
 
 
 @st.composite
@@ -218,6 +247,7 @@ def run_schedule(s: dict[str, Any], jobs: list[Any], root: Path) -> None:
         event(f"launch answers lost: {'yes' if s['lose_answer'] & set(range(1, sky.calls + 1)) else 'no'}")
         event(f"jobs sent again: {'yes' if len(attempts) > len(handles) else 'no'}")
         event(f"cancels: {'yes' if any(j['cancelled_at'] for j in sky.jobs.values()) else 'no'}")
+        event(f"recovered jobs: {'yes' if any(j['outcome'] == 'recovered' for j in sky.jobs.values()) else 'no'}")
     finally:
         b.close()
 
