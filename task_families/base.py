@@ -379,41 +379,10 @@ class TaskFamily(ABC):
         return Path(inspect.getfile(self.tools_module)).read_text(encoding="utf-8")
 
     def task_data_source(self, spec: "TaskSpec") -> str:
-        """The read-only workspace module ``task_data.py`` of one task: the data the task text shows
-        (the hidden eval's system prompt, the dev examples, a stateful family's dev worlds in each row's
-        ``info``), importable so that a job uses it without copying it by hand, and how a rollout gets its
-        world (``STATE_ARGS``, ``rollout_state``: the same names in every family, so one environment serves a
-        stateless family and a stateful one). Public data only: the hidden eval never enters it.
+        """The read-only workspace module ``task_data.py`` of one task (:mod:`task_families.task_data`)."""
+        from task_families.task_data import task_data_source
 
-        Convention of a stateful family: its tools module has ``new_world(spec)`` and :meth:`job_info` carries
-        that spec as ``info["world"]``."""
-        def row(e: Instance) -> str:
-            info = self.job_info(e)
-            text = f"{json.dumps(e.question, ensure_ascii=False)}, \"answer\": {json.dumps(e.answer, ensure_ascii=False)}"
-            return "    {\"question\": " + text + (f", \"info\": {info!r}" if info else "") + "},"
-        rows = "\n".join(row(e) for e in spec.dev_examples)
-        if self.state_args:
-            state = (f"from {TOOLS_MODULE_NAME} import new_world\n\n"
-                     f"#: the tools' parameters that are the rollout's world (the environment fills them; the model never\n"
-                     f"#: sees them)\nSTATE_ARGS = {list(self.state_args)!r}\n\n\n"
-                     "def rollout_state(info: dict | None) -> dict:\n"
-                     "    \"\"\"A fresh world for one rollout, from its dataset row's ``info``: {arg: world} to put in the\n"
-                     "    rollout's state and pass to every tool call.\"\"\"\n"
-                     "    world = new_world((info or {})[\"world\"])\n"
-                     "    return {arg: world for arg in STATE_ARGS}\n")
-        else:
-            state = ("#: this family's tools change nothing: a rollout has no world\nSTATE_ARGS: list[str] = []\n\n\n"
-                     "def rollout_state(info: dict | None) -> dict:\n"
-                     "    \"\"\"A rollout's world: none in this family.\"\"\"\n"
-                     "    return {}\n")
-        return (f'"""Public data of task {spec.instance_id} (read-only): what the task text shows.\n\n'
-                f'Use it from your environment: ``from {TASK_DATA_MODULE_NAME} import SYSTEM_PROMPT, DEV_EXAMPLES``.\n"""\n\n'
-                f"{state}\n\n"
-                f"FAMILY = {self.name!r}\n"
-                f"#: the system prompt the hidden eval gives the trained model\n"
-                f"SYSTEM_PROMPT = {self.eval_system_prompt!r}\n"
-                f"#: the task's dev examples (never in the hidden eval)\n"
-                f"DEV_EXAMPLES = [\n{rows}\n]\n")
+        return task_data_source(self, spec)
 
     @property
     def template_dir(self) -> Path:
