@@ -154,6 +154,10 @@ def attribute(spans: list[tuple[float, float, float]], windows: dict[str, tuple[
         else:
             cuts = sorted({a, b, *(t for w in windows.values() for t in w if a < t < b)})
             pieces = [(x, y, usd * (y - x) / (b - a)) for x, y in zip(cuts, cuts[1:])]
+            # the last piece takes what the others left: a share of a tiny span can round (1.5 x 5e-324 is
+            # 5e-324), and money is conserved exactly, not to the float
+            x, y, _ = pieces[-1]
+            pieces[-1] = (x, y, usd - sum(p for _, _, p in pieces[:-1]))
         for x, y, part in pieces:
             covering = [k for k, (s, e) in windows.items() if s <= x and y <= e]
             if not covering:

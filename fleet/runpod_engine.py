@@ -45,6 +45,9 @@ class RunpodEngine:
     #: (fleet.runpod_api.RetryPolicy.max_seconds, 60 s) plus the last call's wait for its answer
     #: (fleet.runpod_api.RUN_READ_TIMEOUT_S, 100 s) plus a second
     send_retry_s = 161.0
+    #: how long after its end Runpod still answers an attempt's status: a /run result is kept 30 minutes
+    #: (runpod docs, serverless/endpoints/send-requests.mdx, "Result retention")
+    status_kept_s = 1800.0
 
     def __init__(self, options: RunpodOptions, client: ServerlessClientLike | None = None,
                  management: ManagementLike | None = None) -> None:

@@ -310,6 +310,9 @@ class SkypilotEngine:
     name = "skypilot"
     #: a launch waits for its request (sky.get); nothing is retried after it was recorded but the lookup
     send_retry_s = 120.0
+    #: how long after its end the jobs controller still answers an attempt's status: its queue keeps every
+    #: job (sky/jobs/state.py), so without a bound
+    status_kept_s = math.inf
 
     def __init__(self, options: SkypilotOptions, sdk: SkySDK | None = None) -> None:
         self.options = options

@@ -40,7 +40,8 @@ class HandlerInput(BaseModel):
     require_revision: str | None = None
     timeout_s: float | None = None
     #: the orchestrator's tag of this attempt (its journal recorded it before sending: ``/run`` has no
-    #: idempotency key); the worker does not use it
+    #: idempotency key); echoed in the output's ``tag``, so the orchestrator can tell its own attempt's result
+    #: from another's under an id the provider gave twice
     tag: str | None = None
 
 
@@ -56,8 +57,8 @@ def _worker(require_revision: str | None) -> Worker:
 
 def handle_input(payload: dict[str, Any], progress: Progress | None = None,
                  cancel: threading.Event | None = None, work_root: Path | None = None) -> dict[str, Any]:
-    """The handler's work, synchronously: ``{"kind", "result"}`` plus, for a job, the ``baselines`` it
-    measured. Raises ``ValueError`` for an input that does not validate (the SDK then marks the request
+    """The handler's work, synchronously: ``{"kind", "result", "tag"}`` (``tag``: the request's, echoed)
+    plus, for a job, the ``baselines`` it measured. Raises ``ValueError`` for an input that does not validate (the SDK then marks the request
     FAILED: a caller's bug, not a job result)."""
     inp = HandlerInput.model_validate(payload)
     worker = _worker(inp.require_revision)
@@ -69,7 +70,7 @@ def handle_input(payload: dict[str, Any], progress: Progress | None = None,
                 raise ValueError("a baseline request needs 'family' and 'model'")
             out = worker.run_baseline(inp.family, inp.model, inp.settings, inp.executor, progress=progress,
                                       cancel=cancel, timeout_s=inp.timeout_s)
-            return {"kind": "baseline", "result": out.model_dump(mode="json")}
+            return {"kind": "baseline", "result": out.model_dump(mode="json"), "tag": inp.tag}
         if not inp.bundle:
             raise ValueError("a job request needs 'bundle' (ait_env.jobs.wire.pack_bundle of the bundle folder)")
         bundle_dir = unpack_bundle(inp.bundle, root / "jobs")
@@ -81,7 +82,7 @@ def handle_input(payload: dict[str, Any], progress: Progress | None = None,
         given = {(e.family, e.model, e.model_hash, e.seeded_at) for e in inp.baselines}
         pinned = (BaselineFile.model_validate_json(store.user_path.read_text()).entries
                   if store.user_path is not None and store.user_path.exists() else [])
-        return {"kind": "job", "result": result.model_dump(mode="json"),
+        return {"kind": "job", "result": result.model_dump(mode="json"), "tag": inp.tag,
                 "baselines": [e.model_dump(mode="json") for e in pinned
                               if (e.family, e.model, e.model_hash, e.seeded_at) not in given]}
     finally:

@@ -51,6 +51,9 @@ class Engine(Protocol):
     name: str
     #: the longest a send may retry after it was recorded (the attempt's hard end is counted from it)
     send_retry_s: float
+    #: how long after an attempt ended the engine still answers its status (the window in which an id it
+    #: gave twice can name an earlier attempt's job)
+    status_kept_s: float
     #: the endpoint's (or pool's) idle timeout: the idle bound after an attempt
     idle_timeout_s: float
     #: jobs the engine runs at once (the default of ``max_in_flight``)

@@ -94,9 +94,10 @@ class _Polling(_State):
             # surely this attempt's job (seen in flight under it); an id never seen so (an adopted attempt, an id
             # the provider gave twice while the first holder's record was lost) may name another job, and this
             # attempt's own may still run: its whole bound
-            self._attempt_failed(entry, "expired", f"the result of {job_id} expired before it was read "
-                                                   f"({answer}); charged at its bound, estimated",
-                                 self._bound_bill(entry, now if entry.seen else None))
+            why, bill = self._unless_anothers(entry, f"the result of {job_id} expired before it was read "
+                                                     f"({answer}); charged at its bound, estimated",
+                                              self._bound_bill(entry, now if entry.seen else None))
+            self._attempt_failed(entry, "expired", why, bill)
             return
         if isinstance(answer, Exception):
             entry.status_errors += 1
@@ -133,11 +134,28 @@ class _Polling(_State):
                                  "timeout)",
                     "CANCELLED": f"was cancelled on {self.engine.name.capitalize()}'s side"}[st.status]
             detail = f": {str(st.error)[:300]}" if st.error else ""
-            self._attempt_failed(entry, "timed_out" if st.status == "TIMED_OUT" else "failed",
-                                 f"{self.engine.name.capitalize()} job {job_id} {what}{detail}",
-                                 self._bill(entry, st))
+            why, bill = self._unless_anothers(entry, f"{self.engine.name.capitalize()} job {job_id} {what}{detail}",
+                                              self._bill(entry, st))
+            self._attempt_failed(entry, "timed_out" if st.status == "TIMED_OUT" else "failed", why, bill)
         else:
             _log.warning("%s job %s has an unknown status %r; polling on", self.engine.name, job_id, st.status)
+
+    def _unless_anothers(self, entry: _Entry, why: str, bill: Billing) -> tuple[str, Billing]:
+        """``(why, bill)`` of an attempt that ends on what its id says without our tag (a failed, timed-out,
+        cancelled or expired status): as given, unless the id may be one the engine gave before to an attempt
+        whose id was never recorded (sent within the window in which the engine still answers that attempt's
+        status). Then the status, its bill and a confirmed cancel may be that job's while this attempt's own
+        runs on unread: its whole bound, estimated, and the id detached, so no later correction reads the other
+        job's bill for it."""
+        lim = self.limits(entry.kind)
+        span = lim.bound_s + self.engine.send_retry_s + self.engine.status_kept_s
+        since = entry.sent_at - span if math.isfinite(span) else -math.inf
+        if entry.job_id is None or not self.journal.unseen_before(entry.key, entry.attempt, since, self._clock()):
+            return why, bill
+        self.journal.detach(entry.key, entry.job_id)
+        entry.job_id = None
+        return (why + "; an attempt sent before it was never identified, so what its id says may be that one's "
+                      "(an id given twice): charged at its bound, estimated", self._bound_bill(entry, None))
 
     def _begin_cancel(self, entry: _Entry, status: Literal["failed", "timed_out"], why: str) -> None:
         with self._lock:
@@ -172,6 +190,7 @@ class _Polling(_State):
             why = entry.cancel_why + "; cancelled, its bill unread: charged up to the cancel, estimated"
         else:
             bill, why = self._bill(entry, st), entry.cancel_why + "; cancelled"
+        why, bill = self._unless_anothers(entry, why, bill)
         self._attempt_failed(entry, entry.cancel_status, why, bill)
 
     def _completed(self, entry: _Entry, st: RunpodJobStatus, batch: list[Any] | None = None) -> None:
@@ -184,6 +203,15 @@ class _Polling(_State):
                                  self._bill(entry, st))
             return
         result = out["result"]
+        tag = (self.journal.attempt_row(entry.key, entry.attempt) or {}).get("tag")
+        if tag and out.get("tag") not in (None, tag):
+            # another attempt's result (the worker echoes the request's tag): an id the engine gave twice,
+            # one of them to an attempt queued unseen. Never served; handled as the case below
+            self._end(entry, job_id, f"{self.engine.name} job {job_id} answered with the result of attempt "
+                                     f"{str(out.get('tag'))[:80]!r}, not {tag!r} (an id given twice); not served, "
+                                     "not resent: charged at its bound, estimated", self._bound_bill(entry, None))
+            self.journal.detach(entry.key, job_id)
+            return
         if entry.kind == "job" and result.get("job_id") != entry.claimant:
             # another job's result under this attempt's id (an id the engine gave twice, one of them to a job
             # queued unseen): never served as this job's. Whether this attempt's own job was queued is unknown:

@@ -134,6 +134,17 @@ class _Claims(_Store):
                 out.append(now)
         return out
 
+    def unseen_before(self, key: str, attempt: int, since: float, until: float) -> bool:
+        """Whether an attempt other than ``key``'s ``attempt`` was sent between ``since`` and ``until`` and
+        its id never recorded (queued unseen, its sender died before writing the id, or detached as another
+        job's), short of one that surely queued nothing (ended unbilled): an id the provider gives twice may
+        be that one's, so a status without our tag cannot be taken as ``key``'s."""
+        r = self._db().execute(
+            "SELECT 1 FROM attempts WHERE sent_at IS NOT NULL AND job_id IS NULL AND sent_at >= ? AND "
+            "sent_at <= ? AND NOT (key = ? AND attempt = ?) AND NOT (ended IS NOT NULL AND estimated = 0 AND "
+            "cost_usd = 0) LIMIT 1", (since, until, key, attempt)).fetchone()
+        return r is not None
+
     def attempt_row(self, key: str, attempt: int) -> dict[str, Any] | None:
         """One attempt's row (``tag``, ``sent_at``, ``job_id``, ``reserved_usd``, ``estimated``, ...)."""
         r = self._db().execute("SELECT * FROM attempts WHERE key = ? AND attempt = ?", (key, attempt)).fetchone()

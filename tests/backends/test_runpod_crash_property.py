@@ -15,10 +15,11 @@ end. Checked:
   bill and the bill plus what was charged at bounds (:func:`tests.backends.property_rules.check_money`);
 - nothing is left in flight, every job ends with a final status, and no job gets another job's result.
 
-Left out: an id Runpod gives twice (the other property's ``ids_reused``). The journal refuses an id another
-attempt holds, but when the process died between the first holder's send and the write of its id, nothing
-records that id: the second holder then reads the first job's final status as its own (a timed-out or failed
-status carries no tag to check) and its own job's bill goes unread (docs/fleet.md, "What is still open").
+An id Runpod gives twice is drawn too (the other property's ``ids_reused``), also where the process died
+between the first holder's send and the write of its id, so that nothing records whose id it is: a COMPLETED
+status is told by the tag the worker echoes (another attempt's result is never served), and a final status
+without a tag (FAILED, TIMED_OUT, CANCELLED) is not taken as this attempt's while an attempt sent before it was
+never identified (charged at its bound, estimated, and the id detached).
 """
 
 from __future__ import annotations
@@ -140,14 +141,14 @@ def run_crash_schedule(s: dict[str, Any], crash: tuple[int, bool], jobs: list[An
             assert not fake.running()
             bills = fake.bills()
             check_money(second, [(job["tag"], job["id"], bills[job["id"]]) for job in fake.store.all()],
-                        wrong_id_allowed=lambda a: False)
+                        wrong_id_allowed=lambda a: a["estimated"] == 1 and bool(s["ids_reused"]))
         finally:
             second.close()
 
 
 @settings(max_examples=120, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(s=schedules().map(lambda s: {**s, "ids_reused": set()}), at=st.integers(1, 24), after=st.booleans())
+@given(s=schedules(), at=st.integers(1, 24), after=st.booleans())
 def test_a_crash_at_any_journal_write_then_a_restart_keeps_the_money_rules(pool, base_settings, monkeypatch,
                                                                           s, at, after):
     with tempfile.TemporaryDirectory(prefix="ait-crash-") as tmp:

@@ -107,7 +107,8 @@ def instant_output(payload: dict[str, Any], outcome: Outcome, revision: str,
     if payload.get("kind") == "baseline":
         entry = {"backend": payload["settings"]["name"], "family": payload["family"],
                  "model": payload["model"], "score": 0.25, "ci95": 0.05, "n": 100}
-        return {"kind": "baseline", "result": {"status": "succeeded", "entry": entry, "worker": worker}}
+        return {"kind": "baseline", "result": {"status": "succeeded", "entry": entry, "worker": worker},
+                "tag": payload.get("tag")}
     score = int(hashlib.sha256(job_id.encode()).hexdigest()[:6], 16) / 0xFFFFFF
     result = {"job_id": job_id, "backend": payload["settings"]["name"],
               "status": "job_failed" if outcome == "job_failed" else "succeeded",
@@ -115,7 +116,7 @@ def instant_output(payload: dict[str, Any], outcome: Outcome, revision: str,
               "baselines": {"Qwen/Qwen3-0.6B": 0.1, "Qwen/Qwen3-1.7B": 0.2},
               "wall_seconds": 60.0, "train_seconds": 50.0, "error": "the job's rubric raised" if
               outcome == "job_failed" else "", "worker": worker}
-    return {"kind": "job", "result": result, "baselines": []}
+    return {"kind": "job", "result": result, "tag": payload.get("tag"), "baselines": []}
 
 
 class _Store:

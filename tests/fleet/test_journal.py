@@ -210,6 +210,32 @@ def test_a_corrected_estimate_replaces_the_bound_in_the_attempt_and_the_row(tmp_
     assert j.spent_usd() == pytest.approx(0.3) and row.execution_time_ms == 30_000
 
 
+def test_an_attempt_sent_and_never_identified_makes_later_ids_doubtful(tmp_path):
+    """unseen_before: an attempt sent without a recorded id (queued unseen, its sender dead, or detached) may
+    hold an id the provider gives again; one that surely queued nothing (ended unbilled) or is identified
+    does not; the window is the caller's."""
+    j = Journal.in_run_dir(tmp_path)
+    for key in ("a", "b", "c"):
+        j.claim(key, claimant=f"job-{key}")
+    sent_a = j.mark_sending("a", 1, "tag-a", hard_end=None)
+    assert sent_a is not None
+    assert j.unseen_before("b", 1, sent_a - 10, sent_a + 10)           # a: sent, its id never written
+    assert not j.unseen_before("a", 1, sent_a - 10, sent_a + 10)       # not itself
+    assert not j.unseen_before("b", 1, sent_a + 1, sent_a + 10)        # outside the window
+    assert j.attach("a", "rp-1")
+    assert not j.unseen_before("b", 1, sent_a - 10, sent_a + 10)       # identified
+    j.detach("a", "rp-1")
+    assert j.unseen_before("b", 1, sent_a - 10, sent_a + 10)           # detached: its own job is unseen again
+    k = Journal.in_run_dir(tmp_path / "other")
+    k.claim("c", claimant="job-c")
+    sent_c = k.mark_sending("c", 1, "tag-c")
+    assert sent_c is not None and k.unseen_before("d", 1, sent_c - 10, sent_c + 10)
+    assert k.next_attempt("c", None, "failed", "429: nothing queued", Billing()) == 2   # surely queued nothing
+    assert not k.unseen_before("d", 1, sent_c - 10, sent_c + 10)
+    k.close()
+    j.close()
+
+
 def test_an_id_another_attempt_has_is_never_attached(tmp_path):
     from fleet.journal import ATTACHED, DUPLICATE_ID, MOVED_ON
 

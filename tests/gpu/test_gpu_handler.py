@@ -98,8 +98,9 @@ def test_handler_runs_a_job_with_progress_and_the_callers_baselines(tmp_path, mo
     monkeypatch.setattr(runpod_handler, "_sdk_progress", lambda job: progress.append)  # stands in for progress_update
     out = asyncio.run(runpod_handler.handler({"id": "job-1", "input": {
         "executor": "local", "settings": local_settings(measure_pre=False).model_dump(mode="json"),
-        "bundle": wire.pack_bundle(b.root), "baselines": [pin.model_dump(mode="json")]}}))
-    assert set(out) == {"kind", "result", "baselines"} and out["kind"] == "job"   # never a top-level "error"
+        "bundle": wire.pack_bundle(b.root), "baselines": [pin.model_dump(mode="json")], "tag": "t-1"}}))
+    assert set(out) == {"kind", "result", "tag", "baselines"} and out["kind"] == "job"   # never a top-level "error"
+    assert out["tag"] == "t-1"    # the request's tag, echoed: the orchestrator tells its attempt's result by it
     res = out["result"]
     assert res["status"] == "succeeded", res["error"]
     assert res["baselines"]["ait-tiny-s"] == 0.123     # the caller's store was read, not re-measured
