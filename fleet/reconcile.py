@@ -46,6 +46,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -300,21 +301,30 @@ def reconcile(mgmt: ManagementClient, runs_dirs: list[Path], endpoint_id: str, b
                   tolerance_usd=tolerance_usd, rows=rows, total=total, notes=notes, estimated_usd=est)
 
 
+def bucket_table(title: str, columns: list[tuple[str, int, Callable[[Any], float]]], rows: list[Any],
+                 total: Any, notes: list[str]) -> str:
+    """A reconcile report as text: ``title``, then one line per bucket of ``rows`` and the ``total`` (their
+    ``start``, ``open``, ``verdict``), a ``columns`` cell each (header, width, value; the last is the signed
+    difference), then the ``notes`` (the tables of ``python -m fleet.reconcile`` and ``fleet.reconcile_pool``)."""
+    head = f"{'bucket (UTC)':<17} " + " ".join(f"{name:>{w}}" for name, w, _ in columns) + "  verdict"
+    lines = [title, head, "-" * len(head)]
+    for r in [*rows, total]:
+        if r is total:
+            lines.append("-" * len(head))
+        cells = " ".join(format(get(r), f">{'+' if i == len(columns) - 1 else ''}{w}.4f")
+                         for i, (_, w, get) in enumerate(columns))
+        lines.append(f"{r.start + ('*' if r.open else ''):<17} {cells}  {r.verdict}")
+    return "\n".join(lines + [f"note: {n}" for n in notes])
+
+
 def format_report(report: Report) -> str:
     """The table ``python -m fleet.reconcile`` prints."""
-    head = (f"{'bucket (UTC)':<17} {'jobs':>9} {'idle':>9} {'active':>9} {'journal':>10} {'runpod':>10} "
-            f"{'other':>8} {'diff':>9}  verdict")
-    lines = [f"endpoint {report.endpoint_id}: journal vs Runpod GET /v2/billing/serverless (gpuAmount), "
-             f"per {report.bucket}; tolerance max(${report.tolerance_usd:.2f}, {report.tolerance_pct:g}%)",
-             head, "-" * len(head)]
-    for r in [*report.rows, report.total]:
-        if r is report.total:
-            lines.append("-" * len(head))
-        lines.append(f"{r.start + ('*' if r.open else ''):<17} {r.journal.jobs:>9.4f} {r.journal.idle:>9.4f} "
-                     f"{r.journal.active:>9.4f} {r.journal_usd:>10.4f} {r.runpod_gpu_usd:>10.4f} "
-                     f"{r.runpod_other_usd:>8.4f} {r.difference_usd:>+9.4f}  {r.verdict}")
-    lines += [f"note: {n}" for n in report.notes]
-    return "\n".join(lines)
+    title = (f"endpoint {report.endpoint_id}: journal vs Runpod GET /v2/billing/serverless (gpuAmount), "
+             f"per {report.bucket}; tolerance max(${report.tolerance_usd:.2f}, {report.tolerance_pct:g}%)")
+    return bucket_table(title, [("jobs", 9, lambda r: r.journal.jobs), ("idle", 9, lambda r: r.journal.idle),
+                                ("active", 9, lambda r: r.journal.active), ("journal", 10, lambda r: r.journal_usd),
+                                ("runpod", 10, lambda r: r.runpod_gpu_usd), ("other", 8, lambda r: r.runpod_other_usd),
+                                ("diff", 9, lambda r: r.difference_usd)], report.rows, report.total, report.notes)
 
 
 def main(argv: list[str] | None = None) -> int:

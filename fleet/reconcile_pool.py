@@ -52,8 +52,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from fleet.reconcile import (STEP_S, TOLERANCE_PCT, TOLERANCE_USD, Parts, journal_buckets, spread, verdict_notes,
-                             verdict_of)
+from fleet.reconcile import (STEP_S, TOLERANCE_PCT, TOLERANCE_USD, Parts, bucket_table, journal_buckets, spread,
+                             verdict_notes, verdict_of)
 from fleet.skypilot_engine import JOURNAL_NAME, SkySDK
 
 
@@ -321,17 +321,11 @@ def reconcile_pool(sdk: SkySDK, runs_dirs: list[Path], pool: str, bucket: str = 
 
 def format_pool_report(report: PoolReport) -> str:
     """The table ``python -m fleet.reconcile_pool`` prints."""
-    head = (f"{'bucket (UTC)':<17} {'jobs':>9} {'idle':>9} {'journal':>10} {'skypilot':>10} {'diff':>9}  verdict")
-    lines = [f"pool {report.pool} ({len(report.workers)} worker clusters): journal vs sky.cost_report, per "
-             f"{report.bucket}; tolerance max(${report.tolerance_usd:.2f}, {report.tolerance_pct:g}%)",
-             head, "-" * len(head)]
-    for r in [*report.rows, report.total]:
-        if r is report.total:
-            lines.append("-" * len(head))
-        lines.append(f"{r.start + ('*' if r.open else ''):<17} {r.journal.jobs:>9.4f} {r.journal.idle:>9.4f} "
-                     f"{r.journal_usd:>10.4f} {r.skypilot_usd:>10.4f} {r.difference_usd:>+9.4f}  {r.verdict}")
-    lines += [f"note: {n}" for n in report.notes]
-    return "\n".join(lines)
+    title = (f"pool {report.pool} ({len(report.workers)} worker clusters): journal vs sky.cost_report, per "
+             f"{report.bucket}; tolerance max(${report.tolerance_usd:.2f}, {report.tolerance_pct:g}%)")
+    return bucket_table(title, [("jobs", 9, lambda r: r.journal.jobs), ("idle", 9, lambda r: r.journal.idle),
+                                ("journal", 10, lambda r: r.journal_usd), ("skypilot", 10, lambda r: r.skypilot_usd),
+                                ("diff", 9, lambda r: r.difference_usd)], report.rows, report.total, report.notes)
 
 
 def main(argv: list[str] | None = None, sdk: SkySDK | None = None) -> int:

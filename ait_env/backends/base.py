@@ -96,7 +96,8 @@ class Backend(abc.ABC):
         from ait_env.hidden.secrets import job_context
 
         models = [m.name for m in self.settings.models] if models is None else list(models)
-        return job_context(family, models, {m: self.built_weights_hash(m) for m in models})
+        weights = {m: self.built_weights_hash(m) for m in models}
+        return job_context(family, models, weights)
 
     @property
     def executor(self) -> str | None:

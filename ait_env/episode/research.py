@@ -5,7 +5,6 @@ so far)."""
 
 from __future__ import annotations
 
-import logging
 import shutil
 import tempfile
 import time
@@ -22,7 +21,6 @@ from ait_env.sandbox import SandboxError
 from ait_env.sandbox.workspace import WorkspaceError
 
 
-_log = logging.getLogger("ait_env")
 
 
 class _ResearchJobs:
@@ -37,11 +35,7 @@ class _ResearchJobs:
         try:
             outcome = self._submit_many_checked(folders, staged)
         except Exception as exc:  # noqa: BLE001 - the contract: step never raises
-            _log.exception("submit_jobs failed inside the env (episode %s)", self.episode_id)
-            self._drop(f"internal error in submit_jobs: {type(exc).__name__}: {exc}")
-            outcome = ToolOutcome("submit_jobs", False, "Your submission could not be processed because of an "
-                                  f"internal error on our side ({type(exc).__name__}: {exc}). {self._ours()}",
-                                  ends_episode=True)
+            outcome = self._internal_error("submit_jobs", exc)
         finally:
             for path in staged:
                 shutil.rmtree(path, ignore_errors=True)

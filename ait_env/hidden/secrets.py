@@ -235,7 +235,8 @@ def _hidden_set(family: str, seed: int) -> tuple[Instance, ...]:
 
 def hidden_set(family: str, seeds: HiddenSeeds | None = None) -> list[Instance]:
     """The hidden eval instances of ``family`` (orchestrator side only), under ``seeds`` (default :func:`current`)."""
-    return list(_hidden_set(family, hidden_seed(family, seeds)))
+    seed = hidden_seed(family, seeds)
+    return list(_hidden_set(family, seed))
 
 
 def hidden_keys(family: str, seeds: HiddenSeeds | None = None) -> set[str]:
@@ -250,7 +251,8 @@ def hidden_questions(family: str, seeds: HiddenSeeds | None = None) -> list[str]
 
 def hidden_set_hash(family: str, seeds: HiddenSeeds | None = None) -> str:
     """Which hidden set a score was measured on (:func:`task_families.base.instances_hash`)."""
-    return instances_hash(hidden_set(family, seeds))
+    instances = hidden_set(family, seeds)
+    return instances_hash(instances)
 
 
 def job_context(family: str, models: Sequence[str] = (), weights: Mapping[str, str] | None = None) -> JobContext:
