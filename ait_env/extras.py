@@ -95,12 +95,12 @@ def missing_extras_exit(entry: str, active: bool = True) -> Iterator[None]:
 
 #: the repository root (the folder holding ``ait_env``), whose entry points :func:`install_excepthook` serves
 REPO = Path(__file__).resolve().parents[1]
-_MODULE_DIRS = ("ait_env", "gpu", "research", "task_families")
+_MODULE_DIRS = ("ait_env", "gpu", "cpu", "research", "task_families")
 _SCRIPT_DIRS = ("scripts", "trainers", "benchmarks", "examples")
 
 
 def entry_of(argv0: str) -> str | None:
-    """How the docs write the entry point whose file is ``argv0`` (``python -m ait_env.tiny_models.build``,
+    """How the docs write the entry point whose file is ``argv0`` (``python -m cpu.tiny_models.build``,
     ``python scripts/run_episode.py``), or None when it is not one of this repository's."""
     if not argv0 or argv0 in ("-c", "-m") or not argv0.endswith(".py"):
         return None

@@ -21,7 +21,7 @@ Generic phases (this module), the same whatever trains the model:
 The hidden-eval harness (:mod:`ait_env.hidden.evaluation`) runs in a child process against an
 OpenAI-compatible base URL (vLLM on a GPU, the local endpoint here): nothing in these phases depends
 on how the model is served or trained. That is the **trainer executor**'s part
-(:class:`TrainerExecutor`): the local tiny-model GRPO (:mod:`ait_env.cpu_trainer.executor`) today, prime-rl
+(:class:`TrainerExecutor`): the local tiny-model GRPO (:mod:`cpu.executor`) today, prime-rl
 on GPUs next. Executors are looked up by backend name in :data:`EXECUTORS`.
 
 Status rules: a failure caused by the job's own code or settings (:class:`JobFailed`: its environment
@@ -102,7 +102,7 @@ class TrainerExecutor(Protocol):
 
 
 #: backend name -> "module:factory" of its trainer executor
-EXECUTORS: dict[str, str] = {"local": "ait_env.cpu_trainer.executor:LocalExecutor",
+EXECUTORS: dict[str, str] = {"local": "cpu.executor:LocalExecutor",
                              "gpu": "gpu.primerl_executor:PrimeRLExecutor"}
 
 

@@ -1,9 +1,9 @@
 """Wall time of one hidden eval through the local OpenAI-compatible endpoint, against the in-process evaluator.
 
-The hidden-eval harness (:mod:`ait_env.hidden.evaluation`) talks HTTP to :class:`ait_env.tiny_models.endpoint.LocalEndpoint`,
+The hidden-eval harness (:mod:`ait_env.hidden.evaluation`) talks HTTP to :class:`cpu.tiny_models.endpoint.LocalEndpoint`,
 either in a child process as the runner does (``evaluate_subprocess``: the harness on its own core) or
 in a thread of the endpoint's process (``evaluate``: one interpreter lock for both); the in-process
-evaluator (:mod:`ait_env.tiny_models.quick_eval`) runs the same greedy conversations without HTTP, in
+evaluator (:mod:`cpu.tiny_models.quick_eval`) runs the same greedy conversations without HTTP, in
 lockstep turns. Both score the same model on the same instances, so their scores must agree and the
 ratio of their times is the cost of serving over HTTP with dynamic arrivals.
 
@@ -25,9 +25,9 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 
 from ait_env.hidden.evaluation import evaluate, evaluate_subprocess  # noqa: E402
-from ait_env.tiny_models import quick_eval# noqa: E402
-from ait_env.tiny_models.catalog import load_model  # noqa: E402
-from ait_env.tiny_models.endpoint import LocalEndpoint  # noqa: E402
+from cpu.tiny_models import quick_eval# noqa: E402
+from cpu.tiny_models.catalog import load_model  # noqa: E402
+from cpu.tiny_models.endpoint import LocalEndpoint  # noqa: E402
 from ait_env.backends.local import LocalOptions  # noqa: E402
 from ait_env.hidden.secrets import hidden_set  # noqa: E402
 from task_families import get_family  # noqa: E402

@@ -20,7 +20,7 @@ fi
 [ -d .devcarry/models ] && export AIT_CACHE_DIR="$PWD/.devcarry/models"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 { nvidia-smi -L; lscpu | grep -E "^Model name|^CPU\(s\)"; "$py" -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } 2>&1 | tee "$out/machine.txt"
-"$py" -m pytest -q -p no:cacheprovider tests/cpu_trainer/test_device.py tests/cpu_trainer/test_runner_micro.py 2>&1 | tee "$out/tests.txt" | tail -4
+"$py" -m pytest -q -p no:cacheprovider tests/cpu/test_device.py tests/cpu/test_runner_micro.py 2>&1 | tee "$out/tests.txt" | tail -4
 for dev in cuda cpu; do
   echo "== reference job, device=$dev"
   t0=$SECONDS

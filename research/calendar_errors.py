@@ -31,7 +31,7 @@ from collections import Counter
 
 import torch
 
-from ait_env.tiny_models.quick_eval import Conversation, score_in_process as evaluate
+from cpu.tiny_models.quick_eval import Conversation, score_in_process as evaluate
 from research.model_cli import load_model_arg
 from task_families.base import Instance
 from task_families.calendar import tools as ctools

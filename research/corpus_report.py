@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ait_env.tiny_models.corpus import build_corpus
+from cpu.tiny_models.corpus import build_corpus
 from ait_env.hidden.secrets import hidden_set
 from task_families import FAMILY_NAMES
 from task_families.teacher import describe_flaws, oracle_ladder

@@ -36,9 +36,9 @@ from typing import Any
 
 import torch
 
-from ait_env.tiny_models.corpus import encode_transcript
-from ait_env.tiny_models.model import TinyLM
-from ait_env.tiny_models.tokenizer import ChatTokenizer
+from cpu.tiny_models.corpus import encode_transcript
+from cpu.tiny_models.model import TinyLM
+from cpu.tiny_models.tokenizer import ChatTokenizer
 from research.model_cli import run_per_family
 from task_families import get_family
 from task_families.base import Instance

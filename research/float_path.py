@@ -14,7 +14,7 @@ Settings (environment variables read by torch and MKL when they start):
 - ``portable``: both capped and MKL's results made independent of the CPU generation
   (``MKL_CBWR=AVX2``): the candidate for builds that reproduce on any x86-64 CPU with AVX2.
 
-Equal hashes mean bit-identical weights. The build itself (``ait_env.tiny_models.build``) takes
+Equal hashes mean bit-identical weights. The build itself (``cpu.tiny_models.build``) takes
 ``catalog.BuildSettings.float_path`` (``portable`` by default, the settings above) and records what it
 ran on (``float_path`` in ``ait_model.json``); docs/local_backend.md, "Reproducibility across machines".
 """
@@ -41,12 +41,12 @@ _CHILD = """
 import dataclasses, json, sys, time
 import torch
 torch.set_num_threads(1)
-from ait_env.tiny_models import catalog
-from ait_env.tiny_models.chat import IM_START
-from ait_env.tiny_models.corpus import (CORPUS_SEED, FAMILY_WEIGHTS, build_corpus, encode_corpus,
+from cpu.tiny_models import catalog
+from cpu.tiny_models.chat import IM_START
+from cpu.tiny_models.corpus import (CORPUS_SEED, FAMILY_WEIGHTS, build_corpus, encode_corpus,
                                   train_corpus_tokenizer)
-from ait_env.tiny_models.pretrain import float_path, pretrain, weights_hash
-from ait_env.tiny_models.tokenizer import ChatTokenizer
+from cpu.tiny_models.pretrain import float_path, pretrain, weights_hash
+from cpu.tiny_models.tokenizer import ChatTokenizer
 steps, drill = int(sys.argv[1]), int(sys.argv[2])
 corpus = build_corpus(60, seed=CORPUS_SEED, weights=FAMILY_WEIGHTS)
 tok = ChatTokenizer(train_corpus_tokenizer(corpus.texts(), 1024))

@@ -36,7 +36,7 @@ import time
 
 import torch
 
-from ait_env.tiny_models.model import TinyLM
+from cpu.tiny_models.model import TinyLM
 from research.model_cli import load_model_arg
 from research.line_accuracy import (
     SKILL_SEED, LineResult, Transcript, score_lines, transcripts)

@@ -1,7 +1,7 @@
 """A fast, in-process GRPO lab for recipe search on the local models (not the job path).
 
-It samples rollouts with :func:`ait_env.tiny_models.quick_eval.run_conversations` (the batched in-process
-evaluator, at the job's temperature) and takes optimizer steps with :func:`ait_env.cpu_trainer.grpo.rl_step`,
+It samples rollouts with :func:`cpu.tiny_models.quick_eval.run_conversations` (the batched in-process
+evaluator, at the job's temperature) and takes optimizer steps with :func:`cpu.grpo.rl_step`,
 the local trainer's own update (advantages, loss, optimizer and schedule). There is no endpoint, no
 verifiers, no sandbox and no agent code: the reward is the family's own check, optionally mixed with
 "looked up every person" (calendar, ``--shape``) or with the share of scratchpad lines the rollout wrote
@@ -40,8 +40,8 @@ import torch
 
 from ait_env.conf import load_group
 from ait_env.jobs.schema import PrimeRL
-from ait_env.cpu_trainer import grpo
-from ait_env.tiny_models.quick_eval import Conversation, run_conversations, score_in_process as evaluate
+from cpu import grpo
+from cpu.tiny_models.quick_eval import Conversation, run_conversations, score_in_process as evaluate
 from ait_env.hidden.secrets import hidden_set
 from research.model_cli import load_model_arg
 from task_families import get_family

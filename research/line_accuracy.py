@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from ait_env.tiny_models.chat import IM_END
-from ait_env.tiny_models.corpus import assistant_spans
-from ait_env.tiny_models.model import TinyLM
-from ait_env.tiny_models.tokenizer import ChatTokenizer
+from cpu.tiny_models.chat import IM_END
+from cpu.tiny_models.corpus import assistant_spans
+from cpu.tiny_models.model import TinyLM
+from cpu.tiny_models.tokenizer import ChatTokenizer
 from research.model_cli import run_per_family
 from task_families import get_family
 from task_families.teacher import teacher_completion

@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 import torch
 
-from ait_env.tiny_models.model import TinyLM
-from ait_env.tiny_models.tokenizer import ChatTokenizer
+from cpu.tiny_models.model import TinyLM
+from cpu.tiny_models.tokenizer import ChatTokenizer
 from task_families import FAMILY_NAMES
 
 Measure = Callable[[TinyLM, ChatTokenizer, str, int], tuple[str, Any]]
@@ -29,7 +29,7 @@ def load_model_arg(model: str) -> tuple[TinyLM, ChatTokenizer, Path]:
     stale). Returns the model in eval mode, its tokenizer and the directory."""
     path = Path(model)
     if not path.is_dir():
-        from ait_env.tiny_models.build import ensure_built
+        from cpu.tiny_models.build import ensure_built
 
         path = ensure_built(model)
     loaded = TinyLM.load(path)

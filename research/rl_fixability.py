@@ -1,11 +1,11 @@
 """In-process GRPO of the local base models: are they fixable by RL, gradually, and do the controls behave?
 
 For each family: load a fresh copy of the base model, then run GRPO with the local trainer's own update
-(:func:`ait_env.cpu_trainer.grpo.rl_step`: advantages, batch, loss, optimizer, schedule) on rollouts from
-the same batched tool loop the evaluator uses (:func:`ait_env.tiny_models.quick_eval.run_conversations` at
+(:func:`cpu.grpo.rl_step`: advantages, batch, loss, optimizer, schedule) on rollouts from
+the same batched tool loop the evaluator uses (:func:`cpu.tiny_models.quick_eval.run_conversations` at
 the job's temperature; reward = ``family.check`` of the final answer), on training questions drawn
 from the family's generator with their own seed (hidden questions excluded by key). The greedy
-hidden-eval score (:func:`ait_env.tiny_models.quick_eval.score_in_process`) is measured at ``--eval-at`` steps.
+hidden-eval score (:func:`cpu.tiny_models.quick_eval.score_in_process`) is measured at ``--eval-at`` steps.
 
 The default job is the families' reference job (batch 128 = 16 prompts x group 8, AdamW lr 3e-6 with a
 cosine schedule, warmup 5, min_lr lr/10, no weight decay) with ``--steps`` steps; the local lr is
@@ -29,9 +29,9 @@ from pathlib import Path
 import torch
 
 from ait_env.jobs.schema import PrimeRL
-from ait_env.cpu_trainer import grpo; from ait_env.tiny_models import quick_eval
-from ait_env.tiny_models.model import TinyLM
-from ait_env.tiny_models.tokenizer import ChatTokenizer
+from cpu import grpo; from cpu.tiny_models import quick_eval
+from cpu.tiny_models.model import TinyLM
+from cpu.tiny_models.tokenizer import ChatTokenizer
 from task_families import FAMILY_NAMES, get_family
 
 POOL_SEED = 4_242_000
@@ -68,7 +68,7 @@ def run_family(model_dir: Path, family: str, args: argparse.Namespace) -> dict:
     from ait_env.hidden.secrets import hidden_set
 
     hidden = hidden_set(family)[:args.eval_limit]
-    from ait_env.tiny_models.pretrain import weights_hash
+    from cpu.tiny_models.pretrain import weights_hash
 
     hash0 = weights_hash(model)
     curve: dict[int, float] = {}
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     path = Path(args.model)
     if not path.is_dir():
-        from ait_env.tiny_models.build import ensure_built
+        from cpu.tiny_models.build import ensure_built
 
         path = ensure_built(args.model)
     for fam in args.families.split(","):

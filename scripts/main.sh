@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up and run the main job: one complete episode of the scripted reference agent on the local
 # backend (real GRPO training of the project's own tiny models on this CPU; no accounts, no GPU).
-# Three steps: set up .venv; build the local base models (python -m ait_env.tiny_models.build: the first
+# Three steps: set up .venv; build the local base models (python -m cpu.tiny_models.build: the first
 # time a few minutes, with progress; afterwards one line, as they are cached in $AIT_CACHE_DIR or
 # ~/.cache/ai-trains-ai/models); run the episode. backend=stub skips the build.
 #   bash scripts/main.sh [hydra overrides, e.g. family=units seed=3, backend=stub for the fast surrogate]
@@ -15,6 +15,6 @@ for arg in "$@"; do
   esac
 done
 if [ "$backend" = "local" ]; then
-  .venv/bin/python -m ait_env.tiny_models.build
+  .venv/bin/python -m cpu.tiny_models.build
 fi
 exec .venv/bin/python scripts/run_episode.py "$@"

@@ -8,7 +8,7 @@
 a 5-step first job, then, when its eval curve was still rising, the reference job; it needs
 ``env.max_jobs_per_episode`` of 2 or more.
 
-The ``local`` backend trains models built beforehand by ``python -m ait_env.tiny_models.build`` (``scripts/main.sh``
+The ``local`` backend trains models built beforehand by ``python -m cpu.tiny_models.build`` (``scripts/main.sh``
 runs it first); this script builds nothing. Each turn's tool output is shown clipped to
 :data:`SHOWN_CHARS` characters at a line or word boundary, with a marker saying how much was left out;
 a surrogate backend's reward is labelled as one.

@@ -12,8 +12,8 @@ family's eval prompt. It must:
   from ``rng``, so that a demonstration depends only on the instance, the seed and the flaw decisions;
 - solve the instance when no flaw is taken (``mode="clean"``; tested on the hidden sets).
 
-:mod:`ait_env.tiny_models.corpus` renders these demonstrations into the pretraining corpus; a change to a
-teacher changes the base models, so bump ``ait_env.tiny_models.corpus.CORPUS_VERSION`` with it.
+:mod:`cpu.tiny_models.corpus` renders these demonstrations into the pretraining corpus; a change to a
+teacher changes the base models, so bump ``cpu.tiny_models.corpus.CORPUS_VERSION`` with it.
 
 Flaw model
 ----------
@@ -44,7 +44,7 @@ prints them all):
 
 Rates between ~0.55 and ~0.85 in the flawed contexts give base greedy scores of roughly 0.15-0.5 with
 a clean-skill ceiling near 1 (:func:`oracle_ladder`); the exact numbers the trained models reach are
-measured by :mod:`ait_env.tiny_models.quick_eval` and stored in each model's ``ait_model.json``.
+measured by :mod:`cpu.tiny_models.quick_eval` and stored in each model's ``ait_model.json``.
 
 Scratchpads: where the tiny models could not learn a family's *skill* from plain demonstrations, the
 teacher writes its state before each call (:meth:`Dialogue.note`, :meth:`Dialogue.left`) and the model

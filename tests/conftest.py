@@ -17,8 +17,8 @@ import ait_env  # noqa: F401  (registers the env)
 from task_families import get_family
 
 if TYPE_CHECKING:  # torch and the tiny models only where a fixture needs them (.venv-vf1 has no torch)
-    from ait_env.tiny_models.model import TinyLM
-    from ait_env.tiny_models.tokenizer import ChatTokenizer
+    from cpu.tiny_models.model import TinyLM
+    from cpu.tiny_models.tokenizer import ChatTokenizer
 
 
 from tests.helpers import worker_training_uid  # noqa: E402
@@ -99,7 +99,7 @@ def make_env(runs_dir: Path) -> Callable[..., gym.Env]:
 
 # ---- local backend: a micro model and tokenizer built in seconds (no cache, no download)
 def _texts(n: int = 300) -> list[str]:
-    from ait_env.tiny_models.chat import render
+    from cpu.tiny_models.chat import render
 
     f = get_family("arithmetic")
     return [render(f.eval_messages(i) + f.transcript(i), f.tool_schemas()) for i in f.generate(1, n)]
@@ -107,7 +107,7 @@ def _texts(n: int = 300) -> list[str]:
 
 @pytest.fixture(scope="session")
 def micro_tokenizer() -> ChatTokenizer:
-    from ait_env.tiny_models.tokenizer import ChatTokenizer, train_tokenizer
+    from cpu.tiny_models.tokenizer import ChatTokenizer, train_tokenizer
 
     return ChatTokenizer(train_tokenizer(_texts(), 512))
 
@@ -121,7 +121,7 @@ def micro_model(micro_tokenizer: ChatTokenizer, tmp_path_factory: pytest.TempPat
     vocabulary; the other worker loads them. Never shared between runs."""
     import torch
 
-    from ait_env.tiny_models.model import TinyConfig, TinyLM
+    from cpu.tiny_models.model import TinyConfig, TinyLM
     import hashlib
     import os
 
@@ -144,7 +144,7 @@ def micro_model(micro_tokenizer: ChatTokenizer, tmp_path_factory: pytest.TempPat
 def _fit_micro_model(micro_tokenizer: ChatTokenizer) -> TinyLM:
     import torch
 
-    from ait_env.tiny_models.model import TinyConfig, TinyLM
+    from cpu.tiny_models.model import TinyConfig, TinyLM
     torch.manual_seed(0)
     tok = micro_tokenizer
     m = TinyLM(TinyConfig(vocab_size=tok.vocab_size, max_position_embeddings=1024))

@@ -65,7 +65,7 @@ def test_the_local_trainer_logs_plain_progress_lines_off_a_terminal() -> None:
     import io
     from types import SimpleNamespace
 
-    from ait_env.cpu_trainer.executor import _is_terminal, progress_line
+    from cpu.executor import _is_terminal, progress_line
 
     assert not _is_terminal(io.StringIO()) and not _is_terminal(object())
     line = progress_line("units", SimpleNamespace(step=10, reward_mean=0.4234, eval_score=0.5, seconds=2.04), 50)

@@ -34,7 +34,7 @@ def test_the_line_names_the_entry_the_extra_and_the_command() -> None:
     line = extras.missing_extra_line("trainers/tinker_grpo.py", "tinker_cookbook", "tinker")
     assert "\n" not in line and "'tinker' extra" in line and "bash scripts/setup.sh tinker" in line
     assert "VENV=.venv-trl" in extras.install_command("trl")
-    assert extras.entry_of(str(ROOT / "ait_env" / "tiny_models" / "build.py")) == "python -m ait_env.tiny_models.build"
+    assert extras.entry_of(str(ROOT / "cpu" / "tiny_models" / "build.py")) == "python -m cpu.tiny_models.build"
     assert extras.entry_of(str(ROOT / "scripts" / "run_episode.py")) == "python scripts/run_episode.py"
     assert extras.entry_of("/usr/lib/python3/some_tool.py") is None and extras.entry_of("-c") is None
 
@@ -58,7 +58,7 @@ def test_other_import_errors_propagate() -> None:
 
 
 @pytest.mark.parametrize("block, argv, extra", [
-    ("torch", ["-m", "ait_env.tiny_models.build"], "local"),  # fails at module level
+    ("torch", ["-m", "cpu.tiny_models.build"], "local"),  # fails at module level
     ("openai", ["-m", "ait_env.agents.llm", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
                 "--families", "arithmetic", "--episodes", "1", "--out", "llm"], "inner"),  # fails inside the run
     ("torch", [str(ROOT / "scripts" / "run_episode.py"), "backend=local"], "local"),

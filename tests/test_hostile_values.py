@@ -14,8 +14,8 @@ an observation, a refused call, a probe failure, ``job_failed`` — never an unc
   score, never an error record (errors fail the eval: ``infra_failed``);
 - the probe (``ait_env/probe/dynamic.py``: what the sandbox reports; ``leak.py``: the texts it reads), the
   training audit, prime-rl's traces on a GPU (``gpu/primerl_traces.py``), the local trainer's step results
-  (``ait_env/cpu_trainer/trainer.py``) and the model endpoint's step channel
-  (``ait_env/tiny_models/endpoint.py``).
+  (``cpu/trainer.py``) and the model endpoint's step channel
+  (``cpu/tiny_models/endpoint.py``).
 
 The env-level property over whole submissions is ``tests/test_never_infra_failed.py``; the step fuzz,
 ``tests/test_fuzz.py``; the guard itself, ``tests/jobs/test_guard.py``.
@@ -33,13 +33,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ait_env.cpu_trainer.trainer import RolloutWorkerError, step_results
+from cpu.trainer import RolloutWorkerError, step_results
 from ait_env.episode.messages import action_text, call_block, env_arguments
 from ait_env.jobs import guard
 from ait_env.jobs.failures import JobFailed
 from ait_env.jobs.toolcalls import (decode_arguments, parse_action, parse_text_tool_calls, split_completion,
                                     structured_tool_calls)
-from ait_env.tiny_models.endpoint import StepChannel
+from cpu.tiny_models.endpoint import StepChannel
 from task_families import get_family
 from tests.hostile_values import build, json_object_text, json_text, python_values
 

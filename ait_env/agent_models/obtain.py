@@ -11,12 +11,12 @@ Contract of :func:`obtain` (returns the model's cache folder, :func:`ait_env.age
    SHA-256 must be the catalog's, or nothing is written.
 2. **De-quantization.** transformers' GGUF loader (``gguf`` and ``accelerate`` are needed: the ``agent`` extra)
    reads the Q4_1 tensors into float32 (it also undoes llama.cpp's permutation of the query/key weights); the
-   weights go into the project's engine (:class:`ait_env.tiny_models.model.TinyLM`, the HF Llama layout) and
+   weights go into the project's engine (:class:`cpu.tiny_models.model.TinyLM`, the HF Llama layout) and
    are saved as ``model.safetensors`` + ``config.json``.
 3. **Tokenizer.** Rebuilt from the GGUF's metadata (:mod:`ait_env.agent_models.gguf_tokenizer`), with the
    model's own chat template.
 4. ``ait_agent_model.json``: the catalog entry, the GGUF's SHA-256, the weights hash
-   (:func:`ait_env.tiny_models.pretrain.weights_hash`), the versions of transformers and gguf, the date.
+   (:func:`cpu.tiny_models.pretrain.weights_hash`), the versions of transformers and gguf, the date.
    The folder is written as ``<name>.tmp-<pid>`` and renamed into place, so a crash leaves no half model.
 
 A folder is current when its ``ait_agent_model.json`` names the catalog's file hash and this module's
@@ -139,8 +139,8 @@ def _convert(s: AgentModelSpec, weights: Path, out: Path, log: Callable[[str], N
         raise ObtainError(f"de-quantizing the GGUF needs the 'agent' extra ({exc.name} is not installed): "
                           "bash scripts/setup.sh agent") from None
     from ait_env.agent_models.gguf_tokenizer import gguf_metadata, tokenizer_from_gguf, write_hf_tokenizer
-    from ait_env.tiny_models.model import TinyConfig, TinyLM
-    from ait_env.tiny_models.pretrain import weights_hash
+    from cpu.tiny_models.model import TinyConfig, TinyLM
+    from cpu.tiny_models.pretrain import weights_hash
 
     log(f"[agent model] de-quantizing {weights.name} with transformers {transformers.__version__} (about a minute)")
     hf = AutoModelForCausalLM.from_pretrained(str(weights.parent), gguf_file=weights.name, dtype=torch.float32)

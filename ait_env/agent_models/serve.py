@@ -3,7 +3,7 @@
     python -m ait_env.agent_models.serve [smollm2-135m | <checkpoint folder>] [--port 8077] [--threads 2]
     python -m ait_env.agents.llm --base-url http://127.0.0.1:8077/v1 --model smollm2-135m --tool-mode text ...
 
-Contract: the project's endpoint (:class:`ait_env.tiny_models.endpoint.LocalEndpoint`: continuous batching of
+Contract: the project's endpoint (:class:`cpu.tiny_models.endpoint.LocalEndpoint`: continuous batching of
 concurrent requests, keys/values of a conversation's earlier turns reused) over the model in the project's
 Llama engine, rendering with the model's own chat template (:class:`ait_env.agent_models.load.TemplateTokenizer`).
 The reply's text is returned unchanged as ``content`` (no tool-call parsing: a template without tools means
@@ -19,7 +19,7 @@ import threading
 from typing import Any
 
 from ait_env.agent_models.load import AgentModel, load_agent
-from ait_env.tiny_models.endpoint import LocalEndpoint
+from cpu.tiny_models.endpoint import LocalEndpoint
 
 
 class AgentEndpoint(LocalEndpoint):

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from ait_env.agent_models.load import AgentModel, TemplateError
-from ait_env.tiny_models.tokenizer import ChatTokenizer
+from cpu.tiny_models.tokenizer import ChatTokenizer
 
 
 @dataclass

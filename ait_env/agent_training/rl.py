@@ -14,8 +14,8 @@ Per step (:meth:`AgentGRPO.step`):
    NaN) is **dropped**: it gets no advantage and no gradient, and a group with fewer than two kept rollouts is
    left out; nothing is ever scored 0 for our failure.
 3. Advantages are reward − group mean (``grpo``), the sequences are each rollout's turns
-   (:func:`ait_env.cpu_trainer.grpo.rollout_sequences`: one sequence when each turn's prompt extends the last),
-   and one optimizer step of :func:`ait_env.cpu_trainer.grpo.rl_step` (the inner jobs' update: DPPO-masked
+   (:func:`cpu.grpo.rollout_sequences`: one sequence when each turn's prompt extends the last),
+   and one optimizer step of :func:`cpu.grpo.rl_step` (the inner jobs' update: DPPO-masked
    importance ratio, token mean, gradient clipping) is taken holding the endpoint's lock, so sampling always
    sees whole updates (``train_layers``: only the top layers learn, as in behaviour cloning). A learning rate
    of 0 takes no step at all (the control run: the policy is exactly the
@@ -39,7 +39,7 @@ from ait_env.agent_models.load import AgentModel
 from ait_env.agent_models.serve import AgentEndpoint
 from ait_env.agent_models.sft import trainable_parameters
 from ait_env.backends import Backend
-from ait_env.cpu_trainer import grpo
+from cpu import grpo
 from ait_env.integrations import verifiers_v0
 from ait_env.integrations.verifiers_env import load_environment
 from ait_env.jobs.schema import PrimeRL
@@ -80,7 +80,7 @@ class StepRecord:
 
 
 def prime_rl(s: RLSettings) -> PrimeRL:
-    """The update's settings in the job schema's terms (what :func:`ait_env.cpu_trainer.grpo.rl_step` reads)."""
+    """The update's settings in the job schema's terms (what :func:`cpu.grpo.rl_step` reads)."""
     return PrimeRL.model_validate({
         "max_steps": max(1, s.steps), "seq_len": 8192, "batch_size": s.groups * s.group_size,
         "group_size": s.group_size, "sampling": {"temperature": s.temperature, "max_tokens": s.max_tokens},

@@ -1,16 +1,16 @@
 """The ``local`` backend: real GRPO training of the project's tiny models on this machine.
 
 :meth:`LocalBackend.submit` starts ``python -m ait_env.runner <bundle>`` (the one job runner, with the
-local trainer executor :mod:`ait_env.cpu_trainer.executor`) in a subprocess; :meth:`LocalBackend.wait` waits
+local trainer executor :mod:`cpu.executor`) in a subprocess; :meth:`LocalBackend.wait` waits
 for it and reads the bundle's ``result.json``. A runner that dies without a result is an
 ``infra_failed`` result (its exit code and log tail are reported). A job stopped because the machine was too
-slow (``infra_failed``, fault ``slow_machine``: it kept within its work budget, :mod:`ait_env.cpu_trainer.budget`)
+slow (``infra_failed``, fault ``slow_machine``: it kept within its work budget, :mod:`cpu.budget`)
 is run again ``slow_machine_retries`` times (default 1) before it is reported. The models are built beforehand,
-as a step of their own (``python -m ait_env.tiny_models.build``; ``scripts/main.sh`` runs it): a job whose
+as a step of their own (``python -m cpu.tiny_models.build``; ``scripts/main.sh`` runs it): a job whose
 model is not built ends at once as ``infra_failed`` naming that command, and never builds inside a job.
 
 Options (:class:`LocalOptions`, ``conf/backend/local.yaml``): the runner's generic ones
-and the executor's (:class:`ait_env.cpu_trainer.executor.LocalExecutorOptions`), and ``max_parallel_jobs``. Baselines: the
+and the executor's (:class:`cpu.executor.LocalExecutorOptions`), and ``max_parallel_jobs``. Baselines: the
 shipped pins (``ait_env/data/baselines/local.json``) and the user store, where jobs pin the base scores
 they had to measure (this machine's build) so later jobs and ``get_baseline_scores`` read them.
 """
@@ -31,8 +31,8 @@ from ait_env.jobs.settings import BackendSettings, TokenCounter
 from ait_env.jobs.result import JobResult
 from ait_env.hidden.baselines import BaselineEntry
 from ait_env.jobs.bundle import JobBundle
-from ait_env.cpu_trainer.budget import SLOW_MACHINE
-from ait_env.cpu_trainer.executor import LocalExecutorOptions
+from cpu.budget import SLOW_MACHINE
+from cpu.executor import LocalExecutorOptions
 
 
 class LocalOptions(LocalExecutorOptions):
@@ -41,7 +41,7 @@ class LocalOptions(LocalExecutorOptions):
     #: jobs that train at the same time (more wait in submit); None = no limit
     max_parallel_jobs: int | None = Field(None, ge=1)
     #: times a job stopped because the machine was too slow (``infra_failed``, fault ``slow_machine``: past its
-    #: backstop within its work budget, :mod:`ait_env.cpu_trainer.budget`) is run again before it is reported
+    #: backstop within its work budget, :mod:`cpu.budget`) is run again before it is reported
     slow_machine_retries: int = Field(1, ge=0)
 
 
@@ -60,7 +60,7 @@ class LocalBackend(SubprocessBackend):
         self._counter: TokenCounter | None = None
 
     def built_weights_hash(self, model: str) -> str:
-        from ait_env.tiny_models.catalog import weights_hash
+        from cpu.tiny_models.catalog import weights_hash
 
         return weights_hash(model)
 
@@ -74,8 +74,8 @@ class LocalBackend(SubprocessBackend):
         """Prompt tokens under the built models' own tokenizer and chat template (unbuilt models: None,
         the probe's conservative estimate)."""
         if self._counter is None:
-            from ait_env.tiny_models.catalog import model_dir
-            from ait_env.tiny_models.tokenizer import ChatTokenizer
+            from cpu.tiny_models.catalog import model_dir
+            from cpu.tiny_models.tokenizer import ChatTokenizer
 
             tokenizers: dict[str, Any] = {}
 
@@ -91,8 +91,8 @@ class LocalBackend(SubprocessBackend):
         return self._counter
 
     def submit(self, bundle: JobBundle) -> JobHandle:
-        from ait_env.tiny_models.catalog import CATALOG, is_current
-        from ait_env.tiny_models.catalog import BUILD_COMMAND
+        from cpu.tiny_models.catalog import CATALOG, is_current
+        from cpu.tiny_models.catalog import BUILD_COMMAND
 
         model = bundle.job.job.base_model
         if model in CATALOG and not is_current(model):
@@ -134,7 +134,7 @@ class LocalBackend(SubprocessBackend):
         return result
 
     def measure_baseline(self, family: str, model: str) -> BaselineEntry:
-        from ait_env.cpu_trainer.executor import measure_untrained
+        from cpu.executor import measure_untrained
         from ait_env.hidden.secrets import hidden_set
 
         job = self.job_context(family, [model])

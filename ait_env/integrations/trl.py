@@ -32,7 +32,7 @@ the same slot). The contract, and how this module meets it:
   (``GRPOTrainer._calculate_rewards`` and ``_generate_and_score_completions``). Keep the env the only
   reward source, or return ``None`` from every other reward function for such rollouts.
 - **Tokenizers**: :func:`prepare_tokenizer` lets TRL parse the tool calls of the project's own tiny
-  models (their chat format, :mod:`ait_env.tiny_models.chat`) and gives a ChatML model whose template has no
+  models (their chat format, :mod:`cpu.tiny_models.chat`) and gives a ChatML model whose template has no
   tools (SmolLM2-135M-Instruct) a ChatML template with Hermes tool calls; models whose chat template TRL knows
   (Qwen3, Llama 3, ...) need nothing.
 
@@ -51,7 +51,7 @@ import gymnasium as gym
 import ait_env  # noqa: F401  (registers AIT/JobWriting-v0)
 from ait_env.backends import Backend
 from ait_env.config import Settings, compose, split_families
-from ait_env.tiny_models.chat import CHAT_TEMPLATE
+from cpu.tiny_models.chat import CHAT_TEMPLATE
 from ait_env.episode.messages import call_block
 from ait_env.episode.spec import ResearchTerms, episode_system_prompt, strip_tool_sections
 from ait_env.episode.tools import TOOL_DOCS, tool_docs
@@ -94,7 +94,7 @@ LOCAL_RESPONSE_TEMPLATE: dict[str, Any] = {
 def prepare_tokenizer(tokenizer: Any) -> Any:
     """Make ``tokenizer`` one TRL can train a tool-calling agent with:
 
-    - the project's local models (chat template :data:`ait_env.tiny_models.chat.CHAT_TEMPLATE`) get the response
+    - the project's local models (chat template :data:`cpu.tiny_models.chat.CHAT_TEMPLATE`) get the response
       template TRL needs to parse their tool calls (transformers >= 5.13 reads it; the ``trl`` extra pins 5.24.0);
     - a ChatML model whose own template cannot render tools (SmolLM2-135M-Instruct's: ``GRPOTrainer`` refuses it,
       "The provided chat template does not support tool calling") gets TRL's Qwen2.5 template, which is ChatML

@@ -28,7 +28,7 @@ class InfraFailed(RuntimeError):
     """Our side cannot run the job (e.g. its base model is not built); the message says how to fix it.
 
     ``code`` names the class where a backend treats it apart (``"slow_machine"``: the local machine was too
-    slow for a job within its work budget, :mod:`ait_env.cpu_trainer.budget`; the local backend retries it)."""
+    slow for a job within its work budget, :mod:`cpu.budget`; the local backend retries it)."""
 
     def __init__(self, message: str, code: str = "") -> None:
         super().__init__(message)

@@ -5,7 +5,7 @@ environment reports. An environment can tell that load apart from training (its 
 the time) and behave differently there; any check it can detect, it can evade. This audit needs no
 cooperation: it reads the conversations the model was sampled on and trained from — the requests the
 sandboxed rollout worker sent to the model endpoint, recorded by the endpoint itself outside the sandbox
-(:attr:`ait_env.tiny_models.endpoint.Record.messages`) — so what it checks is exactly what training used. On a
+(:attr:`cpu.tiny_models.endpoint.Record.messages`) — so what it checks is exactly what training used. On a
 GPU the same audit reads prime-rl's per-step rollout traces (:mod:`gpu.primerl_traces`).
 
 - **Hidden-eval leaks**: every text the model reads (:func:`ait_env.probe.leak.model_texts`: every message,

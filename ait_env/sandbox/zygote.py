@@ -15,7 +15,7 @@ Protocol: one JSON request per line on stdin, one JSON response per line on stdo
 
 Jobs are modules loaded from files given as ``--job name=path``, each with ``run(req, adapter, ctx)``
 (:class:`Context`): the validation probe's ``inspect`` (:mod:`ait_env.probe.inspect_job`) and the
-local executor's ``rollout_worker`` (:mod:`ait_env.cpu_trainer.rollout_worker`). The verifiers-specific
+local executor's ``rollout_worker`` (:mod:`cpu.rollout_worker`). The verifiers-specific
 calls come from the adapter file passed as ``--adapter`` (``ait_env/integrations/verifiers_v0.py``).
 """
 

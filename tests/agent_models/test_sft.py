@@ -9,7 +9,7 @@ import torch
 
 from ait_env.agent_models.load import AgentModel, TemplateError, TemplateTokenizer
 from ait_env.agent_models.sft import SFTSettings, behaviour_clone, encode_conversation, lr_at, sequence_nll
-from ait_env.tiny_models.model import TinyConfig, TinyLM
+from cpu.tiny_models.model import TinyConfig, TinyLM
 
 CONV = [{"role": "system", "content": "You write jobs."}, {"role": "user", "content": "Task: teach X."},
         {"role": "assistant", "content": "Reading.\n<tool_call>\n{\"name\": \"list_files\", \"arguments\": {}}\n</tool_call>"},
@@ -102,7 +102,7 @@ def test_the_schedule_warms_up_then_decays_to_its_floor() -> None:
 def test_the_agent_endpoint_reads_back_its_own_sampled_tokens(tok: TemplateTokenizer) -> None:
     """A reply sampled in a spelling the tokenizer would not choose comes back, in the next turn's prompt, as
     the ids the model sampled (token in, token out), so a rollout's turns extend each other."""
-    from ait_env.tiny_models.endpoint import SpokenTokens
+    from cpu.tiny_models.endpoint import SpokenTokens
 
     spoken = SpokenTokens(max_entries=2)
     prompt = tok.render(CONV[:2], add_generation_prompt=True)

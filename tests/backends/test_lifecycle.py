@@ -52,5 +52,5 @@ def test_a_local_job_whose_model_is_not_built_fails_fast_naming_the_build(tmp_pa
     result = backend.run(bundle)
     assert time.time() - t0 < 5
     assert result.status == "infra_failed"
-    assert "ait-tiny-m is not built" in result.error and "python -m ait_env.tiny_models.build" in result.error
+    assert "ait-tiny-m is not built" in result.error and "python -m cpu.tiny_models.build" in result.error
     backend.close()

@@ -342,7 +342,7 @@ def _real_settings(**options: Any) -> BackendSettings:
 
 def _pin_base(b: RunpodBackend) -> None:
     from ait_env.hidden.baselines import BaselineEntry
-    from ait_env.tiny_models.catalog import weights_hash
+    from cpu.tiny_models.catalog import weights_hash
 
     b.baselines.put([BaselineEntry(backend="runpod", family="arithmetic", model="ait-tiny-s", score=0.1,
                                    model_hash=weights_hash("ait-tiny-s"), seeded_at=1.0)])
@@ -352,7 +352,7 @@ def test_a_real_job_through_the_real_handler(tmp_path):
     from tests.gpu.helpers import make_job, needs_tiny_model
 
     if needs_tiny_model.args[0]:
-        pytest.skip("ait-tiny-s is not built (python -m ait_env.tiny_models.build)")
+        pytest.skip("ait-tiny-s is not built (python -m cpu.tiny_models.build)")
     pytest.importorskip("verifiers")
     fake = FakeServerlessClient(mode="real", workers=1, store_input=False)
     try:
@@ -375,7 +375,7 @@ def test_a_worker_killed_mid_job_is_retried_and_succeeds(tmp_path):
     from tests.gpu.helpers import make_job, needs_tiny_model
 
     if needs_tiny_model.args[0]:
-        pytest.skip("ait-tiny-s is not built (python -m ait_env.tiny_models.build)")
+        pytest.skip("ait-tiny-s is not built (python -m cpu.tiny_models.build)")
     pytest.importorskip("verifiers")
     fake = FakeServerlessClient(mode="real", workers=1, store_input=False)
     try:
@@ -521,7 +521,7 @@ def test_a_real_worker_of_the_http_fake_killed_mid_job_is_retried_by_the_backend
     from tests.gpu.helpers import make_job, needs_tiny_model, worker_env
 
     if needs_tiny_model.args[0]:
-        pytest.skip("ait-tiny-s is not built (python -m ait_env.tiny_models.build)")
+        pytest.skip("ait-tiny-s is not built (python -m cpu.tiny_models.build)")
     pytest.importorskip("verifiers")
     with start_fake_runpod(workers=1, worker_env=worker_env(tmp_path), log_dir=tmp_path,
                            max_worker_retries=0) as fake:
@@ -549,12 +549,12 @@ def test_twenty_real_jobs_through_four_workers_match_backend_local(tmp_path, mon
     import time
 
     from ait_env.hidden.baselines import BaselineEntry
-    from ait_env.tiny_models.catalog import weights_hash
+    from cpu.tiny_models.catalog import weights_hash
     from tests.gpu.fake_runpod import start_fake_runpod
     from tests.gpu.helpers import local_settings, make_job, needs_tiny_model, worker_env
 
     if needs_tiny_model.args[0]:
-        pytest.skip("ait-tiny-s is not built (python -m ait_env.tiny_models.build)")
+        pytest.skip("ait-tiny-s is not built (python -m cpu.tiny_models.build)")
     pytest.importorskip("verifiers")
     env = worker_env(tmp_path)
     jobs = [make_job(tmp_path / "rp", job_id=f"rp-{i:02d}", seed=1000 + i) for i in range(20)]
@@ -605,7 +605,7 @@ def test_seed_baselines_pins_a_baseline_through_runpod(tmp_path):
     from tests.gpu.helpers import needs_tiny_model, worker_env
 
     if needs_tiny_model.args[0]:
-        pytest.skip("ait-tiny-s is not built (python -m ait_env.tiny_models.build)")
+        pytest.skip("ait-tiny-s is not built (python -m cpu.tiny_models.build)")
     pytest.importorskip("verifiers")
     env = worker_env(tmp_path)
     with start_fake_runpod(workers=1, worker_env=env, log_dir=tmp_path) as fake:

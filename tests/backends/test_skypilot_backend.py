@@ -622,12 +622,12 @@ def _real(tmp_path: Path, n: int, workers: int) -> None:
     run the job's real ``run`` command (``python -m gpu.worker --request-env``): each completes exactly once
     and equals ``python -m ait_env.runner`` (backend=local) on the same bundle."""
     from ait_env.hidden.baselines import BaselineEntry, BaselineStore
-    from ait_env.tiny_models.catalog import weights_hash
+    from cpu.tiny_models.catalog import weights_hash
     from tests.backends.test_runpod_backend import _real_settings
     from tests.gpu.helpers import local_settings, make_job, needs_tiny_model, worker_env
 
     if needs_tiny_model.args[0]:
-        pytest.skip("ait-tiny-s is not built (python -m ait_env.tiny_models.build)")
+        pytest.skip("ait-tiny-s is not built (python -m cpu.tiny_models.build)")
     pytest.importorskip("verifiers")
     env = worker_env(tmp_path)
     jobs = [make_job(tmp_path / "sp", job_id=f"sp-{i:02d}", seed=1000 + i) for i in range(n)]
@@ -683,7 +683,7 @@ def test_a_baseline_is_measured_through_a_pool_worker_as_seed_baselines_does(tmp
     from tests.gpu.helpers import needs_tiny_model, worker_env
 
     if needs_tiny_model.args[0]:
-        pytest.skip("ait-tiny-s is not built (python -m ait_env.tiny_models.build)")
+        pytest.skip("ait-tiny-s is not built (python -m cpu.tiny_models.build)")
     pytest.importorskip("verifiers")
     rp = _real_settings()
     cfg = settings(**{**{k: v for k, v in rp.options.items() if k in SkypilotOptions.model_fields},

@@ -1,11 +1,11 @@
-"""Untrained catalog models, installed the way ``python -m ait_env.tiny_models.build`` installs built ones.
+"""Untrained catalog models, installed the way ``python -m cpu.tiny_models.build`` installs built ones.
 
 The default suite cannot pretrain the catalog models (minutes per model), yet some tests must run the real
 entry points (``python -m ait_env.runner`` started by the local backend) in a child process, where no
 monkeypatch reaches. :func:`install_untrained_models` writes, under a cache folder that the test points
 ``AIT_CACHE_DIR`` at, a model directory per catalog name with the catalog's architecture, a real tokenizer
 trained on family transcripts, random weights and an ``ait_model.json`` carrying the catalog's current
-fingerprint: the files :func:`ait_env.tiny_models.catalog.verify` checks, nothing patched. The weights are
+fingerprint: the files :func:`cpu.tiny_models.catalog.verify` checks, nothing patched. The weights are
 random, so these models fail every task: use them for failure paths (a job that must end ``job_failed``),
 never for scores.
 """
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import torch
 
-from ait_env.tiny_models import catalog
-from ait_env.tiny_models.chat import render
-from ait_env.tiny_models.model import TinyLM
-from ait_env.tiny_models.pretrain import save_model_dir, weights_hash
-from ait_env.tiny_models.tokenizer import ChatTokenizer, train_tokenizer
+from cpu.tiny_models import catalog
+from cpu.tiny_models.chat import render
+from cpu.tiny_models.model import TinyLM
+from cpu.tiny_models.pretrain import save_model_dir, weights_hash
+from cpu.tiny_models.tokenizer import ChatTokenizer, train_tokenizer
 from task_families import get_family
 
 

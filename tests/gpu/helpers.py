@@ -26,13 +26,13 @@ FAKE_KEY = "rp-fake-credential-0123456789"
 
 
 def tiny_model_built() -> bool:
-    from ait_env.tiny_models import catalog
+    from cpu.tiny_models import catalog
 
     return catalog.is_current("ait-tiny-s")
 
 
 needs_tiny_model = pytest.mark.skipif(not tiny_model_built(),
-                                      reason="ait-tiny-s is not built (python -m ait_env.tiny_models.build)")
+                                      reason="ait-tiny-s is not built (python -m cpu.tiny_models.build)")
 
 
 def make_job(folder: Path, job_id: str = "job-1", env_edit: Callable[[str], str] = lambda t: t,

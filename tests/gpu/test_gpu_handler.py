@@ -88,7 +88,7 @@ def test_input_that_does_not_validate_is_a_caller_error():
 
 @needs_tiny_model
 def test_handler_runs_a_job_with_progress_and_the_callers_baselines(tmp_path, monkeypatch):
-    from ait_env.tiny_models.catalog import weights_hash
+    from cpu.tiny_models.catalog import weights_hash
 
     pytest.importorskip("verifiers")
     b = make_job(tmp_path)

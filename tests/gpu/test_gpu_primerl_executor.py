@@ -16,9 +16,9 @@ from ait_env.jobs.settings import BackendBounds, BackendSettings
 from ait_env.hidden.baselines import BaselineEntry, BaselineStore
 from ait_env.hidden.evaluation import evaluate
 from ait_env.jobs.primerl import final_weights_dir
-from ait_env.tiny_models.endpoint import LocalEndpoint
-from ait_env.tiny_models.model import TinyLM
-from ait_env.tiny_models.tokenizer import ChatTokenizer
+from cpu.tiny_models.endpoint import LocalEndpoint
+from cpu.tiny_models.model import TinyLM
+from cpu.tiny_models.tokenizer import ChatTokenizer
 from ait_env.runner import InfraFailed
 from gpu.isolation import training_uid
 from gpu.gpu_plan import plan_gpus

@@ -109,7 +109,7 @@ def test_a_broken_file_is_refused_with_the_fix(private: Path) -> None:
 
 def test_the_local_models_build_keeps_the_published_sets(private: Path) -> None:
     """The pinned weights match whatever a run scores with: the fingerprint hashes the published sets."""
-    from ait_env.tiny_models import catalog
+    from cpu.tiny_models import catalog
 
     mine = {name: catalog.fingerprint(name) for name in catalog.CATALOG}
     os.environ["AIT_HIDDEN_SEEDS"] = "published"   # restored by the private fixture's monkeypatch

@@ -115,7 +115,7 @@ def test_factory_shares_and_keeps_the_backend(tmp_path: Path) -> None:
 
 
 def test_prepare_tokenizer_only_touches_the_local_chat_format() -> None:
-    from ait_env.tiny_models.chat import CHAT_TEMPLATE
+    from cpu.tiny_models.chat import CHAT_TEMPLATE
 
     class Tok:
         def __init__(self, template: str) -> None:

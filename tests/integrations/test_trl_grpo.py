@@ -22,9 +22,9 @@ from trl import GRPOConfig, GRPOTrainer
 from ait_env.backends import make_backend
 from ait_env.config import compose
 from ait_env.integrations.trl import EnvironmentFactory, JobWritingToolEnv, prepare_tokenizer
-from ait_env.tiny_models.chat import IM_END, render
-from ait_env.tiny_models.model import TinyConfig, TinyLM
-from ait_env.tiny_models.tokenizer import ChatTokenizer, train_tokenizer
+from cpu.tiny_models.chat import IM_END, render
+from cpu.tiny_models.model import TinyConfig, TinyLM
+from cpu.tiny_models.tokenizer import ChatTokenizer, train_tokenizer
 from ait_env.episode.tools import tool_schemas
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,12 +13,12 @@ import pytest
 
 pytest.importorskip("verifiers")
 
-import ait_env.cpu_trainer.executor as executor  # noqa: E402
+import cpu.executor as executor  # noqa: E402
 import ait_env.runner as runner  # noqa: E402
 from ait_env.backends.base import Backend, JobHandle
 from ait_env.jobs.settings import BackendBounds, BackendSettings, ModelInfo  # noqa: E402
 from ait_env.conf import load_group  # noqa: E402
-from ait_env.cpu_trainer.trainer import RolloutWorkerError, check_rewards  # noqa: E402
+from cpu.trainer import RolloutWorkerError, check_rewards  # noqa: E402
 from task_families import reference_files  # noqa: E402
 from hostile import MODEL, bundle_of, submit  # noqa: E402
 

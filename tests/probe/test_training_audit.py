@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-import ait_env.cpu_trainer.executor as executor
+import cpu.executor as executor
 import ait_env.runner as runner
 from ait_env.jobs.failures import JobFailed
 from ait_env.probe.training_audit import TrainingAudit
@@ -91,8 +91,8 @@ def test_a_few_accidental_collisions_are_tolerated():
 
 # ---------------------------------------------------------------- through a real (micro) training job
 def _micro_job(tmp_path, monkeypatch, micro_model, micro_tokenizer, edit):
-    from ait_env.tiny_models.model import TinyLM
-    from tests.cpu_trainer.test_runner_micro import _bundle, _settings
+    from cpu.tiny_models.model import TinyLM
+    from tests.cpu.test_runner_micro import _bundle, _settings
 
     model = TinyLM(micro_model.cfg)
     model.load_state_dict(micro_model.state_dict())
@@ -202,7 +202,7 @@ def test_stateful_tool_results_the_familys_tools_do_not_give_fail_the_job(fault)
 
 def test_the_rollout_worker_reports_each_groups_row_info_to_the_trainer():
     """The trainer's audit gets each rollout's row info from the worker's step results (one per group)."""
-    from ait_env.cpu_trainer.trainer import step_results
+    from cpu.trainer import step_results
 
     groups = [[{"reward": 1.0, "response_ids": ["r1"]}], [{"reward": 0.0, "response_ids": ["r2"]}]]
     out = step_results({"step": 0, "groups": groups, "infos": [{"world": 1}, {"world": 2}]}, 0, 2, 1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ait_env.hidden.evaluation import final_text
-from ait_env.tiny_models.quick_eval import Conversation
+from cpu.tiny_models.quick_eval import Conversation
 from research import calendar_errors as ce
 from task_families import get_family
 from task_families.teacher import final_content, teacher_completion

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ait_env.tiny_models import corpus as C
-from ait_env.tiny_models.tokenizer import ChatTokenizer
+from cpu.tiny_models import corpus as C
+from cpu.tiny_models.tokenizer import ChatTokenizer
 from research.flaw_calibration import decision_points, flaw_calibration, format_table
 from task_families import FAMILY_NAMES, get_family
 from task_families.teacher import get_teacher

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from ait_env.tiny_models.quick_eval import Conversation
+from cpu.tiny_models.quick_eval import Conversation
 from research import grpo_lab as lab
 from task_families import get_family
 from task_families.teacher import teacher_completion

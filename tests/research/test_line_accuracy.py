@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from ait_env.tiny_models import corpus as C
-from ait_env.tiny_models.tokenizer import ChatTokenizer
+from cpu.tiny_models import corpus as C
+from cpu.tiny_models.tokenizer import ChatTokenizer
 from research.line_accuracy import (SKILL_SEED, format_table, line_accuracy, line_spans, score_lines,
                                     transcripts)
 from task_families import get_family

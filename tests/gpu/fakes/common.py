@@ -34,11 +34,11 @@ def scenario() -> str:
 
 def serve_local(model_dir: str | Path, name: str, host: str, port: int,
                 max_model_len: int | None = None) -> Any:
-    """The project's :class:`~ait_env.tiny_models.endpoint.LocalEndpoint` for an HF folder (it answers vLLM's
+    """The project's :class:`~cpu.tiny_models.endpoint.LocalEndpoint` for an HF folder (it answers vLLM's
     ``GET /health`` too)."""
-    from ait_env.tiny_models import endpoint
-    from ait_env.tiny_models.model import TinyLM
-    from ait_env.tiny_models.tokenizer import ChatTokenizer
+    from cpu.tiny_models import endpoint
+    from cpu.tiny_models.model import TinyLM
+    from cpu.tiny_models.tokenizer import ChatTokenizer
 
     model = TinyLM.load(model_dir)
     limit = min(max_model_len or 10**9, model.cfg.max_position_embeddings)

@@ -373,8 +373,8 @@ def save_perturbed(model: str, dst: Path) -> None:
     """The base micro model with every weight moved a little: servable HF files + tokenizer + STABLE."""
     import torch
 
-    from ait_env.tiny_models.model import TinyLM
-    from ait_env.tiny_models.tokenizer import ChatTokenizer
+    from cpu.tiny_models.model import TinyLM
+    from cpu.tiny_models.tokenizer import ChatTokenizer
 
     src = models()[model]
     m = TinyLM.load(src)

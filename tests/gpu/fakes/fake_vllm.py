@@ -9,7 +9,7 @@ local endpoint.
 Any other flag is an argparse error (exit 2), like vLLM's parser; ``--enable-auto-tool-choice`` without a
 parser is refused as vLLM's ``validate_parsed_serve_args`` does. The model must be a local folder with
 ``TinyLM`` / ``ChatTokenizer`` files (a hub id fails: nothing is downloaded here). It serves that folder
-through :class:`~ait_env.tiny_models.endpoint.LocalEndpoint` (which answers ``GET /health`` as vLLM does), so the hidden eval
+through :class:`~cpu.tiny_models.endpoint.LocalEndpoint` (which answers ``GET /health`` as vLLM does), so the hidden eval
 really scores those weights, and starts one helper process (like vLLM's engine core) that lives as long
 as it. Like vLLM, it binds a ZMQ IPC socket at ``$VLLM_RPC_BASE_PATH/<uuid4>`` (default
 ``tempfile.gettempdir()``: vllm 0.24.0 ``envs.py``, ``utils/network_utils.py`` ``get_open_zmq_ipc_path``) and
