@@ -5,6 +5,7 @@ so far)."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import time
@@ -20,11 +21,19 @@ from ait_env.observe.ledger import BudgetExceeded
 from ait_env.sandbox import SandboxError
 from ait_env.sandbox.workspace import WorkspaceError
 
-
+_log = logging.getLogger("ait_env")
 
 
 class _ResearchJobs:
     """``submit_jobs`` and ``finish`` (see the module docstring)."""
+
+    def _internal_error(self, tool: str, exc: Exception) -> ToolOutcome:
+        """What ``submit_job`` or ``submit_jobs`` answers when it raised inside the env: our bug, so the
+        traceback goes to the log and the episode is dropped (``infra_failed``: unscored, never the agent's)."""
+        _log.exception("%s failed inside the env (episode %s)", tool, self.episode_id)
+        self._drop(f"internal error in {tool}: {type(exc).__name__}: {exc}")
+        return ToolOutcome(tool, False, "Your submission could not be processed because of an internal error on "
+                           f"our side ({type(exc).__name__}: {exc}). {self._ours()}", ends_episode=True)
 
     def submit_many(self, folders: list[str]) -> ToolOutcome:
         """``submit_jobs``: several jobs at once, one per workspace folder. Each is validated on its own (a

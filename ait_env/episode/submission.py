@@ -161,14 +161,6 @@ class EpisodeJobs(_ResearchJobs):
         outcome.text = for_agent(outcome.text)
         return outcome
 
-    def _internal_error(self, tool: str, exc: Exception) -> ToolOutcome:
-        """What a tool answers when it raised inside the env: our bug, so the traceback goes to the log and
-        the episode is dropped (``infra_failed``: unscored, never the agent's)."""
-        _log.exception("%s failed inside the env (episode %s)", tool, self.episode_id)
-        self._drop(f"internal error in {tool}: {type(exc).__name__}: {exc}")
-        return ToolOutcome(tool, False, "Your submission could not be processed because of an internal error on "
-                           f"our side ({type(exc).__name__}: {exc}). {self._ours()}", ends_episode=True)
-
     def _submit_checked(self) -> ToolOutcome:
         assert self._ws is not None and self._spec is not None and self._family is not None
         max_attempts = self.settings.env.max_attempts
