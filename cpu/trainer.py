@@ -57,6 +57,10 @@ def step_results(res: Any, step: int, groups: int, group_size: int) -> list[list
     job's fault (:class:`RolloutWorkerError`), never a crash of the trainer."""
     if not isinstance(res, dict):
         raise RolloutWorkerError(f"the rollout worker posted {type(res).__name__} for step {step}, not results")
+    try:   # within the guard's bounds: str() and the checks below cannot raise on any value it accepts
+        guard.check(res, what=f"the rollout worker's results for step {step}")
+    except guard.Refused as exc:
+        raise RolloutWorkerError(f"{exc} (your environment's code runs in that process)") from None
     if "error" in res:
         raise RolloutWorkerError(f"rollouts failed at step {step}: {str(res['error'])[:1500]}\n"
                                  f"{str(res.get('traceback', ''))[-1500:]}")
