@@ -1,7 +1,7 @@
 """The layers hold at run time, not only for the linter (.importlinter): each entry point imported alone, in a
 fresh interpreter, loads only the ``ait_env`` modules its layer may use. ``import ait_env`` registers the env
-by entry-point string and imports nothing else of it; the job contracts, the GPU worker and the fleet load no
-env, backend, probe or episode module."""
+by entry-point string and imports nothing else of it; the job contracts, the two workers (``gpu``, ``cpu``) and
+the fleet load no env, backend, probe or episode module."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def test_the_job_contracts_import_alone():
     assert not [m for m in mods if m.startswith(EPISODE_SIDE)], mods
 
 
-@pytest.mark.parametrize("module", ["gpu.worker", "fleet.dispatch", "fleet.pool", "ait_env.runner",
-                                    "ait_env.jobs.bundle", "ait_env.jobs.wire"])
-def test_the_worker_and_the_fleet_load_no_episode_module(module):
+@pytest.mark.parametrize("module", ["gpu.worker", "cpu.executor", "cpu.tiny_models.build", "fleet.dispatch",
+                                    "fleet.pool", "ait_env.runner", "ait_env.jobs.bundle", "ait_env.jobs.wire"])
+def test_the_workers_and_the_fleet_load_no_episode_module(module):
     mods = loaded(f"import {module}")
     assert not [m for m in mods if m.startswith(EPISODE_SIDE)], mods
