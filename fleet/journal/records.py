@@ -65,10 +65,9 @@ _ADDED = (("jobs", "idle_usd", "REAL NOT NULL DEFAULT 0"),
 
 
 
-class Billing(BaseModel):
-    """What one attempt was billed: delay (queue and cold start) and execution, on which GPUs, in USD
-    (``cost_usd``, the job's own bill); ``idle_usd``: the worker's idle time after it, a run cost.
-    ``estimated``: the figures are the attempt's upper bound, not read from the remote (it could not be)."""
+class BillFields(BaseModel):
+    """The billed figures an attempt and a job row share: delay (queue and cold start) and execution, on which
+    GPUs, in USD (``cost_usd``, the job's own bill); ``idle_usd``: the worker's idle time after it, a run cost."""
 
     delay_time_ms: int = 0
     execution_time_ms: int = 0
@@ -76,6 +75,12 @@ class Billing(BaseModel):
     gpus_per_worker: int = 0
     cost_usd: float = 0.0
     idle_usd: float = 0.0
+
+
+class Billing(BillFields):
+    """What one attempt was billed (:class:`BillFields`). ``estimated``: the figures are the attempt's upper
+    bound, not read from the remote (it could not be)."""
+
     estimated: bool = False
 
 
@@ -132,7 +137,7 @@ class RunCosts(BaseModel):
     reserved: float = 0.0
 
 
-class JournalRow(BaseModel):
+class JournalRow(BillFields):
     key: str
     kind: str
     claimant: str                       # the bundle job id (or baseline name) that claimed the key
@@ -145,12 +150,6 @@ class JournalRow(BaseModel):
     result: dict[str, Any] | None = None
     result_status: str | None = None
     error: str = ""
-    delay_time_ms: int = 0
-    execution_time_ms: int = 0
-    gpu_type: str = ""
-    gpus_per_worker: int = 0
-    cost_usd: float = 0.0
-    idle_usd: float = 0.0
     estimated_usd: float = 0.0          # the part of cost_usd charged at bounds (attempts not read)
     charged: bool = False
     charged_by: str = ""                # the session that took the charge (:meth:`Journal.collect`)
