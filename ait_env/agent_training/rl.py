@@ -106,14 +106,26 @@ class AgentGRPO:
         if optimizer_state and self.opt is not None:
             self.opt.load_state_dict(optimizer_state)
         self._client: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def __enter__(self) -> "AgentGRPO":
         self.endpoint.start()
+        # one event loop for the client's whole life, as the rollout worker (cpu/rollout_worker.py): the
+        # client's pooled connections belong to the loop they were opened in, and a step run in a fresh loop
+        # (asyncio.run) lost its first rollout to "Event loop is closed" on every step after the first
+        self._loop = asyncio.new_event_loop()
         self._client = verifiers_v0.make_client(base_url=self.endpoint.base_url, timeout=7200.0)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.endpoint.stop()
+        try:
+            if self._loop is not None and self._client is not None:
+                self._loop.run_until_complete(self._client.close())
+        finally:
+            if self._loop is not None:
+                self._loop.close()
+            self._loop, self._client = None, None
+            self.endpoint.stop()
 
     def pick(self, step: int) -> list[int]:
         """The dataset rows of ``step`` (a seeded draw without replacement within a step)."""
@@ -126,8 +138,9 @@ class AgentGRPO:
         groups = verifiers_v0.rollout_inputs(self.vf_env, rows, self.s.group_size)
         sampling = {"temperature": self.s.temperature, "max_tokens": self.s.max_tokens,
                     "extra_body": {"ait_record": True}}
-        results = asyncio.run(verifiers_v0.run_groups(self.vf_env, self._client, self.endpoint.model_name, groups,
-                                                      sampling))
+        assert self._loop is not None, "AgentGRPO.step runs inside `with AgentGRPO(...)`"
+        results = self._loop.run_until_complete(
+            verifiers_v0.run_groups(self.vf_env, self._client, self.endpoint.model_name, groups, sampling))
         t1 = time.perf_counter()
         rewards: list[float] = []
         advs: list[float] = []

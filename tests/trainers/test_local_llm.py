@@ -35,8 +35,11 @@ def test_the_smoke_pilot_runs_every_stage_and_resumes(tmp_path: Path, capsys: py
     served = json.loads((ev / "results.json").read_text())["meta"]["served_model"]
     assert served["ait_weights_hash"] == warm
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 1 and len(rows[0]["rewards"]) + rows[0]["dropped"] == 2
-    assert summary["rl"]["steps"] == 1 and (out / "final" / "model.safetensors").is_file()
+    assert len(rows) == 2 and all(len(r["rewards"]) + r["dropped"] == 2 for r in rows)
+    # the second step's rollouts reach the model too (a client kept across event loops lost them: "Event loop
+    # is closed", dropped)
+    assert rows[1]["dropped"] == 0, rows[1]
+    assert summary["rl"]["steps"] == 2 and (out / "final" / "model.safetensors").is_file()
     assert (out / "charts" / "reward.png").is_file()
     capsys.readouterr()
     mod.run(cfg)   # resumes: every stage is done
